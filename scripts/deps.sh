@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ledgerd needs to build, run and test, and
+# nothing that is already there. Called by `make run` and `make test`, so a
+# fresh Debian 12 machine needs no manual set-up. The list below is the one
+# place the project names its system packages.
+set -euo pipefail
+
+BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev"
+RUN_PKGS="postgresql-15 python3"
+TEST_PKGS="libcmocka-dev python3-pytest curl"
+
+want="$BUILD_PKGS $RUN_PKGS"
+case "${1:-run}" in
+	run) ;;
+	test) want="$want $TEST_PKGS" ;;
+	build) want="$BUILD_PKGS" ;;
+	*) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in $want; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "ledgerd: missing Debian packages: ${missing[*]}" >&2
+	echo "ledgerd: run as root, or: sudo apt-get install ${missing[*]}" >&2
+	exit 1
+fi
+echo "ledgerd: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when an install from the current ones fails.
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+	apt-get update -q >/dev/null
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
