@@ -1,0 +1,480 @@
+/*
+ * ledger/store.c: the store's workers, their connections and the pipeline
+ * steps every operation is made of. Connections stay in libpq pipeline
+ * mode for their whole life; statements are prepared lazily, in the same
+ * pipeline as their first execution, so a fresh connection costs no extra
+ * round trip and a database that is not migrated yet fails only the calls
+ * that need its tables.
+ */
+#include "ledger/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ledger/log.h"
+#include "ledger/store_int.h"
+
+struct ledger_store {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct ledger_job *head, *tail; /* FIFO of waiting jobs */
+	atomic_size_t depth;
+	bool stopping;
+	unsigned nworkers;
+	pthread_t *threads;
+	struct ledger_store_conn *conns; /* one per worker */
+};
+
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* libpq reports server notices on stderr by default; make them log lines. */
+static void notice_receiver(void *arg, const PGresult *res)
+{
+	(void)arg;
+	LOG_DEBUG("database notice: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+}
+
+static void conn_drop(struct ledger_store_conn *c)
+{
+	if (c->pg != NULL)
+		PQfinish(c->pg);
+	c->pg = NULL;
+	c->nprepared = 0;
+}
+
+/* Opens the connection; on failure leaves it down and fills @p err. */
+static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t errlen)
+{
+	/*
+	 * The URL comes last so that whatever it sets wins over these
+	 * defaults; expand_dbname makes libpq read it as a connection string.
+	 */
+	const char *keys[] = {"application_name", "connect_timeout", "keepalives_idle",
+			      "dbname", NULL};
+	const char *vals[] = {"ledgerd", "5", "30", c->database_url, NULL};
+	PGconn *pg = NULL;
+
+	c->last_attempt_ms = monotonic_ms();
+	pg = PQconnectdbParams(keys, vals, 1);
+	if (pg == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (PQstatus(pg) != CONNECTION_OK) {
+		const char *msg = PQerrorMessage(pg);
+		size_t len = strcspn(msg, "\n");
+		snprintf(err, errlen, "%.*s", (int)len, msg);
+		PQfinish(pg);
+		return LEDGER_ERR_UNAVAILABLE;
+	}
+	PQsetNoticeReceiver(pg, notice_receiver, NULL);
+	if (PQenterPipelineMode(pg) != 1) {
+		snprintf(err, errlen, "cannot enter pipeline mode");
+		PQfinish(pg);
+		return LEDGER_ERR_INTERNAL;
+	}
+	c->pg = pg;
+	c->nprepared = 0;
+	return LEDGER_OK;
+}
+
+bool store_conn_ready(struct ledger_store_conn *c)
+{
+	char err[256];
+
+	if (c->pg != NULL && PQstatus(c->pg) == CONNECTION_OK)
+		return true;
+	conn_drop(c);
+	if (monotonic_ms() - c->last_attempt_ms < c->reconnect_ms)
+		return false;
+	if (conn_open(c, err, sizeof(err)) != LEDGER_OK) {
+		if (!c->down_logged)
+			LOG_WARN("database unreachable: %s", err);
+		c->down_logged = true;
+		return false;
+	}
+	if (c->down_logged)
+		LOG_INFO("database reachable again");
+	c->down_logged = false;
+	return true;
+}
+
+enum ledger_err ledger_store_connect(const char *database_url, struct ledger_store_conn **out,
+				     char *err, size_t errlen)
+{
+	struct ledger_store_conn *c = calloc(1, sizeof(*c));
+	enum ledger_err rc;
+
+	*out = NULL;
+	if (c == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	c->database_url = database_url;
+	rc = conn_open(c, err, errlen);
+	if (rc != LEDGER_OK) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return LEDGER_OK;
+}
+
+void ledger_store_disconnect(struct ledger_store_conn *c)
+{
+	if (c == NULL)
+		return;
+	conn_drop(c);
+	free(c);
+}
+
+/* --- steps --- */
+
+void store_step_begin(struct store_step *st, struct ledger_store_conn *conn)
+{
+	memset(st, 0, sizeof(*st));
+	st->conn = conn;
+}
+
+static bool is_prepared(const struct ledger_store_conn *c, const struct store_stmt *stmt)
+{
+	for (unsigned i = 0; i < c->nprepared; i++) {
+		if (c->prepared[i] == stmt)
+			return true;
+	}
+	return false;
+}
+
+void store_step_add(struct store_step *st, const struct store_stmt *stmt,
+		    const char *const *params)
+{
+	struct ledger_store_conn *c = st->conn;
+
+	if (st->n >= STORE_MAX_STEP)
+		abort();
+	if (!is_prepared(c, stmt)) {
+		if (c->nprepared >= STORE_MAX_STMTS)
+			abort();
+		PQsendPrepare(c->pg, stmt->name, stmt->sql, stmt->nparams, NULL);
+		c->prepared[c->nprepared++] = stmt;
+		st->sent[st->nsent++] = stmt;
+	}
+	PQsendQueryPrepared(c->pg, stmt->name, stmt->nparams, params, NULL, NULL, 0);
+	st->sent[st->nsent++] = NULL;
+	st->n++;
+}
+
+void store_step_add_simple(struct store_step *st, const char *sql)
+{
+	if (st->n >= STORE_MAX_STEP)
+		abort();
+	PQsendQueryParams(st->conn->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+	st->sent[st->nsent++] = NULL;
+	st->n++;
+}
+
+/* Forgets a statement whose prepare did not succeed, to prepare it again. */
+static void forget_prepared(struct ledger_store_conn *c, const struct store_stmt *stmt)
+{
+	for (unsigned i = 0; i < c->nprepared; i++) {
+		if (c->prepared[i] == stmt) {
+			c->prepared[i] = c->prepared[--c->nprepared];
+			return;
+		}
+	}
+}
+
+/* Sorts a failure into what the caller can do about it. */
+static enum ledger_err classify(const PGresult *res, PGconn *pg)
+{
+	const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (PQstatus(pg) != CONNECTION_OK || state == NULL)
+		return LEDGER_ERR_UNAVAILABLE;
+	if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+		return LEDGER_ERR_CONFLICT;
+	/*
+	 * Connection exceptions, operator intervention (shutdown, recovery),
+	 * insufficient resources, system errors, and a read-only server (a
+	 * standby that has not been promoted yet): the database cannot take
+	 * the call now, but may soon.
+	 */
+	if (strncmp(state, "08", 2) == 0 || strncmp(state, "57", 2) == 0 ||
+	    strncmp(state, "53", 2) == 0 || strncmp(state, "58", 2) == 0 ||
+	    strcmp(state, "25006") == 0)
+		return LEDGER_ERR_UNAVAILABLE;
+	/* An undefined table or column: the schema is not migrated. */
+	if (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0)
+		return LEDGER_ERR_UNAVAILABLE;
+	return LEDGER_ERR_INTERNAL;
+}
+
+enum ledger_err store_step_run(struct store_step *st)
+{
+	struct ledger_store_conn *c = st->conn;
+	enum ledger_err rc = LEDGER_OK;
+	PGresult *res = NULL;
+	unsigned nres = 0;
+	char what[300] = "";
+
+	if (PQpipelineSync(c->pg) != 1) {
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+		goto out;
+	}
+	for (unsigned i = 0; i < st->nsent; i++) {
+		ExecStatusType status;
+		bool ok;
+
+		res = PQgetResult(c->pg);
+		if (res == NULL) {
+			rc = LEDGER_ERR_UNAVAILABLE;
+			snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+			goto out;
+		}
+		status = PQresultStatus(res);
+		ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+		if (!ok && rc == LEDGER_OK) {
+			/* The first failure names the cause; the rest were skipped. */
+			rc = classify(res, c->pg);
+			snprintf(what, sizeof(what), "%s", PQresultErrorMessage(res));
+		}
+		if (st->sent[i] != NULL) {
+			if (!ok)
+				forget_prepared(c, st->sent[i]);
+			PQclear(res);
+		} else {
+			st->res[nres++] = res;
+		}
+		res = PQgetResult(c->pg); /* each statement's results end with a NULL */
+		if (res != NULL) {
+			/* Only COPY or multiple statements yield more: a bug here. */
+			LOG_ERROR("database step: unexpected extra result %s after %s (%u of %u): %s",
+				  PQresStatus(PQresultStatus(res)), PQresStatus(status), i, st->nsent,
+				  PQresultErrorMessage(res));
+			abort();
+		}
+	}
+	res = PQgetResult(c->pg);
+	if ((res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) && rc == LEDGER_OK) {
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+	}
+out:
+	PQclear(res);
+	if (rc != LEDGER_OK) {
+		what[strcspn(what, "\n")] = '\0';
+		if (rc == LEDGER_ERR_INTERNAL)
+			LOG_ERROR("database error: %s", what);
+		else
+			LOG_DEBUG("database step failed: %s", what);
+		if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
+			/* The connection broke mid-step: nothing more can be read. */
+			rc = LEDGER_ERR_UNAVAILABLE;
+			conn_drop(c);
+		} else {
+			store_abort(c);
+		}
+	}
+	return rc;
+}
+
+void store_step_clear(struct store_step *st)
+{
+	for (unsigned i = 0; i < STORE_MAX_STEP; i++) {
+		PQclear(st->res[i]);
+		st->res[i] = NULL;
+	}
+	st->n = 0;
+	st->nsent = 0;
+}
+
+void store_abort(struct ledger_store_conn *c)
+{
+	PGresult *res = NULL;
+	bool ok = false;
+
+	if (c->pg == NULL || PQtransactionStatus(c->pg) == PQTRANS_IDLE)
+		return;
+	if (PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+	    PQpipelineSync(c->pg) == 1) {
+		/* The ROLLBACK's result, the NULL that ends it, then the sync. */
+		res = PQgetResult(c->pg);
+		ok = res != NULL && PQresultStatus(res) == PGRES_COMMAND_OK;
+		PQclear(res);
+		res = PQgetResult(c->pg);
+		ok = ok && res == NULL;
+		PQclear(res);
+		res = PQgetResult(c->pg);
+		ok = ok && res != NULL && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+		PQclear(res);
+	}
+	if (!ok)
+		conn_drop(c);
+}
+
+/* --- reading results --- */
+
+void store_copy(const PGresult *res, int row, int col, char *dst, size_t cap)
+{
+	const char *v = PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col);
+
+	snprintf(dst, cap, "%s", v);
+}
+
+int64_t store_int(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+bool store_bool(const PGresult *res, int row, int col)
+{
+	return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
+}
+
+char *store_dup(const PGresult *res, int row, int col, size_t *len_out)
+{
+	size_t len;
+	char *p = NULL;
+
+	if (len_out != NULL)
+		*len_out = 0;
+	if (PQgetisnull(res, row, col))
+		return NULL;
+	len = (size_t)PQgetlength(res, row, col);
+	p = malloc(len + 1);
+	if (p == NULL)
+		return NULL;
+	memcpy(p, PQgetvalue(res, row, col), len);
+	p[len] = '\0';
+	if (len_out != NULL)
+		*len_out = len;
+	return p;
+}
+
+/* --- the pool --- */
+
+struct worker_arg {
+	struct ledger_store *store;
+	struct ledger_store_conn *conn;
+};
+
+static struct ledger_job *queue_pop(struct ledger_store *s)
+{
+	struct ledger_job *job = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	while (s->head == NULL && !s->stopping)
+		pthread_cond_wait(&s->wake, &s->lock);
+	job = s->head;
+	if (job != NULL) {
+		s->head = job->next;
+		if (s->head == NULL)
+			s->tail = NULL;
+		atomic_fetch_sub(&s->depth, 1);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return job;
+}
+
+static void *worker_main(void *arg)
+{
+	struct ledger_store *s = ((struct worker_arg *)arg)->store;
+	struct ledger_store_conn *conn = ((struct worker_arg *)arg)->conn;
+	struct ledger_job *job = NULL;
+
+	free(arg);
+	(void)store_conn_ready(conn); /* connect before the first call needs it */
+	while ((job = queue_pop(s)) != NULL) {
+		(void)store_conn_ready(conn);
+		job->run(job, conn);
+	}
+	conn_drop(conn);
+	return NULL;
+}
+
+enum ledger_err ledger_store_open(const struct ledger_store_config *cfg,
+				  struct ledger_store **out)
+{
+	struct ledger_store *s = calloc(1, sizeof(*s));
+	enum ledger_err rc = LEDGER_ERR_NOMEM;
+
+	*out = NULL;
+	if (s == NULL)
+		return LEDGER_ERR_NOMEM;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->wake, NULL);
+	atomic_init(&s->depth, 0);
+	s->threads = calloc(cfg->workers, sizeof(*s->threads));
+	s->conns = calloc(cfg->workers, sizeof(*s->conns));
+	if (s->threads == NULL || s->conns == NULL)
+		goto out;
+	for (unsigned i = 0; i < cfg->workers; i++) {
+		struct worker_arg *arg = malloc(sizeof(*arg));
+
+		if (arg == NULL)
+			goto out;
+		s->conns[i].database_url = cfg->database_url;
+		s->conns[i].reconnect_ms = cfg->reconnect_ms;
+		s->conns[i].last_attempt_ms = monotonic_ms() - cfg->reconnect_ms;
+		arg->store = s;
+		arg->conn = &s->conns[i];
+		if (pthread_create(&s->threads[i], NULL, worker_main, arg) != 0) {
+			free(arg);
+			rc = LEDGER_ERR_INTERNAL;
+			goto out;
+		}
+		s->nworkers++;
+	}
+	*out = s;
+	return LEDGER_OK;
+out:
+	ledger_store_close(s);
+	return rc;
+}
+
+void ledger_store_submit(struct ledger_store *s, struct ledger_job *job)
+{
+	job->next = NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->tail != NULL)
+		s->tail->next = job;
+	else
+		s->head = job;
+	s->tail = job;
+	atomic_fetch_add(&s->depth, 1);
+	pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
+size_t ledger_store_queue_depth(struct ledger_store *s)
+{
+	return atomic_load(&s->depth);
+}
+
+void ledger_store_close(struct ledger_store *s)
+{
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+	for (unsigned i = 0; i < s->nworkers; i++)
+		pthread_join(s->threads[i], NULL);
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->wake);
+	free(s->threads);
+	free(s->conns);
+	free(s);
+}

@@ -1,0 +1,187 @@
+/*
+ * ledger/store.h: ledgerd's only door to PostgreSQL. A pool of workers,
+ * each with its own connection (in pipeline mode) and prepared statements,
+ * takes jobs from one queue; the HTTP layer never waits on the database.
+ *
+ * Every mutation locks its request's row first and reads the database clock
+ * after the lock (DESIGN.md, Concurrency). The common operations (a claim
+ * of a new key, a completion or renewal by the current holder) are one
+ * statement; everything else reads the call under the lock, asks
+ * ledger/decide.c, and writes what it decided, with its event, in the same
+ * transaction. A function returns only after its COMMIT is durable.
+ */
+#ifndef LEDGER_STORE_H
+#define LEDGER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/decide.h"
+#include "ledger/err.h"
+#include "ledger/types.h"
+
+struct ledger_store;      /* the pool: queue and workers */
+struct ledger_store_conn; /* one connection; owned by one thread at a time */
+
+struct ledger_store_config {
+	const char *database_url; /* borrowed for the store's lifetime */
+	unsigned workers;
+	int64_t reconnect_ms;     /* least time between connection attempts */
+};
+
+/*
+ * A unit of work. The caller embeds it in its own state; a worker calls
+ * run() with its connection, which may be down (then every store function
+ * answers LEDGER_ERR_UNAVAILABLE at once).
+ */
+struct ledger_job {
+	void (*run)(struct ledger_job *job, struct ledger_store_conn *conn);
+	struct ledger_job *next; /* private to the queue */
+};
+
+/**
+ * Starts the workers; they connect in the background, so the store starts
+ * even while the database is down.
+ * @param out a new store; stop with ledger_store_close()
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_open(const struct ledger_store_config *cfg,
+						   struct ledger_store **out);
+
+/** Queues @p job (borrowed until its run() returns). Thread-safe. */
+void ledger_store_submit(struct ledger_store *store, struct ledger_job *job);
+
+/** Jobs waiting for a worker. Thread-safe. */
+size_t ledger_store_queue_depth(struct ledger_store *store);
+
+/** Runs the jobs still queued, then stops the workers and frees @p store. */
+void ledger_store_close(struct ledger_store *store);
+
+/**
+ * A standalone connection, for the command-line tools.
+ * @param out a new connection; free with ledger_store_disconnect()
+ * @param err receives one line on failure
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_connect(const char *database_url,
+						      struct ledger_store_conn **out, char *err,
+						      size_t errlen);
+void ledger_store_disconnect(struct ledger_store_conn *conn);
+
+/* --- operations: each takes the connection of the calling worker --- */
+
+/**
+ * The schema version the database is at (0: never migrated).
+ * @return LEDGER_OK or LEDGER_ERR_UNAVAILABLE
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_schema_version(struct ledger_store_conn *conn,
+							     int *version_out);
+
+/**
+ * Applies the migrations built into ledgerd under an advisory lock, so
+ * concurrent processes apply each exactly once.
+ * @param applied_out how many this call applied
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_migrate(struct ledger_store_conn *conn,
+						      unsigned *applied_out, char *err,
+						      size_t errlen);
+
+/** Finds the tenant and role of a token by its SHA-256. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
+							   const unsigned char sha256[32],
+							   bool *found, char *tenant,
+							   enum ledger_role *role);
+
+/** Records a token's SHA-256 for @p tenant with @p role. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
+							   const unsigned char sha256[32],
+							   const char *tenant, enum ledger_role role);
+
+/* The key of a tool call, within a tenant. All borrowed. */
+struct ledger_call_key {
+	const char *tenant;
+	const char *request_id;
+	const char *tool_call_id;
+};
+
+/* What an operation decided, and the call as it stands afterwards. */
+struct ledger_call_result {
+	union {
+		enum ledger_claim_outcome claim;
+		enum ledger_complete_outcome complete;
+		enum ledger_renew_outcome renew;
+		enum ledger_release_outcome release;
+		enum ledger_resolve_outcome resolve;
+	} outcome;
+	const char *mismatch;    /* claim ARGS_MISMATCH: the field that differs */
+	struct ledger_call call; /* owned: ledger_call_clear() when done */
+};
+
+/* A claim as sent, with what the store keeps beyond the decision. */
+struct ledger_claim_request {
+	struct ledger_claim claim; /* what decides */
+	const char *args;          /* exact text to keep when store_args; else NULL */
+	size_t args_len;
+};
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
+						    const struct ledger_call_key *key,
+						    const struct ledger_claim_request *req,
+						    struct ledger_call_result *out);
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
+						       const struct ledger_call_key *key,
+						       const struct ledger_completion *c,
+						       struct ledger_call_result *out);
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
+						    const struct ledger_call_key *key,
+						    int64_t fencing_token, int64_t lease_ms,
+						    struct ledger_call_result *out);
+
+/** @param reason free text for the history, or NULL */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
+						      const struct ledger_call_key *key,
+						      int64_t fencing_token, const char *reason,
+						      struct ledger_call_result *out);
+
+/**
+ * @param result exact JSON text, or NULL for null
+ * @param note free text for the history, or NULL
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
+						      const struct ledger_call_key *key,
+						      enum ledger_resolution resolution,
+						      const char *result, size_t result_len,
+						      const char *note,
+						      struct ledger_call_result *out);
+
+/** Reads one call (no lock). out->call.state is ABSENT or TOMBSTONE if gone. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_get_call(struct ledger_store_conn *conn,
+						       const struct ledger_call_key *key,
+						       struct ledger_call *out);
+
+/* One listed call: the row and its key. */
+struct ledger_listed_call {
+	char request_id[LEDGER_ID_MAX + 1];
+	char tool_call_id[LEDGER_ID_MAX + 1];
+	struct ledger_call call; /* owned */
+};
+
+/**
+ * Lists a tenant's calls in key order after the cursor key.
+ * @param state ABSENT for every state, or one of IN_PROGRESS, UNKNOWN,
+ *        SUCCEEDED, FAILED, RELEASED
+ * @param after_request_id, after_tool_call_id the last key of the previous
+ *        page, or NULL for the first page
+ * @param items_out a new array of @p *count_out items (up to @p limit);
+ *        free with ledger_store_free_list()
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_list_calls(struct ledger_store_conn *conn, const char *tenant,
+			enum ledger_call_state state, const char *after_request_id,
+			const char *after_tool_call_id, unsigned limit,
+			struct ledger_listed_call **items_out, size_t *count_out);
+
+void ledger_store_free_list(struct ledger_listed_call *items, size_t count);
+
+#endif
