@@ -1,0 +1,188 @@
+/*
+ * api/main.c: the ledgerd command: serve (the default), migrate,
+ * token create, version and help. Settings are validated before anything
+ * starts; a bad one ends the process with one line and exit status 2.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/server.h"
+#include "ledger/config.h"
+#include "ledger/log.h"
+#include "ledger/migrate.h"
+#include "ledger/policy.h"
+#include "ledger/store.h"
+#include "ledger/tokens.h"
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ledgerd [serve | migrate | token create --tenant T --role R | version"
+		   " | help] [flags]\n\n"
+		   "flags (each also an environment variable; the flag wins):\n");
+	ledger_config_usage(f);
+}
+
+static int need_database(const struct ledger_config *cfg)
+{
+	if (cfg->database_url != NULL)
+		return 0;
+	fprintf(stderr, "ledgerd: --database-url or LEDGER_DATABASE_URL is required\n");
+	return EXIT_USAGE;
+}
+
+static int cmd_migrate(const struct ledger_config *cfg)
+{
+	struct ledger_store_conn *conn = NULL;
+	char err[512];
+	unsigned applied = 0;
+	enum ledger_err rc;
+
+	if (ledger_store_connect(cfg->database_url, &conn, err, sizeof(err)) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
+		return 1;
+	}
+	rc = ledger_store_migrate(conn, &applied, err, sizeof(err));
+	ledger_store_disconnect(conn);
+	if (rc != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: migrate: %s\n", err);
+		return 1;
+	}
+	printf("schema at version %d (%u migration%s applied)\n",
+	       ledger_migrate_expected_version(), applied, applied == 1 ? "" : "s");
+	return 0;
+}
+
+static int cmd_token_create(const struct ledger_config *cfg)
+{
+	struct ledger_store_conn *conn = NULL;
+	char token[LEDGER_TOKEN_LEN + 1];
+	unsigned char sha[32];
+	enum ledger_role role;
+	char err[512];
+	enum ledger_err rc;
+
+	if (cfg->tenant == NULL || !ledger_id_valid(cfg->tenant, strlen(cfg->tenant))) {
+		fprintf(stderr, "ledgerd: token create: --tenant must be 1 to 128 characters of "
+				"[A-Za-z0-9._~-]\n");
+		return EXIT_USAGE;
+	}
+	if (cfg->role == NULL || ledger_role_parse(cfg->role, &role) != 0) {
+		fprintf(stderr, "ledgerd: token create: --role must be agent, router, reviewer or "
+				"admin\n");
+		return EXIT_USAGE;
+	}
+	if (ledger_token_generate(token) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: token create: no randomness available\n");
+		return 1;
+	}
+	if (ledger_store_connect(cfg->database_url, &conn, err, sizeof(err)) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
+		return 1;
+	}
+	ledger_token_hash(token, strlen(token), sha);
+	rc = ledger_store_token_insert(conn, sha, cfg->tenant, role);
+	ledger_store_disconnect(conn);
+	if (rc != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: token create: the database refused it (is it migrated?)\n");
+		return 1;
+	}
+	printf("%s\n", token);
+	return 0;
+}
+
+static int cmd_serve(const struct ledger_config *cfg)
+{
+	struct ledger_store_config scfg = {
+		.database_url = cfg->database_url,
+		.workers = (unsigned)cfg->workers,
+		.reconnect_ms = 200,
+	};
+	struct ledger_store *store = NULL;
+	struct ledger_policy policy;
+	char bound[300], err[300];
+	int fd, rc;
+
+	/* The failover policy is read and checked at start-up, like any setting. */
+	ledger_policy_default(&policy);
+	if (cfg->policy_path != NULL &&
+	    ledger_policy_load(cfg->policy_path, &policy, err, sizeof(err)) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: --policy: %s\n", err);
+		return EXIT_USAGE;
+	}
+	/* A malformed or taken address fails before anything else starts. */
+	fd = api_server_listen(cfg->listen, bound, sizeof(bound), err, sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "ledgerd: %s\n", err);
+		return fd == -2 ? EXIT_USAGE : 1;
+	}
+	if (ledger_store_open(&scfg, &store) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot start the database workers\n");
+		close(fd);
+		return 1;
+	}
+	rc = api_server_run(cfg, store, fd, bound);
+	ledger_store_close(store);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct ledger_config cfg;
+	const char *words[3] = {NULL, NULL, NULL};
+	size_t nwords = 0;
+	char err[512];
+	sigset_t block;
+	int rc = EXIT_USAGE;
+
+	/*
+	 * Every thread inherits this mask: the signals that stop ledgerd are
+	 * taken by sigwait() in api_server_run(), never by a worker.
+	 */
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &block, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (ledger_config_load(&cfg, argc, argv, words, 3, &nwords, err, sizeof(err)) !=
+	    LEDGER_OK) {
+		fprintf(stderr, "ledgerd: %s\n", err);
+		ledger_config_free(&cfg);
+		return EXIT_USAGE;
+	}
+	if (nwords == 0 || strcmp(words[0], "serve") == 0) {
+		if (nwords > 1)
+			goto unexpected;
+		rc = need_database(&cfg);
+		if (rc == 0)
+			rc = cmd_serve(&cfg);
+	} else if (strcmp(words[0], "migrate") == 0 && nwords == 1) {
+		rc = need_database(&cfg);
+		if (rc == 0)
+			rc = cmd_migrate(&cfg);
+	} else if (strcmp(words[0], "token") == 0 && nwords == 2 &&
+		   strcmp(words[1], "create") == 0) {
+		rc = need_database(&cfg);
+		if (rc == 0)
+			rc = cmd_token_create(&cfg);
+	} else if (strcmp(words[0], "version") == 0 && nwords == 1) {
+		printf("ledgerd %s (schema %d)\n", LEDGER_VERSION, ledger_migrate_expected_version());
+		rc = 0;
+	} else if (strcmp(words[0], "help") == 0) {
+		usage(stdout);
+		rc = 0;
+	} else {
+		goto unexpected;
+	}
+	ledger_config_free(&cfg);
+	return rc;
+unexpected:
+	fprintf(stderr, "ledgerd: unknown command \"%s\" (see: ledgerd help)\n",
+		nwords > 1 ? words[nwords - 1] : words[0]);
+	ledger_config_free(&cfg);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,84 @@
+/*
+ * api/ops.c: the operational endpoints, which need no token: /healthz (the
+ * process runs), /readyz (the database answers and its schema is the one
+ * this binary expects) and /metrics (Prometheus text).
+ */
+#include <stdio.h>
+
+#include "api/handlers.h"
+#include "api/metrics.h"
+#include "api/server.h"
+#include "ledger/jsonw.h"
+#include "ledger/migrate.h"
+
+static enum ledger_err healthz_prepare(struct api_request *req)
+{
+	struct ledger_jsonw w;
+
+	/* Answered on the HTTP thread: it must not depend on the database. */
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "status");
+	ledger_jsonw_string(&w, "ok");
+	ledger_jsonw_object_end(&w);
+	return LEDGER_OK;
+}
+
+static void no_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	(void)req;
+	(void)conn;
+}
+
+const struct api_handler api_ops_healthz = {healthz_prepare, no_execute};
+
+static enum ledger_err readyz_prepare(struct api_request *req)
+{
+	(void)req;
+	return LEDGER_OK;
+}
+
+static void readyz_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	int expected = ledger_migrate_expected_version(), version = 0;
+	enum ledger_err rc = ledger_store_schema_version(conn, &version);
+	struct ledger_jsonw w;
+
+	if (rc != LEDGER_OK) {
+		api_reply_unavailable(req);
+		return;
+	}
+	if (version != expected) {
+		api_reply_error_begin(req, &w, 503, "schema_mismatch",
+				      "the database schema is not the version this ledgerd expects; "
+				      "run ledgerd migrate");
+		ledger_jsonw_key(&w, "schema_version");
+		ledger_jsonw_int(&w, version);
+		ledger_jsonw_key(&w, "expected_schema_version");
+		ledger_jsonw_int(&w, expected);
+		api_reply_error_end(req, &w);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "status");
+	ledger_jsonw_string(&w, "ready");
+	ledger_jsonw_key(&w, "schema_version");
+	ledger_jsonw_int(&w, version);
+	ledger_jsonw_object_end(&w);
+}
+
+const struct api_handler api_ops_readyz = {readyz_prepare, readyz_execute};
+
+static enum ledger_err metrics_prepare(struct api_request *req)
+{
+	req->reply.status = 0;
+	ledger_buf_free(&req->reply.body);
+	api_metrics_render(&req->reply.body, ledger_store_queue_depth(api_store(req)),
+			   api_server_in_flight(req));
+	req->reply.status = 200;
+	req->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+	return LEDGER_OK;
+}
+
+const struct api_handler api_ops_metrics = {metrics_prepare, no_execute};

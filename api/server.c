@@ -1,0 +1,530 @@
+/*
+ * api/server.c: the HTTP server. libmicrohttpd's polling threads route a
+ * request, read its body and validate it; then the connection is
+ * suspended and the request goes to the store's workers as a job. The
+ * worker authenticates, executes and resumes the connection, and the
+ * polling thread sends the reply. A polling thread never waits on the
+ * database.
+ */
+#include "api/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/metrics.h"
+#include "ledger/jsonw.h"
+#include "ledger/log.h"
+#include "ledger/tokens.h"
+
+struct api_server {
+	const struct ledger_config *cfg; /* borrowed */
+	struct ledger_store *store;      /* borrowed */
+	struct MHD_Daemon *daemon;
+	atomic_long in_flight;           /* requests between first byte and completion */
+	atomic_bool draining;            /* shutting down: replies close their connection */
+};
+
+const struct ledger_config *api_config(const struct api_request *req)
+{
+	return req->server->cfg;
+}
+
+struct ledger_store *api_store(const struct api_request *req)
+{
+	return req->server->store;
+}
+
+long api_server_in_flight(const struct api_request *req)
+{
+	return atomic_load(&req->server->in_flight);
+}
+
+static int64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* --- replies --- */
+
+static enum MHD_Result send_reply(struct api_request *req)
+{
+	struct api_reply *r = &req->reply;
+	struct MHD_Response *resp = NULL;
+	enum MHD_Result ret;
+	size_t len = 0;
+	char *body = NULL;
+
+	if (r->body.oom) {
+		ledger_buf_free(&r->body);
+		api_reply_error(req, 500, "internal_error", "out of memory");
+	}
+	body = ledger_buf_steal(&r->body, &len);
+	resp = MHD_create_response_from_buffer(len, body != NULL ? body : (char *)"",
+					       body != NULL ? MHD_RESPMEM_MUST_FREE
+							    : MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				r->content_type != NULL ? r->content_type : "application/json");
+	if (r->retry_after_ms > 0) {
+		char secs[24];
+		snprintf(secs, sizeof(secs), "%lld", (long long)((r->retry_after_ms + 999) / 1000));
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+	}
+	if (r->replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	if (r->allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+	if (atomic_load(&req->server->draining))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	ret = MHD_queue_response(req->conn, r->status, resp);
+	MHD_destroy_response(resp);
+	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
+			 r->status);
+	if (ledger_log_threshold <= LEDGER_LOG_DEBUG) {
+		char extra[96];
+		snprintf(extra, sizeof(extra), "\"status\":%u,\"ms\":%.3f", r->status,
+			 (double)(monotonic_ns() - req->started_ns) / 1e6);
+		LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, extra, "%s", req->route ? req->route->name : "-");
+	}
+	return ret;
+}
+
+/* --- the worker's side --- */
+
+/* Finds the caller's tenant and role; replies 401, 403 or 503 when it cannot. */
+static void authenticate(struct api_request *req, struct ledger_store_conn *conn)
+{
+	bool found = false;
+	enum ledger_err rc;
+
+	if (!ledger_token_cache_get(req->token_sha256, req->tenant, &req->role)) {
+		rc = ledger_store_token_lookup(conn, req->token_sha256, &found, req->tenant,
+					       &req->role);
+		if (rc != LEDGER_OK) {
+			api_reply_store_error(req, rc);
+			return;
+		}
+		if (!found) {
+			api_reply_error(req, 401, "unauthorized", "the token is not valid");
+			return;
+		}
+		ledger_token_cache_put(req->token_sha256, req->tenant, req->role);
+	}
+	if ((req->route->roles & LEDGER_ROLE_BIT(req->role)) == 0)
+		api_reply_error(req, 403, "forbidden", "the role %s may not call %s %s",
+				ledger_role_name(req->role), req->route->method,
+				req->route->pattern);
+}
+
+static void run_job(struct ledger_job *job, struct ledger_store_conn *conn)
+{
+	struct api_request *req =
+		(struct api_request *)(void *)((char *)job - offsetof(struct api_request, job));
+
+	if (req->route->roles != 0)
+		authenticate(req, conn);
+	if (req->reply.status == 0)
+		req->route->handler->execute(req, conn);
+	if (req->reply.status == 0) {
+		LOG_ERROR("handler %s gave no reply", req->route->name);
+		abort();
+	}
+	/* The last touch: once resumed, the polling thread may free req. */
+	MHD_resume_connection(req->conn);
+}
+
+/* --- the polling thread's side --- */
+
+static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
+				    const char *value)
+{
+	struct api_request *req = cls;
+	size_t len = 0;
+	char *k = NULL, *v = NULL;
+
+	(void)kind;
+	if (req->reply.status != 0)
+		return MHD_NO;
+	k = api_percent_decode(key, strlen(key), &len);
+	if (k != NULL && strlen(k) == len && value != NULL)
+		v = api_percent_decode(value, strlen(value), &len);
+	if (k == NULL || v == NULL || strlen(v) != len) {
+		api_reply_error(req, 400, "invalid_field", "a query parameter is malformed");
+		goto fail;
+	}
+	for (size_t i = 0; req->route->query[i] != NULL; i++) {
+		if (strcmp(req->route->query[i], k) == 0) {
+			if (api_query(req, k) != NULL) {
+				api_reply_invalid_field(req, req->route->query[i], "given twice");
+				goto fail;
+			}
+			req->query_keys[req->nquery] = k;
+			req->query_values[req->nquery] = v;
+			req->nquery++;
+			return MHD_YES;
+		}
+	}
+	api_reply_invalid_field(req, strlen(k) <= 64 ? k : "", "unknown query parameter");
+fail:
+	free(k);
+	free(v);
+	return MHD_NO;
+}
+
+/* Reads "Authorization: Bearer <token>" into the request's token hash. */
+static void read_token(struct api_request *req)
+{
+	const char *h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+						    MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *t = NULL;
+
+	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+		return;
+	t = h + 7;
+	while (*t == ' ')
+		t++;
+	if (*t == '\0')
+		return;
+	ledger_token_hash(t, strlen(t), req->token_sha256);
+	req->has_token = true;
+}
+
+/* The first call for a request: everything knowable from its head alone. */
+static void start(struct api_request *req, const char *url, const char *method)
+{
+	const char *allow = NULL, *bad = NULL;
+	const char *clen = NULL;
+
+	switch (api_route_match(method, url, &req->route, req->params, &allow, &bad)) {
+	case API_MATCH_OK:
+		break;
+	case API_MATCH_NOT_FOUND:
+		api_reply_error(req, 404, "not_found", "no such path");
+		return;
+	case API_MATCH_METHOD_NOT_ALLOWED:
+		api_reply_error(req, 405, "method_not_allowed", "this path takes %s", allow);
+		req->reply.allow = allow;
+		return;
+	case API_MATCH_INVALID_ID: {
+		struct ledger_jsonw w;
+		api_reply_error_begin(req, &w, 400, "invalid_id",
+				      "ids are 1 to 128 characters of [A-Za-z0-9._~-]");
+		ledger_jsonw_key(&w, "field");
+		ledger_jsonw_string(&w, bad);
+		api_reply_error_end(req, &w);
+		return;
+	}
+	}
+	if (req->route->roles != 0) {
+		read_token(req);
+		if (!req->has_token) {
+			api_reply_error(req, 401, "unauthorized",
+					"an Authorization: Bearer token is required");
+			return;
+		}
+	}
+	clen = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+					   MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (clen != NULL && strtoull(clen, NULL, 10) > (unsigned long long)api_config(req)->max_body_bytes) {
+		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
+				(long long)api_config(req)->max_body_bytes);
+		return;
+	}
+	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_data_size, void **req_cls)
+{
+	struct api_server *srv = cls;
+	struct api_request *req = *req_cls;
+
+	(void)version;
+	if (req == NULL) {
+		req = calloc(1, sizeof(*req));
+		if (req == NULL)
+			return MHD_NO;
+		req->server = srv;
+		req->conn = conn;
+		req->started_ns = monotonic_ns();
+		*req_cls = req;
+		atomic_fetch_add(&srv->in_flight, 1);
+		start(req, url, method);
+		/* Errors known from the head alone go out before any body is read. */
+		return req->reply.status != 0 ? send_reply(req) : MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		if (!req->body_too_large) {
+			if (req->body.len + *upload_data_size > (size_t)srv->cfg->max_body_bytes) {
+				req->body_too_large = true;
+				ledger_buf_free(&req->body);
+			} else {
+				ledger_buf_append(&req->body, upload_data, *upload_data_size);
+			}
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (req->reply.status != 0) /* resumed by its worker, or answered early */
+		return send_reply(req);
+	if (req->body_too_large) {
+		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
+				(long long)srv->cfg->max_body_bytes);
+		return send_reply(req);
+	}
+	if (req->body.oom) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return send_reply(req);
+	}
+	(void)req->route->handler->prepare(req);
+	if (req->reply.status != 0)
+		return send_reply(req);
+	req->job.run = run_job;
+	req->suspended = true;
+	MHD_suspend_connection(conn);
+	ledger_store_submit(srv->store, &req->job);
+	return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct api_server *srv = cls;
+	struct api_request *req = *req_cls;
+
+	(void)conn;
+	(void)toe;
+	if (req == NULL)
+		return;
+	for (unsigned i = 0; i < API_MAX_PARAMS; i++)
+		free(req->params[i]);
+	for (unsigned i = 0; i < req->nquery; i++) {
+		free(req->query_keys[i]);
+		free(req->query_values[i]);
+	}
+	ledger_buf_free(&req->body);
+	ledger_buf_free(&req->reply.body);
+	ledger_json_free(req->doc);
+	free(req->input);
+	free(req);
+	*req_cls = NULL;
+	atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+/* Keeps the raw URL: routes.c decodes parameters itself, after matching. */
+static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
+{
+	(void)cls;
+	(void)conn;
+	return strlen(s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+
+	(void)cls;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	msg[strcspn(msg, "\n")] = '\0';
+	LOG_WARN("http: %s", msg);
+}
+
+/* --- listening --- */
+
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	int fd;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "unix socket path too long");
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	/* A socket left by an earlier run is replaced; any other file is not. */
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1024) != 0) {
+		snprintf(err, errlen, "cannot listen on unix:%s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int listen_tcp(const char *spec, char *bound, size_t boundlen, char *err, size_t errlen)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	const char *h = host;
+	struct addrinfo hints, *ai = NULL;
+	int fd = -1, one = 1, gai;
+	size_t hlen;
+
+	if (colon == NULL || colon == spec || colon[1] == '\0') {
+		snprintf(err, errlen, "--listen: expected HOST:PORT, [V6]:PORT or unix:/path");
+		return -2;
+	}
+	hlen = (size_t)(colon - spec);
+	if (hlen >= sizeof(host)) {
+		snprintf(err, errlen, "--listen: host too long");
+		return -2;
+	}
+	memcpy(host, spec, hlen);
+	host[hlen] = '\0';
+	if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') {
+		host[hlen - 1] = '\0';
+		h = host + 1;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	gai = getaddrinfo(h, colon + 1, &hints, &ai);
+	if (gai != 0) {
+		snprintf(err, errlen, "--listen: %s: %s", spec, gai_strerror(gai));
+		return -2;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return -1;
+	}
+	freeaddrinfo(ai);
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char addr[INET6_ADDRSTRLEN] = "?";
+		unsigned port = 0;
+
+		getsockname(fd, (struct sockaddr *)&ss, &sl);
+		if (ss.ss_family == AF_INET) {
+			struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &in->sin_addr, addr, sizeof(addr));
+			port = ntohs(in->sin_port);
+			snprintf(bound, boundlen, "%s:%u", addr, port);
+		} else {
+			struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+			inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof(addr));
+			port = ntohs(in6->sin6_port);
+			snprintf(bound, boundlen, "[%s]:%u", addr, port);
+		}
+	}
+	return fd;
+}
+
+int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err, size_t errlen)
+{
+	if (strncmp(spec, "unix:", 5) == 0) {
+		if (spec[5] != '/') {
+			snprintf(err, errlen, "--listen: unix: needs an absolute path");
+			return -2;
+		}
+		snprintf(bound, boundlen, "%s", spec);
+		return listen_unix(spec + 5, err, errlen);
+	}
+	return listen_tcp(spec, bound, boundlen, err, errlen);
+}
+
+/* --- running --- */
+
+int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, int fd,
+		   const char *bound)
+{
+	struct api_server srv;
+	char extra[400];
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	int64_t deadline_ns;
+	sigset_t stop;
+	int sig = 0;
+
+	memset(&srv, 0, sizeof(srv));
+	srv.cfg = cfg;
+	srv.store = store;
+	atomic_init(&srv.in_flight, 0);
+	atomic_init(&srv.draining, false);
+
+	srv.daemon = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, &srv,
+		/* First, so that every message of libmicrohttpd is a log line. */
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+		MHD_OPTION_LISTEN_SOCKET, fd,
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 1 ? cfg->http_threads : 0),
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
+		MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
+		MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+		MHD_OPTION_END);
+	if (srv.daemon == NULL) {
+		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", bound);
+		close(fd);
+		return 1;
+	}
+	snprintf(extra, sizeof(extra), "\"address\":\"%s\",\"version\":\"%s\"", bound,
+		 LEDGER_VERSION);
+	LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra, "listening on %s", bound);
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	while (sigwait(&stop, &sig) != 0)
+		;
+	LOG_INFO("%s: draining %ld calls in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+		 atomic_load(&srv.in_flight));
+
+	atomic_store(&srv.draining, true);
+	fd = MHD_quiesce_daemon(srv.daemon);
+	if (fd >= 0)
+		close(fd);
+	deadline_ns = monotonic_ns() + cfg->drain_timeout_ms * 1000000;
+	for (;;) {
+		struct timespec pause = {0, 10 * 1000 * 1000};
+
+		if (atomic_load(&srv.in_flight) == 0)
+			break;
+		if (monotonic_ns() >= deadline_ns) {
+			/* Nothing acknowledged is lost: a reply follows its commit. */
+			LOG_ERROR("drain timed out with %ld calls in flight",
+				  atomic_load(&srv.in_flight));
+			_exit(1);
+		}
+		nanosleep(&pause, NULL);
+	}
+	MHD_stop_daemon(srv.daemon);
+	if (strncmp(cfg->listen, "unix:", 5) == 0)
+		unlink(cfg->listen + 5);
+	LOG_INFO("stopped");
+	return 0;
+}

@@ -1,0 +1,198 @@
+/*
+ * api/server.h: the HTTP side of ledgerd, shared by the api/ files. A
+ * request lives in one struct api_request from its first byte to its
+ * completion; a handler is split in two: prepare() runs on the HTTP thread
+ * (parse, validate: no database), execute() on a store worker, which then
+ * resumes the suspended connection with the response it built.
+ */
+#ifndef API_SERVER_H
+#define API_SERVER_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/buf.h"
+#include "ledger/config.h"
+#include "ledger/err.h"
+#include "ledger/json.h"
+#include "ledger/jsonw.h"
+#include "ledger/store.h"
+#include "ledger/types.h"
+
+struct api_request;
+
+struct api_handler {
+	/*
+	 * Parses and validates the body and query on the HTTP thread. Returns
+	 * LEDGER_OK to go on to execute(), or anything else after replying.
+	 */
+	enum ledger_err (*prepare)(struct api_request *req);
+	/* Runs on a store worker, after authentication; must reply. */
+	void (*execute)(struct api_request *req, struct ledger_store_conn *conn);
+};
+
+#define API_MAX_PARAMS 3
+#define API_MAX_QUERY 4
+
+struct api_route {
+	const char *method;
+	const char *pattern;        /* segments; "{name}" is a path parameter */
+	const struct api_handler *handler;
+	unsigned roles;             /* LEDGER_ROLE_BIT()s; 0: no token needed */
+	const char *name;           /* the route's label in metrics */
+	const char *query[API_MAX_QUERY + 1]; /* accepted query keys, NULL-terminated */
+};
+
+extern const struct api_route api_routes[];
+extern const size_t api_route_count;
+
+/* Header names a reply may carry beyond Content-Type. */
+struct api_reply {
+	unsigned status;           /* 0: no reply yet */
+	struct ledger_buf body;    /* JSON */
+	int64_t retry_after_ms;    /* > 0: a Retry-After header (seconds, rounded up) */
+	bool replayed;             /* Idempotent-Replayed: true */
+	const char *allow;         /* an Allow header (static string) */
+	const char *content_type;  /* NULL: application/json */
+};
+
+struct api_server;
+
+struct api_request {
+	struct api_server *server;
+	struct MHD_Connection *conn;
+	const struct api_route *route; /* NULL: answered before routing */
+	char *params[API_MAX_PARAMS];  /* decoded path parameters, in pattern order */
+	char *query_keys[API_MAX_QUERY], *query_values[API_MAX_QUERY];
+	unsigned nquery;
+	struct ledger_buf body;        /* the request body as received */
+	bool body_too_large;
+	bool has_token;                /* an Authorization: Bearer header was given */
+	unsigned char token_sha256[32];
+	char tenant[LEDGER_ID_MAX + 1]; /* after authentication */
+	enum ledger_role role;
+	struct ledger_json_doc *doc;   /* the parsed body, when prepare() parsed one */
+	void *input;                   /* the handler's parsed input; freed with free() */
+	struct ledger_job job;
+	bool suspended;
+	struct api_reply reply;
+	int64_t started_ns;            /* monotonic, for latency */
+};
+
+/* --- replies (api/reply.c): each sets req->reply; the last one wins --- */
+
+/** Replies @p status with the error envelope {"error": {"code", "message"}}. */
+void api_reply_error(struct api_request *req, unsigned status, const char *code,
+		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/**
+ * Starts an error envelope and leaves the "error" object open so the caller
+ * can add details with @p w; finish with api_reply_error_end().
+ */
+void api_reply_error_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status,
+			   const char *code, const char *message);
+void api_reply_error_end(struct api_request *req, struct ledger_jsonw *w);
+
+/** 400 invalid_field naming @p field. */
+void api_reply_invalid_field(struct api_request *req, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/** 503 store_unavailable with the configured back-off. */
+void api_reply_unavailable(struct api_request *req);
+
+/** Replies for a store error: 503 for UNAVAILABLE or CONFLICT, else 500. */
+void api_reply_store_error(struct api_request *req, enum ledger_err rc);
+
+/** Starts a success body: the caller writes one JSON object with @p w. */
+void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status);
+
+/* --- body helpers (api/reply.c) for prepare(): each replies 400 itself --- */
+
+/**
+ * Parses the body as a JSON object (an empty body counts as {}) and checks
+ * that every key is in @p allowed (NULL-terminated).
+ * @return the object, borrowed from req->doc, or NULL after replying
+ */
+const struct ledger_json_value *api_body_object_or_reply(struct api_request *req,
+							 const char *const *allowed);
+
+/** An optional string of 1..@p max bytes; NULL when absent or null. */
+LEDGER_MUSTCHECK enum ledger_err api_field_text_or_reply(struct api_request *req,
+							 const struct ledger_json_value *obj,
+							 const char *key, size_t max,
+							 const char **out);
+
+/** An optional id (1..128 of [A-Za-z0-9._~-], at least @p min_len). */
+LEDGER_MUSTCHECK enum ledger_err api_field_id_or_reply(struct api_request *req,
+						       const struct ledger_json_value *obj,
+						       const char *key, size_t min_len,
+						       const char **out);
+
+/** An integer in [@p min, @p max]; @p def when absent (or required, if @p def < 0). */
+LEDGER_MUSTCHECK enum ledger_err api_field_int_or_reply(struct api_request *req,
+							const struct ledger_json_value *obj,
+							const char *key, int64_t min, int64_t max,
+							int64_t def, int64_t *out);
+
+/** An optional boolean, @p def when absent. */
+LEDGER_MUSTCHECK enum ledger_err api_field_bool_or_reply(struct api_request *req,
+							 const struct ledger_json_value *obj,
+							 const char *key, bool def, bool *out);
+
+/** The value of query key @p key, decoded; NULL if absent. */
+const char *api_query(const struct api_request *req, const char *key);
+
+/* --- the server (api/server.c) --- */
+
+/** The settings the handlers read (lease bounds, back-off). */
+const struct ledger_config *api_config(const struct api_request *req);
+
+/** The store the server hands jobs to. */
+struct ledger_store *api_store(const struct api_request *req);
+
+/** HTTP requests being served right now. */
+long api_server_in_flight(const struct api_request *req);
+
+/**
+ * Opens the listening socket @p spec names ("HOST:PORT", "[V6]:PORT" or
+ * "unix:/path"), before anything else starts.
+ * @param bound receives the address actually bound (the port of ":0")
+ * @param err receives one line on failure
+ * @return the socket; -1 if it cannot be opened; -2 if @p spec is malformed
+ */
+int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err, size_t errlen);
+
+/**
+ * Serves on the socket @p fd (owned from now on) with @p store until
+ * SIGTERM or SIGINT, then drains the calls in flight.
+ * @return 0 on a clean stop, 1 if it could not start
+ */
+int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, int fd,
+		   const char *bound);
+
+/* --- routing (api/routes.c) --- */
+
+enum api_match {
+	API_MATCH_OK,
+	API_MATCH_NOT_FOUND,          /* no route has this path */
+	API_MATCH_METHOD_NOT_ALLOWED, /* *allow_out lists the methods */
+	API_MATCH_INVALID_ID,         /* *bad_out names the parameter */
+};
+
+/**
+ * Finds the route for @p method and the raw (still percent-encoded) @p path,
+ * and decodes its parameters into @p params (new strings; caller frees).
+ * A parameter other than the last segment may span several segments, so
+ * that an id containing "/" is reported as an invalid id, not a 404.
+ */
+enum api_match api_route_match(const char *method, const char *path,
+			       const struct api_route **route_out,
+			       char *params[API_MAX_PARAMS], const char **allow_out,
+			       const char **bad_out);
+
+/** Decodes %XX escapes of @p len bytes of @p s into a new string. NULL if malformed. */
+char *api_percent_decode(const char *s, size_t len, size_t *len_out);
+
+#endif

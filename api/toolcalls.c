@@ -1,0 +1,938 @@
+/*
+ * api/toolcalls.c: the tool-call endpoints: claim, renew, complete,
+ * release, resolve, get and list. prepare() turns a body into the domain's
+ * input on the HTTP thread; execute() runs the store operation on a worker
+ * and writes the reply API.md prescribes for its outcome.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/handlers.h"
+#include "api/metrics.h"
+#include "api/server.h"
+#include "ledger/jcs.h"
+#include "ledger/jsonw.h"
+#include "ledger/log.h"
+
+#define DEFAULT_LEASE_MS 30000
+#define DEFAULT_LIMIT 50
+#define MAX_LIMIT 1000
+
+static struct ledger_call_key key_of(const struct api_request *req)
+{
+	struct ledger_call_key key = {req->tenant, req->params[0], req->params[1]};
+
+	return key;
+}
+
+static void write_key(struct ledger_jsonw *w, const struct api_request *req)
+{
+	char ikey[2 * LEDGER_ID_MAX + 2];
+
+	snprintf(ikey, sizeof(ikey), "%s:%s", req->params[0], req->params[1]);
+	ledger_jsonw_key(w, "idempotency_key");
+	ledger_jsonw_string(w, ikey);
+}
+
+/* Writes @p s, or null when it is empty (the store's "not given"). */
+static void write_text(struct ledger_jsonw *w, const char *key, const char *s)
+{
+	ledger_jsonw_key(w, key);
+	if (s[0] == '\0')
+		ledger_jsonw_null(w);
+	else
+		ledger_jsonw_string(w, s);
+}
+
+static int64_t lease_bound(const struct api_request *req, bool max)
+{
+	return max ? api_config(req)->max_lease_ms : api_config(req)->min_lease_ms;
+}
+
+/* The lease of a call that names none, within the configured bounds. */
+static int64_t default_lease(const struct api_request *req)
+{
+	int64_t ms = DEFAULT_LEASE_MS;
+
+	if (ms > lease_bound(req, true))
+		ms = lease_bound(req, true);
+	if (ms < lease_bound(req, false))
+		ms = lease_bound(req, false);
+	return ms;
+}
+
+/* An integer in 0..2^53-1, as API.md bounds every integer. */
+#define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
+
+/* --- common replies --- */
+
+static void reply_completed(struct api_request *req, const struct ledger_call *call,
+			    bool replayed, bool late)
+{
+	struct ledger_jsonw w;
+
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "status");
+	ledger_jsonw_string(&w, "completed");
+	ledger_jsonw_key(&w, "outcome");
+	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
+	ledger_jsonw_key(&w, "result");
+	ledger_jsonw_raw(&w, call->result, call->result_len);
+	ledger_jsonw_key(&w, "completed_at");
+	ledger_jsonw_string(&w, call->completed_at);
+	write_key(&w, req);
+	if (replayed) {
+		ledger_jsonw_key(&w, "replayed");
+		ledger_jsonw_bool(&w, true);
+		req->reply.replayed = true;
+	}
+	if (late) {
+		ledger_jsonw_key(&w, "late_completion");
+		ledger_jsonw_bool(&w, true);
+	}
+	ledger_jsonw_object_end(&w);
+}
+
+static void reply_released(struct api_request *req, int64_t fencing_token)
+{
+	struct ledger_jsonw w;
+
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "status");
+	ledger_jsonw_string(&w, "released");
+	write_key(&w, req);
+	ledger_jsonw_key(&w, "fencing_token");
+	ledger_jsonw_int(&w, fencing_token);
+	ledger_jsonw_object_end(&w);
+}
+
+/* 410 result_expired, with what the tombstone still says. */
+static void reply_expired(struct api_request *req, const struct ledger_call *call)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 410, "result_expired",
+			      "the call was settled and its result removed by retention; "
+			      "it must not run again");
+	ledger_jsonw_key(&w, "outcome");
+	ledger_jsonw_string(&w, ledger_call_state_name(call->settled_as));
+	ledger_jsonw_key(&w, "completed_at");
+	ledger_jsonw_string(&w, call->completed_at);
+	api_reply_error_end(req, &w);
+}
+
+static void reply_not_found(struct api_request *req)
+{
+	api_reply_error(req, 404, "not_found", "no such tool call");
+}
+
+static void reply_stale(struct api_request *req)
+{
+	api_reply_error(req, 409, "stale_token",
+			"the fencing token is not the current holder's");
+}
+
+static void reply_unknown(struct api_request *req)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 409, "outcome_unknown",
+			      "a holder's lease ran out without a completion: the side effect "
+			      "may or may not have happened; resolve it first");
+	write_key(&w, req);
+	api_reply_error_end(req, &w);
+}
+
+static void reply_already_completed(struct api_request *req, const struct ledger_call *call)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 409, "already_completed",
+			      "the call was completed differently; the stored completion stands");
+	ledger_jsonw_key(&w, "outcome");
+	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
+	ledger_jsonw_key(&w, "completed_at");
+	ledger_jsonw_string(&w, call->completed_at);
+	api_reply_error_end(req, &w);
+}
+
+/* --- claim --- */
+
+static const char *const claim_fields[] = {"claim_id", "tool",     "args",
+					   "args_sha256", "store_args", "attempt_id",
+					   "owner",    "lease_ms", "tool_dedupes", NULL};
+
+struct claim_input {
+	struct ledger_claim_request req;
+	char args_sha256[LEDGER_SHA256_HEX + 1];
+};
+
+static bool is_lower_hex(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+static enum ledger_err claim_prepare(struct api_request *req)
+{
+	const struct ledger_json_value *body = api_body_object_or_reply(req, claim_fields);
+	const struct ledger_json_value *args = NULL, *sha = NULL;
+	struct claim_input *in = NULL;
+	struct ledger_claim *c = NULL;
+	bool store_args = false;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = calloc(1, sizeof(*in));
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	req->input = in;
+	c = &in->req.claim;
+	if (api_field_id_or_reply(req, body, "claim_id", LEDGER_CLAIM_ID_MIN, &c->claim_id) ||
+	    api_field_text_or_reply(req, body, "tool", LEDGER_TEXT_MAX, &c->tool) ||
+	    api_field_bool_or_reply(req, body, "store_args", false, &store_args) ||
+	    api_field_id_or_reply(req, body, "attempt_id", 1, &c->attempt_id) ||
+	    api_field_text_or_reply(req, body, "owner", LEDGER_TEXT_MAX, &c->owner) ||
+	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
+				   lease_bound(req, true), default_lease(req), &c->lease_ms) ||
+	    api_field_bool_or_reply(req, body, "tool_dedupes", false, &c->tool_dedupes))
+		return LEDGER_ERR_INVALID;
+
+	sha = ledger_json_get(body, "args_sha256");
+	if (sha != NULL && sha->type != LEDGER_JSON_NULL) {
+		if (sha->type != LEDGER_JSON_STRING || sha->u.str.len != LEDGER_SHA256_HEX ||
+		    !is_lower_hex(sha->u.str.s, sha->u.str.len)) {
+			api_reply_invalid_field(req, "args_sha256", "must be 64 lowercase hex digits");
+			return LEDGER_ERR_INVALID;
+		}
+		memcpy(in->args_sha256, sha->u.str.s, LEDGER_SHA256_HEX + 1);
+	}
+	args = ledger_json_get(body, "args");
+	if (args != NULL) {
+		char computed[LEDGER_SHA256_HEX + 1];
+		enum ledger_err rc = ledger_jcs_fingerprint(args, computed);
+
+		if (rc == LEDGER_ERR_NOMEM) {
+			api_reply_error(req, 500, "internal_error", "out of memory");
+			return rc;
+		}
+		if (rc != LEDGER_OK) {
+			api_reply_invalid_field(req, "args",
+						"has a number outside the range of a double");
+			return rc;
+		}
+		if (in->args_sha256[0] != '\0' && strcmp(in->args_sha256, computed) != 0) {
+			api_reply_invalid_field(req, "args_sha256",
+						"does not match the fingerprint of args");
+			return LEDGER_ERR_INVALID;
+		}
+		memcpy(in->args_sha256, computed, sizeof(computed));
+		if (store_args) {
+			in->req.args = args->raw;
+			in->req.args_len = args->raw_len;
+		}
+	}
+	c->args_sha256 = in->args_sha256[0] != '\0' ? in->args_sha256 : NULL;
+	return LEDGER_OK;
+}
+
+/* args are kept as text: the copy must end where the value ends. */
+static enum ledger_err own_args(struct claim_input *in, char **copy)
+{
+	*copy = NULL;
+	if (in->req.args == NULL)
+		return LEDGER_OK;
+	*copy = strndup(in->req.args, in->req.args_len);
+	if (*copy == NULL)
+		return LEDGER_ERR_NOMEM;
+	in->req.args = *copy;
+	return LEDGER_OK;
+}
+
+static void claim_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct claim_input *in = req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	struct ledger_jsonw w;
+	char *args_copy = NULL;
+	enum ledger_err rc;
+
+	memset(&res, 0, sizeof(res));
+	rc = own_args(in, &args_copy);
+	if (rc == LEDGER_OK)
+		rc = ledger_store_claim(conn, &key, &in->req, &res);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		goto out;
+	}
+	api_metrics_claim(res.outcome.claim);
+	switch (res.outcome.claim) {
+	case LEDGER_CLAIM_NEW:
+	case LEDGER_CLAIM_RECLAIM:
+	case LEDGER_CLAIM_HELD:
+		api_reply_begin(req, &w, res.outcome.claim == LEDGER_CLAIM_HELD ? 200 : 201);
+		ledger_jsonw_object_begin(&w);
+		ledger_jsonw_key(&w, "status");
+		ledger_jsonw_string(&w, "claimed");
+		write_key(&w, req);
+		ledger_jsonw_key(&w, "fencing_token");
+		ledger_jsonw_int(&w, res.call.fencing_token);
+		ledger_jsonw_key(&w, "lease_ms");
+		ledger_jsonw_int(&w, res.call.lease_ms_left);
+		ledger_jsonw_object_end(&w);
+		break;
+	case LEDGER_CLAIM_REPLAY:
+		reply_completed(req, &res.call, true, false);
+		break;
+	case LEDGER_CLAIM_ATTEMPT_NOT_FOUND:
+		api_reply_error_begin(req, &w, 404, "attempt_not_found",
+				      "the attempt_id names no attempt of this request");
+		ledger_jsonw_key(&w, "attempt_id");
+		ledger_jsonw_string(&w, in->req.claim.attempt_id);
+		api_reply_error_end(req, &w);
+		break;
+	case LEDGER_CLAIM_ATTEMPT_REQUIRED:
+		api_reply_error(req, 409, "attempt_required",
+				"this request has attempts: a claim must name its attempt_id");
+		break;
+	case LEDGER_CLAIM_ARGS_MISMATCH:
+		api_reply_error_begin(req, &w, 422, "args_mismatch",
+				      "the key was first claimed for another call; it is never "
+				      "replayed for this one");
+		ledger_jsonw_key(&w, "field");
+		ledger_jsonw_string(&w, res.mismatch);
+		write_text(&w, "expected_args_sha256", res.call.args_sha256);
+		write_text(&w, "got_args_sha256", in->args_sha256);
+		api_reply_error_end(req, &w);
+		break;
+	case LEDGER_CLAIM_RESULT_EXPIRED:
+		reply_expired(req, &res.call);
+		break;
+	case LEDGER_CLAIM_ATTEMPT_FENCED:
+		api_reply_error(req, 409, "attempt_fenced",
+				"the attempt is not the live attempt of this request");
+		break;
+	case LEDGER_CLAIM_IN_PROGRESS:
+		api_reply_error_begin(req, &w, 409, "in_progress",
+				      "another holder's lease is running; retry after it");
+		ledger_jsonw_key(&w, "retry_after_ms");
+		ledger_jsonw_int(&w, res.call.lease_ms_left);
+		ledger_jsonw_key(&w, "holder");
+		ledger_jsonw_object_begin(&w);
+		write_text(&w, "attempt_id", res.call.attempt_id);
+		write_text(&w, "owner", res.call.owner);
+		ledger_jsonw_object_end(&w);
+		api_reply_error_end(req, &w);
+		req->reply.retry_after_ms = res.call.lease_ms_left;
+		break;
+	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
+		reply_unknown(req);
+		break;
+	}
+out:
+	free(args_copy);
+	ledger_call_clear(&res.call);
+}
+
+const struct api_handler api_toolcalls_claim = {claim_prepare, claim_execute};
+
+/* --- renew --- */
+
+struct renew_input {
+	int64_t fencing_token;
+	int64_t lease_ms;
+};
+
+static enum ledger_err renew_prepare(struct api_request *req)
+{
+	static const char *const fields[] = {"fencing_token", "lease_ms", NULL};
+	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	struct renew_input *in = NULL;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = calloc(1, sizeof(*in));
+	req->input = in;
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
+				   lease_bound(req, true), default_lease(req), &in->lease_ms))
+		return LEDGER_ERR_INVALID;
+	return LEDGER_OK;
+}
+
+static void renew_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct renew_input *in = req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	struct ledger_jsonw w;
+	enum ledger_err rc;
+
+	rc = ledger_store_renew(conn, &key, in->fencing_token, in->lease_ms, &res);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		goto out;
+	}
+	switch (res.outcome.renew) {
+	case LEDGER_RENEW_NOT_FOUND:
+		reply_not_found(req);
+		break;
+	case LEDGER_RENEW_RESULT_EXPIRED:
+		reply_expired(req, &res.call);
+		break;
+	case LEDGER_RENEW_STALE_TOKEN:
+		reply_stale(req);
+		break;
+	case LEDGER_RENEW_ATTEMPT_FENCED:
+		api_reply_error(req, 409, "attempt_fenced",
+				"the claim's attempt is no longer the live attempt");
+		break;
+	case LEDGER_RENEW_OUTCOME_UNKNOWN:
+		reply_unknown(req);
+		break;
+	case LEDGER_RENEW_RENEWED:
+		api_reply_begin(req, &w, 200);
+		ledger_jsonw_object_begin(&w);
+		ledger_jsonw_key(&w, "lease_ms");
+		ledger_jsonw_int(&w, in->lease_ms);
+		ledger_jsonw_key(&w, "fencing_token");
+		ledger_jsonw_int(&w, in->fencing_token);
+		ledger_jsonw_object_end(&w);
+		break;
+	}
+out:
+	ledger_call_clear(&res.call);
+}
+
+const struct api_handler api_toolcalls_renew = {renew_prepare, renew_execute};
+
+/* --- complete --- */
+
+static enum ledger_err outcome_or_reply(struct api_request *req,
+					const struct ledger_json_value *body, const char *key,
+					const char *const *names, int *out)
+{
+	const struct ledger_json_value *v = ledger_json_get(body, key);
+
+	if (v == NULL || v->type == LEDGER_JSON_NULL) {
+		api_reply_invalid_field(req, key, "is required");
+		return LEDGER_ERR_INVALID;
+	}
+	if (v->type == LEDGER_JSON_STRING) {
+		for (int i = 0; names[i] != NULL; i++) {
+			if (strcmp(v->u.str.s, names[i]) == 0) {
+				*out = i;
+				return LEDGER_OK;
+			}
+		}
+	}
+	if (names[2] != NULL)
+		api_reply_invalid_field(req, key, "must be \"%s\", \"%s\" or \"%s\"", names[0],
+					names[1], names[2]);
+	else
+		api_reply_invalid_field(req, key, "must be \"%s\" or \"%s\"", names[0], names[1]);
+	return LEDGER_ERR_INVALID;
+}
+
+static enum ledger_err complete_prepare(struct api_request *req)
+{
+	static const char *const fields[] = {"fencing_token", "outcome", "result", "retryable",
+					     NULL};
+	static const char *const outcomes[] = {"succeeded", "failed", NULL};
+	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *result = NULL;
+	struct ledger_completion *in = NULL;
+	int outcome = 0;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = calloc(1, sizeof(*in));
+	req->input = in;
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	    outcome_or_reply(req, body, "outcome", outcomes, &outcome) ||
+	    api_field_bool_or_reply(req, body, "retryable", false, &in->retryable))
+		return LEDGER_ERR_INVALID;
+	in->succeeded = outcome == 0;
+	if (in->retryable && in->succeeded) {
+		api_reply_invalid_field(req, "retryable", "only a failed outcome can be retryable");
+		return LEDGER_ERR_INVALID;
+	}
+	result = ledger_json_get(body, "result");
+	if (result != NULL) {
+		in->result = result->raw;
+		in->result_len = result->raw_len;
+	} else {
+		in->result = "null";
+		in->result_len = 4;
+	}
+	return LEDGER_OK;
+}
+
+static void complete_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct ledger_completion c = *(struct ledger_completion *)req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	char *result = strndup(c.result, c.result_len);
+	enum ledger_err rc;
+
+	memset(&res, 0, sizeof(res));
+	if (result == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	c.result = result; /* the store sends it as a NUL-terminated parameter */
+	rc = ledger_store_complete(conn, &key, &c, &res);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		goto out;
+	}
+	switch (res.outcome.complete) {
+	case LEDGER_COMPLETE_NOT_FOUND:
+		reply_not_found(req);
+		break;
+	case LEDGER_COMPLETE_RESULT_EXPIRED:
+		reply_expired(req, &res.call);
+		break;
+	case LEDGER_COMPLETE_STALE_TOKEN:
+		reply_stale(req);
+		break;
+	case LEDGER_COMPLETE_ALREADY_COMPLETED:
+		reply_already_completed(req, &res.call);
+		break;
+	case LEDGER_COMPLETE_REPEATED:
+		if (res.call.state == LEDGER_CALL_RELEASED)
+			reply_released(req, res.call.fencing_token);
+		else
+			reply_completed(req, &res.call, false,
+					res.call.completed_by == LEDGER_COMPLETED_LATE);
+		break;
+	case LEDGER_COMPLETE_STORED:
+	case LEDGER_COMPLETE_LATE:
+		reply_completed(req, &res.call, false,
+				res.outcome.complete == LEDGER_COMPLETE_LATE);
+		break;
+	case LEDGER_COMPLETE_RELEASED:
+		reply_released(req, res.call.fencing_token);
+		break;
+	}
+out:
+	free(result);
+	ledger_call_clear(&res.call);
+}
+
+const struct api_handler api_toolcalls_complete = {complete_prepare, complete_execute};
+
+/* --- release --- */
+
+struct release_input {
+	int64_t fencing_token;
+	const char *reason;
+};
+
+static enum ledger_err release_prepare(struct api_request *req)
+{
+	static const char *const fields[] = {"fencing_token", "reason", NULL};
+	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	struct release_input *in = NULL;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = calloc(1, sizeof(*in));
+	req->input = in;
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	    api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &in->reason))
+		return LEDGER_ERR_INVALID;
+	return LEDGER_OK;
+}
+
+static void release_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct release_input *in = req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	enum ledger_err rc;
+
+	rc = ledger_store_release(conn, &key, in->fencing_token, in->reason, &res);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		goto out;
+	}
+	switch (res.outcome.release) {
+	case LEDGER_RELEASE_NOT_FOUND:
+		reply_not_found(req);
+		break;
+	case LEDGER_RELEASE_RESULT_EXPIRED:
+		reply_expired(req, &res.call);
+		break;
+	case LEDGER_RELEASE_STALE_TOKEN:
+		reply_stale(req);
+		break;
+	case LEDGER_RELEASE_REPEATED:
+	case LEDGER_RELEASE_RELEASED:
+		reply_released(req, res.call.fencing_token);
+		break;
+	}
+out:
+	ledger_call_clear(&res.call);
+}
+
+const struct api_handler api_toolcalls_release = {release_prepare, release_execute};
+
+/* --- resolve --- */
+
+struct resolve_input {
+	enum ledger_resolution resolution;
+	const char *result; /* exact text, NULL: null */
+	size_t result_len;
+	const char *note;
+};
+
+static enum ledger_err resolve_prepare(struct api_request *req)
+{
+	static const char *const fields[] = {"resolution", "result", "note", NULL};
+	static const char *const resolutions[] = {"succeeded", "failed", "not_executed", NULL};
+	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *result = NULL;
+	struct resolve_input *in = NULL;
+	int resolution = 0;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = calloc(1, sizeof(*in));
+	req->input = in;
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (outcome_or_reply(req, body, "resolution", resolutions, &resolution) ||
+	    api_field_text_or_reply(req, body, "note", LEDGER_TEXT_MAX, &in->note))
+		return LEDGER_ERR_INVALID;
+	in->resolution = (enum ledger_resolution)resolution;
+	result = ledger_json_get(body, "result");
+	if (result != NULL) {
+		if (in->resolution == LEDGER_RESOLVE_NOT_EXECUTED) {
+			api_reply_invalid_field(req, "result",
+						"a call that did not run has no result");
+			return LEDGER_ERR_INVALID;
+		}
+		in->result = result->raw;
+		in->result_len = result->raw_len;
+	}
+	return LEDGER_OK;
+}
+
+static void resolve_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct resolve_input *in = req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	char *result = NULL;
+	enum ledger_err rc;
+
+	memset(&res, 0, sizeof(res));
+	if (in->result != NULL) {
+		result = strndup(in->result, in->result_len);
+		if (result == NULL) {
+			api_reply_error(req, 500, "internal_error", "out of memory");
+			return;
+		}
+	}
+	rc = ledger_store_resolve(conn, &key, in->resolution, result, in->result_len, in->note,
+				  &res);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		goto out;
+	}
+	switch (res.outcome.resolve) {
+	case LEDGER_RESOLVE_NOT_FOUND:
+		reply_not_found(req);
+		break;
+	case LEDGER_RESOLVE_RESULT_EXPIRED:
+		reply_expired(req, &res.call);
+		break;
+	case LEDGER_RESOLVE_ALREADY_COMPLETED:
+		reply_already_completed(req, &res.call);
+		break;
+	case LEDGER_RESOLVE_REPEATED:
+	case LEDGER_RESOLVE_SETTLED:
+		if (res.call.state == LEDGER_CALL_RELEASED)
+			reply_released(req, res.call.fencing_token);
+		else
+			reply_completed(req, &res.call, false, false);
+		break;
+	}
+out:
+	free(result);
+	ledger_call_clear(&res.call);
+}
+
+const struct api_handler api_toolcalls_resolve = {resolve_prepare, resolve_execute};
+
+/* --- get and list --- */
+
+static void write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
+		       const struct ledger_call *call, bool payload)
+{
+	char ikey[2 * LEDGER_ID_MAX + 2];
+	bool held = call->state == LEDGER_CALL_IN_PROGRESS || call->state == LEDGER_CALL_UNKNOWN;
+	bool final = call->state == LEDGER_CALL_SUCCEEDED || call->state == LEDGER_CALL_FAILED;
+
+	snprintf(ikey, sizeof(ikey), "%s:%s", rid, cid);
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "request_id");
+	ledger_jsonw_string(w, rid);
+	ledger_jsonw_key(w, "tool_call_id");
+	ledger_jsonw_string(w, cid);
+	ledger_jsonw_key(w, "idempotency_key");
+	ledger_jsonw_string(w, ikey);
+	write_text(w, "tool", call->tool);
+	ledger_jsonw_key(w, "state");
+	ledger_jsonw_string(w, ledger_call_state_name(call->state));
+	ledger_jsonw_key(w, "fencing_token");
+	ledger_jsonw_int(w, call->fencing_token);
+	ledger_jsonw_key(w, "holder");
+	if (held) {
+		ledger_jsonw_object_begin(w);
+		write_text(w, "claim_id", call->claim_id);
+		write_text(w, "attempt_id", call->attempt_id);
+		write_text(w, "owner", call->owner);
+		ledger_jsonw_object_end(w);
+	} else {
+		ledger_jsonw_null(w);
+	}
+	ledger_jsonw_key(w, "lease_ms_left");
+	ledger_jsonw_int(w, call->state == LEDGER_CALL_IN_PROGRESS ? call->lease_ms_left : 0);
+	write_text(w, "args_sha256", call->args_sha256);
+	if (payload && call->args != NULL) {
+		ledger_jsonw_key(w, "args");
+		ledger_jsonw_raw(w, call->args, call->args_len);
+	}
+	ledger_jsonw_key(w, "tool_dedupes");
+	ledger_jsonw_bool(w, call->tool_dedupes);
+	if (final) {
+		ledger_jsonw_key(w, "outcome");
+		ledger_jsonw_string(w, ledger_call_state_name(call->state));
+		if (payload) {
+			ledger_jsonw_key(w, "result");
+			ledger_jsonw_raw(w, call->result, call->result_len);
+		}
+	}
+	ledger_jsonw_key(w, "created_at");
+	ledger_jsonw_string(w, call->created_at);
+	if (final) {
+		ledger_jsonw_key(w, "completed_at");
+		ledger_jsonw_string(w, call->completed_at);
+	}
+	ledger_jsonw_object_end(w);
+}
+
+static enum ledger_err get_prepare(struct api_request *req)
+{
+	(void)req;
+	return LEDGER_OK;
+}
+
+static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call call;
+	struct ledger_jsonw w;
+	enum ledger_err rc;
+
+	rc = ledger_store_get_call(conn, &key, &call);
+	if (rc != LEDGER_OK)
+		api_reply_store_error(req, rc);
+	else if (call.state == LEDGER_CALL_ABSENT)
+		reply_not_found(req);
+	else if (call.state == LEDGER_CALL_TOMBSTONE)
+		reply_expired(req, &call);
+	else {
+		api_reply_begin(req, &w, 200);
+		write_call(&w, req->params[0], req->params[1], &call, true);
+	}
+	ledger_call_clear(&call);
+}
+
+const struct api_handler api_toolcalls_get = {get_prepare, get_execute};
+
+/*
+ * A page cursor is the last key of the page, "rid:cid", in base64url: ids
+ * never hold ':', and the encoding keeps the cursor opaque to clients.
+ */
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static void cursor_encode(const char *rid, const char *cid, char *out, size_t cap)
+{
+	char raw[2 * LEDGER_ID_MAX + 2];
+	size_t n = (size_t)snprintf(raw, sizeof(raw), "%s:%s", rid, cid), o = 0;
+
+	for (size_t i = 0; i < n && o + 4 < cap; i += 3) {
+		unsigned v = (unsigned char)raw[i] << 16;
+		size_t left = n - i;
+
+		if (left > 1)
+			v |= (unsigned char)raw[i + 1] << 8;
+		if (left > 2)
+			v |= (unsigned char)raw[i + 2];
+		out[o++] = b64[(v >> 18) & 63];
+		out[o++] = b64[(v >> 12) & 63];
+		if (left > 1)
+			out[o++] = b64[(v >> 6) & 63];
+		if (left > 2)
+			out[o++] = b64[v & 63];
+	}
+	out[o] = '\0';
+}
+
+/* @return false unless @p cursor decodes to two valid ids. */
+static bool cursor_decode(const char *cursor, char *rid, char *cid)
+{
+	char raw[2 * LEDGER_ID_MAX + 2];
+	size_t n = 0, len = strlen(cursor);
+	unsigned acc = 0, bits = 0;
+	char *colon = NULL;
+
+	if (len > 4 * sizeof(raw) / 3)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		const char *p = strchr(b64, cursor[i]);
+		if (p == NULL || cursor[i] == '\0')
+			return false;
+		acc = acc << 6 | (unsigned)(p - b64);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (n + 1 >= sizeof(raw))
+				return false;
+			raw[n++] = (char)((acc >> bits) & 0xff);
+		}
+	}
+	raw[n] = '\0';
+	colon = strchr(raw, ':');
+	if (colon == NULL || strlen(raw) != n)
+		return false;
+	*colon = '\0';
+	if (!ledger_id_valid(raw, strlen(raw)) || !ledger_id_valid(colon + 1, strlen(colon + 1)))
+		return false;
+	strcpy(rid, raw);
+	strcpy(cid, colon + 1);
+	return true;
+}
+
+struct list_input {
+	enum ledger_call_state state;
+	unsigned limit;
+	bool has_cursor;
+	char after_rid[LEDGER_ID_MAX + 1];
+	char after_cid[LEDGER_ID_MAX + 1];
+};
+
+static enum ledger_err list_prepare(struct api_request *req)
+{
+	static const enum ledger_call_state states[] = {
+		LEDGER_CALL_IN_PROGRESS, LEDGER_CALL_UNKNOWN, LEDGER_CALL_SUCCEEDED,
+		LEDGER_CALL_FAILED, LEDGER_CALL_RELEASED};
+	const char *state = api_query(req, "state");
+	const char *limit = api_query(req, "limit");
+	const char *cursor = api_query(req, "cursor");
+	struct list_input *in = calloc(1, sizeof(*in));
+
+	req->input = in;
+	if (in == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	in->state = LEDGER_CALL_ABSENT;
+	if (state != NULL) {
+		for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+			if (strcmp(state, ledger_call_state_name(states[i])) == 0)
+				in->state = states[i];
+		}
+		if (in->state == LEDGER_CALL_ABSENT) {
+			api_reply_invalid_field(req, "state",
+						"must be in_progress, unknown, succeeded, failed "
+						"or released");
+			return LEDGER_ERR_INVALID;
+		}
+	}
+	in->limit = DEFAULT_LIMIT;
+	if (limit != NULL) {
+		char *end = NULL;
+		unsigned long v = strtoul(limit, &end, 10);
+		if (limit[0] < '0' || limit[0] > '9' || *end != '\0' || v < 1 || v > MAX_LIMIT) {
+			api_reply_invalid_field(req, "limit", "must be an integer from 1 to %d",
+						MAX_LIMIT);
+			return LEDGER_ERR_INVALID;
+		}
+		in->limit = (unsigned)v;
+	}
+	if (cursor != NULL) {
+		if (!cursor_decode(cursor, in->after_rid, in->after_cid)) {
+			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
+			return LEDGER_ERR_INVALID;
+		}
+		in->has_cursor = true;
+	}
+	return LEDGER_OK;
+}
+
+static void list_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct list_input *in = req->input;
+	struct ledger_listed_call *items = NULL;
+	struct ledger_jsonw w;
+	size_t n = 0;
+	enum ledger_err rc;
+
+	/* One row more than the page tells whether there is a next page. */
+	rc = ledger_store_list_calls(conn, req->tenant, in->state,
+				     in->has_cursor ? in->after_rid : NULL,
+				     in->has_cursor ? in->after_cid : NULL, in->limit + 1, &items,
+				     &n);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "items");
+	ledger_jsonw_array_begin(&w);
+	for (size_t i = 0; i < n && i < in->limit; i++)
+		write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call, false);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_key(&w, "next_cursor");
+	if (n > in->limit) {
+		char cursor[4 * (2 * LEDGER_ID_MAX + 2) / 3 + 8];
+		cursor_encode(items[in->limit - 1].request_id, items[in->limit - 1].tool_call_id,
+			      cursor, sizeof(cursor));
+		ledger_jsonw_string(&w, cursor);
+	} else {
+		ledger_jsonw_null(&w);
+	}
+	ledger_jsonw_object_end(&w);
+	ledger_store_free_list(items, n);
+}
+
+const struct api_handler api_toolcalls_list = {list_prepare, list_execute};
