@@ -1,0 +1,269 @@
+"""Shared fixtures of ledgerd's HTTP and integration tests.
+
+The session starts one throwaway PostgreSQL 15 cluster in a temporary
+directory (as the postgres user when run as root); every test module gets a
+fresh database, migrated by `ledgerd migrate`, and its own ledgerd process
+listening on a free loopback port.
+"""
+
+import http.client
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LEDGERD = ROOT / "build" / "ledgerd"
+PGBIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A PostgreSQL cluster owned by the test session."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="ledgerd-test-pg-"))
+        self.as_root = os.getuid() == 0
+        self.user = "postgres" if self.as_root else pwd.getpwuid(os.getuid()).pw_name
+        if self.as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+            os.chmod(self.dir, 0o755)
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self._run([PGBIN / "initdb", "-D", self.data, "-U", self.user, "-A", "trust",
+                   "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
+        with open(self.data / "postgresql.conf", "a") as f:
+            # Tests kill ledgerd, never PostgreSQL uncleanly: fsync buys nothing here.
+            f.write("fsync = off\nfull_page_writes = off\nmax_connections = 300\n"
+                    "listen_addresses = ''\nunix_socket_directories = '%s'\nport = %d\n"
+                    % (self.dir, self.port))
+        self.start()
+
+    def _run(self, argv, **kw):
+        argv = [str(a) for a in argv]
+        if self.as_root:
+            argv = ["runuser", "-u", "postgres", "--"] + argv
+        return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+    def start(self):
+        self._run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.dir / "server.log", "-w",
+                   "-s", "start"])
+
+    def stop(self, mode="fast"):
+        self._run([PGBIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-s", "stop"])
+
+    def url(self, db):
+        return "host=%s port=%d user=%s dbname=%s" % (self.dir, self.port, self.user, db)
+
+    def psql(self, sql, db="postgres"):
+        """Runs SQL; returns the rows as lists of strings."""
+        out = self._run([PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
+                         "-d", db, "-v", "ON_ERROR_STOP=1", "-AtX", "-F", "\t", "-c", sql])
+        return [line.split("\t") for line in out.stdout.splitlines() if line != ""]
+
+    def create_db(self, name):
+        self.psql('CREATE DATABASE "%s"' % name)
+        return self.url(name)
+
+    def destroy(self):
+        try:
+            self.stop("immediate")
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def ledgerd_cmd(*args, env=None, check=True, timeout=30):
+    """Runs a ledgerd command (not serve); returns the CompletedProcess."""
+    return subprocess.run([str(LEDGERD)] + [str(a) for a in args], env=env, check=check,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+    @property
+    def code(self):
+        """The error code of an error envelope."""
+        return self.json["error"]["code"]
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def __repr__(self):
+        return "<%d %s>" % (self.status, self.body[:300])
+
+
+class Ledgerd:
+    """A ledgerd serve process on a free loopback port."""
+
+    def __init__(self, database_url, log_path, extra_args=(), extra_env=None):
+        self.database_url = database_url
+        self.log_path = Path(log_path)
+        self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
+        self.proc = None
+        self.host = "127.0.0.1"
+        self.port = None
+        self.start()
+
+    def start(self, listen="127.0.0.1:0"):
+        env = dict(os.environ)
+        env.pop("LEDGER_DATABASE_URL", None)
+        env.update(self.extra_env)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(LEDGERD), "serve", "--database-url", self.database_url, "--listen", listen,
+             "--log-level", "debug"] + self.extra_args,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        # The first line that says "listening" carries the bound address.
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("ledgerd exited: %s" % self.proc.wait())
+            self.log.write(line)
+            entry = json.loads(line)
+            if "address" in entry:
+                self.host, port = entry["address"].rsplit(":", 1)
+                self.port = int(port)
+                break
+        else:
+            raise RuntimeError("ledgerd did not start")
+        self._pump = threading.Thread(target=self._copy_log, args=(self.proc, self.log),
+                                      daemon=True)
+        self._pump.start()
+
+    @staticmethod
+    def _copy_log(proc, log):
+        for line in proc.stderr:
+            log.write(line)
+            log.flush()
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        """Stops the process; returns its exit status."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout)
+        self._pump.join(timeout=5)
+        self.log.close()
+        self.proc = None
+        return rc
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def restart(self):
+        self.stop()
+        self.start("127.0.0.1:%d" % self.port)
+
+    def request(self, method, path, body=None, token=None, headers=None, raw=None,
+                timeout=30):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            h = dict(headers or {})
+            if token is not None:
+                h["Authorization"] = "Bearer " + token
+            data = raw
+            if data is None and body is not None:
+                data = json.dumps(body).encode()
+            if data is not None:
+                h.setdefault("Content-Type", "application/json")
+            conn.request(method, path, body=data, headers=h)
+            r = conn.getresponse()
+            return Response(r.status, r.getheaders(), r.read().decode("utf-8", "replace"))
+        finally:
+            conn.close()
+
+    def post(self, path, body=None, token=None, **kw):
+        return self.request("POST", path, body=body, token=token, **kw)
+
+    def get(self, path, token=None, **kw):
+        return self.request("GET", path, token=token, **kw)
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+
+class Service:
+    """What a test module works with: its database, its tokens, its ledgerd."""
+
+    def __init__(self, cluster, name, tmp):
+        self.cluster = cluster
+        self.dbname = name
+        self.database_url = cluster.create_db(name)
+        ledgerd_cmd("migrate", "--database-url", self.database_url)
+        self.tmp = tmp
+        self._tokens = {}
+        self.ledgerd = Ledgerd(self.database_url, tmp / "ledgerd.log")
+
+    def token(self, role="agent", tenant="t1"):
+        """A token of @role in @tenant (created once, then reused)."""
+        key = (tenant, role)
+        if key not in self._tokens:
+            out = ledgerd_cmd("token", "create", "--tenant", tenant, "--role", role,
+                              "--database-url", self.database_url)
+            self._tokens[key] = out.stdout.strip()
+        return self._tokens[key]
+
+    def sql(self, query):
+        return self.cluster.psql(query, self.dbname)
+
+    def close(self):
+        if self.ledgerd.proc is not None:
+            self.ledgerd.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    if not LEDGERD.exists():
+        pytest.exit("build/ledgerd is missing: run make first", 2)
+    c = Cluster()
+    yield c
+    c.destroy()
+
+
+@pytest.fixture(scope="module")
+def service(cluster, request, tmp_path_factory):
+    name = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.split(".")[-1].lower())
+    svc = Service(cluster, "%s_%s" % (name, secrets.token_hex(3)),
+                  tmp_path_factory.mktemp(name))
+    yield svc
+    svc.close()
+
+
+def new_id(prefix="r"):
+    """A fresh id, unique within the session."""
+    return "%s-%s" % (prefix, secrets.token_hex(8))
+
+
+def claim_id():
+    """A claim_id as the SDKs make it: 128 random bits in hex."""
+    return secrets.token_hex(16)

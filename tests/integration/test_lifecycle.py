@@ -1,0 +1,176 @@
+"""ledgerd as a process: settings, migrations, readiness, shutdown, logs."""
+
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import LEDGERD, Ledgerd, claim_id, ledgerd_cmd, new_id
+
+
+def run(*args, env=None):
+    full = dict(os.environ)
+    for k in list(full):
+        if k.startswith("LEDGER_"):
+            del full[k]
+    full.update(env or {})
+    return subprocess.run([str(LEDGERD)] + list(args), env=full, capture_output=True,
+                          text=True, timeout=30)
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["serve"], {}, "LEDGER_DATABASE_URL is required"),
+    (["serve", "--workers", "abc", "--database-url", "x"], {}, "--workers"),
+    (["serve", "--database-url", "x"], {"LEDGER_WORKERS": "0"}, "LEDGER_WORKERS"),
+    (["serve", "--database-url", "x", "--retention", "7x"], {}, "--retention"),
+    (["serve", "--database-url", "x", "--log-level", "loud"], {}, "--log-level"),
+    (["serve", "--database-url", "x", "--max-body", "1GiB"], {}, "--max-body"),
+    (["serve", "--database-url", "x", "--min-lease", "2s", "--max-lease", "1s"], {},
+     "--min-lease"),
+    (["serve", "--database-url", "x", "--listen", "nonsense"], {}, "--listen"),
+    (["serve", "--database-url", "x", "--listen", "unix:relative.sock"], {}, "--listen"),
+    (["serve", "--frobnicate"], {}, "unknown flag --frobnicate"),
+    (["serve", "--database-url"], {}, "needs a value"),
+    (["launch"], {}, "unknown command"),
+    (["token", "create", "--database-url", "x", "--tenant", "a:b", "--role", "admin"], {},
+     "--tenant"),
+    (["token", "create", "--database-url", "x", "--tenant", "t", "--role", "root"], {},
+     "--role"),
+])
+def test_bad_setting_exits_2_with_one_line(args, env, needle):
+    r = run(*args, env=env)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0]
+
+
+def test_flag_wins_over_environment(cluster, tmp_path):
+    url = cluster.create_db("flag_wins_" + secrets.token_hex(3))
+    ledgerd_cmd("migrate", "--database-url", url)
+    # The variable is bad, the flag good: ledgerd starts on the flag.
+    led = Ledgerd(url, tmp_path / "l.log", extra_args=["--workers", "2"],
+                  extra_env={"LEDGER_WORKERS": "0"})
+    try:
+        assert led.get("/readyz").status == 200
+    finally:
+        led.stop()
+
+
+def test_version():
+    r = run("version")
+    assert r.returncode == 0
+    assert r.stdout.startswith("ledgerd ") and "(schema " in r.stdout
+
+
+def test_migrate_is_idempotent_and_safe_concurrently(cluster):
+    url = cluster.create_db("migrate_" + secrets.token_hex(3))
+    procs = [subprocess.Popen([str(LEDGERD), "migrate", "--database-url", url],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, outs
+    applied = sum(int(o.split("(")[1].split()[0]) for o, _ in outs)
+    versions = cluster.psql("SELECT version FROM ledger_schema ORDER BY 1", url.split("=")[-1])
+    assert applied == len(versions)  # each migration applied by exactly one process
+    again = ledgerd_cmd("migrate", "--database-url", url)
+    assert "(0 migrations applied)" in again.stdout
+
+
+def test_readyz_reports_an_unmigrated_database(cluster, tmp_path):
+    url = cluster.create_db("unmigrated_" + secrets.token_hex(3))
+    led = Ledgerd(url, tmp_path / "l.log")
+    try:
+        r = led.get("/readyz")
+        assert r.status == 503 and r.code == "schema_mismatch"
+        assert r.json["error"]["schema_version"] == 0
+        assert led.get("/healthz").status == 200
+        ledgerd_cmd("migrate", "--database-url", url)
+        assert led.get("/readyz").status == 200
+    finally:
+        led.stop()
+
+
+def test_sigterm_drains_calls_in_flight(service):
+    """A claim waiting on a lock when SIGTERM arrives still gets its answer; exit 0."""
+    led = service.ledgerd
+    token = service.token("agent")
+    rid = new_id()
+    first = led.post("/v1/requests/%s/tool-calls/call_00/claim" % rid, {}, token=token)
+    assert first.status == 201
+    # Hold the request's row lock for a while, as a long transaction would.
+    locker = threading.Thread(target=service.sql, args=(
+        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
+        "SELECT pg_sleep(1.5); COMMIT" % rid,))
+    locker.start()
+    time.sleep(0.3)
+    got = {}
+
+    def slow_claim():
+        got["r"] = led.post("/v1/requests/%s/tool-calls/call_01/claim" % rid,
+                            {"claim_id": claim_id()}, token=token)
+
+    t = threading.Thread(target=slow_claim)
+    t.start()
+    time.sleep(0.3)
+    led.proc.send_signal(signal.SIGTERM)
+    t.join(timeout=10)
+    locker.join()
+    assert got["r"].status == 201, got["r"]
+    assert led.stop() == 0
+    assert "draining 1 calls in flight" in led.log_text()
+    led.start()
+
+
+def test_events_are_append_only(service):
+    led = service.ledgerd
+    token = service.token("agent")
+    rid = new_id()
+    led.post("/v1/requests/%s/tool-calls/call_01/claim" % rid, {}, token=token)
+    for sql in ("UPDATE events SET type = 'x' WHERE request_id = '%s'" % rid,
+                "DELETE FROM events WHERE request_id = '%s'" % rid,
+                "TRUNCATE events"):
+        with pytest.raises(subprocess.CalledProcessError) as e:
+            service.sql(sql)
+        assert "append-only" in e.value.stderr
+    assert service.sql("SELECT count(*) FROM events WHERE request_id = '%s'" % rid) == [["1"]]
+
+
+def test_logs_never_carry_tokens_arguments_or_results(service):
+    led = service.ledgerd
+    token = service.token("agent")
+    secret_args = "ARGSECRET-" + secrets.token_hex(8)
+    secret_result = "RESULTSECRET-" + secrets.token_hex(8)
+    path = "/v1/requests/%s/tool-calls/call_01" % new_id()
+    r = led.post(path + "/claim", {"claim_id": claim_id(), "args": {"card": secret_args},
+                                   "store_args": True}, token=token)
+    led.post(path + "/complete", {"fencing_token": r.json["fencing_token"],
+                                  "outcome": "succeeded", "result": {"x": secret_result}},
+             token=token)
+    led.post(path + "/claim", {"args": {"card": secret_args}}, token=token)
+    led.post(path + "/claim", {"args": {"card": "other" + secret_args}}, token=token)
+    led.post(path + "/complete", {"fencing_token": 1, "outcome": "failed",
+                                  "result": {"x": secret_result}}, token=token)
+    led.get("/metrics")
+    log = led.log_text()
+    assert token not in log and token[4:] not in log
+    assert secret_args not in log and secret_result not in log
+    assert '"status":409' in log  # the calls were logged, without their content
+
+
+def test_metrics_count_claims_and_statuses(service):
+    led = service.ledgerd
+    token = service.token("agent")
+    path = "/v1/requests/%s/tool-calls/call_01" % new_id()
+    led.post(path + "/claim", {}, token=token)
+    led.post(path + "/claim", {}, token=token)
+    text = led.get("/metrics").body
+    assert 'ledger_claim_outcomes_total{outcome="claimed"}' in text
+    assert 'ledger_claim_outcomes_total{outcome="in_progress"}' in text
+    assert 'ledger_http_requests_total{route="tool_call_claim",status="201"}' in text
+    assert 'ledger_http_requests_total{route="tool_call_claim",status="409"}' in text
+    assert "ledger_store_queue_depth " in text
