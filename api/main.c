@@ -51,8 +51,8 @@ static int cmd_migrate(const struct ledger_config *cfg)
 		fprintf(stderr, "ledgerd: migrate: %s\n", err);
 		return 1;
 	}
-	printf("schema at version %d (%u migration%s applied)\n",
-	       ledger_migrate_expected_version(), applied, applied == 1 ? "" : "s");
+	printf("schema at version %d (%u migration%s applied)\n", ledger_migrate_expected_version(),
+	       applied, applied == 1 ? "" : "s");
 	return 0;
 }
 
@@ -87,7 +87,8 @@ static int cmd_token_create(const struct ledger_config *cfg)
 	rc = ledger_store_token_insert(conn, sha, cfg->tenant, role);
 	ledger_store_disconnect(conn);
 	if (rc != LEDGER_OK) {
-		fprintf(stderr, "ledgerd: token create: the database refused it (is it migrated?)\n");
+		fprintf(stderr,
+			"ledgerd: token create: the database refused it (is it migrated?)\n");
 		return 1;
 	}
 	printf("%s\n", token);
@@ -170,7 +171,8 @@ int main(int argc, char **argv)
 		if (rc == 0)
 			rc = cmd_token_create(&cfg);
 	} else if (strcmp(words[0], "version") == 0 && nwords == 1) {
-		printf("ledgerd %s (schema %d)\n", LEDGER_VERSION, ledger_migrate_expected_version());
+		printf("ledgerd %s (schema %d)\n", LEDGER_VERSION,
+		       ledger_migrate_expected_version());
 		rc = 0;
 	} else if (strcmp(words[0], "help") == 0) {
 		usage(stdout);

@@ -38,7 +38,7 @@ static atomic_ullong claims[NCLAIM];
 void api_metrics_http(size_t route_index, unsigned status)
 {
 	size_t r = route_index < api_route_count && route_index < MAX_ROUTES ? route_index
-									      : MAX_ROUTES;
+									     : MAX_ROUTES;
 	size_t s = NSTATUS;
 
 	for (size_t i = 0; i < NSTATUS; i++) {
@@ -58,25 +58,29 @@ void api_metrics_claim(enum ledger_claim_outcome o)
 
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight)
 {
-	ledger_buf_puts(out, "# HELP ledger_http_requests_total HTTP responses by route and status.\n"
-			     "# TYPE ledger_http_requests_total counter\n");
+	ledger_buf_puts(out,
+			"# HELP ledger_http_requests_total HTTP responses by route and status.\n"
+			"# TYPE ledger_http_requests_total counter\n");
 	for (size_t r = 0; r <= MAX_ROUTES; r++) {
 		const char *route = r < api_route_count ? api_routes[r].name : "unmatched";
 
 		if (r >= api_route_count && r != MAX_ROUTES)
 			continue;
 		for (size_t s = 0; s <= NSTATUS; s++) {
-			unsigned long long n = atomic_load_explicit(&http[r][s], memory_order_relaxed);
+			unsigned long long n =
+				atomic_load_explicit(&http[r][s], memory_order_relaxed);
 			if (n == 0)
 				continue;
 			if (s < NSTATUS)
-				ledger_buf_printf(out,
-						  "ledger_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
-						  route, statuses[s], n);
+				ledger_buf_printf(
+					out,
+					"ledger_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+					route, statuses[s], n);
 			else
-				ledger_buf_printf(out,
-						  "ledger_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
-						  route, n);
+				ledger_buf_printf(
+					out,
+					"ledger_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
+					route, n);
 		}
 	}
 	ledger_buf_puts(out, "# HELP ledger_claim_outcomes_total Tool-call claims by outcome.\n"

@@ -49,9 +49,10 @@ static void readyz_execute(struct api_request *req, struct ledger_store_conn *co
 		return;
 	}
 	if (version != expected) {
-		api_reply_error_begin(req, &w, 503, "schema_mismatch",
-				      "the database schema is not the version this ledgerd expects; "
-				      "run ledgerd migrate");
+		api_reply_error_begin(
+			req, &w, 503, "schema_mismatch",
+			"the database schema is not the version this ledgerd expects; "
+			"run ledgerd migrate");
 		ledger_jsonw_key(&w, "schema_version");
 		ledger_jsonw_int(&w, version);
 		ledger_jsonw_key(&w, "expected_schema_version");

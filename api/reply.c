@@ -161,8 +161,7 @@ const struct ledger_json_value *api_body_object_or_reply(struct api_request *req
 }
 
 /* A present, non-null member of @p obj, or NULL. */
-static const struct ledger_json_value *member(const struct ledger_json_value *obj,
-					      const char *key)
+static const struct ledger_json_value *member(const struct ledger_json_value *obj, const char *key)
 {
 	const struct ledger_json_value *v = ledger_json_get(obj, key);
 

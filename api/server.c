@@ -35,8 +35,8 @@ struct api_server {
 	const struct ledger_config *cfg; /* borrowed */
 	struct ledger_store *store;      /* borrowed */
 	struct MHD_Daemon *daemon;
-	atomic_long in_flight;           /* requests between first byte and completion */
-	atomic_bool draining;            /* shutting down: replies close their connection */
+	atomic_long in_flight; /* requests between first byte and completion */
+	atomic_bool draining;  /* shutting down: replies close their connection */
 };
 
 const struct ledger_config *api_config(const struct api_request *req)
@@ -105,7 +105,8 @@ static enum MHD_Result send_reply(struct api_request *req)
 		char extra[96];
 		snprintf(extra, sizeof(extra), "\"status\":%u,\"ms\":%.3f", r->status,
 			 (double)(monotonic_ns() - req->started_ns) / 1e6);
-		LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, extra, "%s", req->route ? req->route->name : "-");
+		LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, extra, "%s",
+			   req->route ? req->route->name : "-");
 	}
 	return ret;
 }
@@ -157,7 +158,7 @@ static void run_job(struct ledger_job *job, struct ledger_store_conn *conn)
 /* --- the polling thread's side --- */
 
 static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
-				    const char *value)
+				     const char *value)
 {
 	struct api_request *req = cls;
 	size_t len = 0;
@@ -246,7 +247,8 @@ static void start(struct api_request *req, const char *url, const char *method)
 	}
 	clen = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
 					   MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (clen != NULL && strtoull(clen, NULL, 10) > (unsigned long long)api_config(req)->max_body_bytes) {
+	if (clen != NULL &&
+	    strtoull(clen, NULL, 10) > (unsigned long long)api_config(req)->max_body_bytes) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
 				(long long)api_config(req)->max_body_bytes);
 		return;
@@ -255,8 +257,8 @@ static void start(struct api_request *req, const char *url, const char *method)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_data_size, void **req_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **req_cls)
 {
 	struct api_server *srv = cls;
 	struct api_request *req = *req_cls;
@@ -480,13 +482,11 @@ int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, 
 	srv.daemon = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, &srv,
 		/* First, so that every message of libmicrohttpd is a log line. */
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-		MHD_OPTION_LISTEN_SOCKET, fd,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 1 ? cfg->http_threads : 0),
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
-		MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-		MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-		MHD_OPTION_END);
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+		MHD_OPTION_THREAD_POOL_SIZE,
+		(unsigned)(cfg->http_threads > 1 ? cfg->http_threads : 0),
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_UNESCAPE_CALLBACK,
+		keep_escaped, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
 	if (srv.daemon == NULL) {
 		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", bound);
 		close(fd);

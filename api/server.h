@@ -38,10 +38,10 @@ struct api_handler {
 
 struct api_route {
 	const char *method;
-	const char *pattern;        /* segments; "{name}" is a path parameter */
+	const char *pattern; /* segments; "{name}" is a path parameter */
 	const struct api_handler *handler;
-	unsigned roles;             /* LEDGER_ROLE_BIT()s; 0: no token needed */
-	const char *name;           /* the route's label in metrics */
+	unsigned roles;                       /* LEDGER_ROLE_BIT()s; 0: no token needed */
+	const char *name;                     /* the route's label in metrics */
 	const char *query[API_MAX_QUERY + 1]; /* accepted query keys, NULL-terminated */
 };
 
@@ -50,12 +50,12 @@ extern const size_t api_route_count;
 
 /* Header names a reply may carry beyond Content-Type. */
 struct api_reply {
-	unsigned status;           /* 0: no reply yet */
-	struct ledger_buf body;    /* JSON */
-	int64_t retry_after_ms;    /* > 0: a Retry-After header (seconds, rounded up) */
-	bool replayed;             /* Idempotent-Replayed: true */
-	const char *allow;         /* an Allow header (static string) */
-	const char *content_type;  /* NULL: application/json */
+	unsigned status;          /* 0: no reply yet */
+	struct ledger_buf body;   /* JSON */
+	int64_t retry_after_ms;   /* > 0: a Retry-After header (seconds, rounded up) */
+	bool replayed;            /* Idempotent-Replayed: true */
+	const char *allow;        /* an Allow header (static string) */
+	const char *content_type; /* NULL: application/json */
 };
 
 struct api_server;
@@ -67,25 +67,25 @@ struct api_request {
 	char *params[API_MAX_PARAMS];  /* decoded path parameters, in pattern order */
 	char *query_keys[API_MAX_QUERY], *query_values[API_MAX_QUERY];
 	unsigned nquery;
-	struct ledger_buf body;        /* the request body as received */
+	struct ledger_buf body; /* the request body as received */
 	bool body_too_large;
-	bool has_token;                /* an Authorization: Bearer header was given */
+	bool has_token; /* an Authorization: Bearer header was given */
 	unsigned char token_sha256[32];
 	char tenant[LEDGER_ID_MAX + 1]; /* after authentication */
 	enum ledger_role role;
-	struct ledger_json_doc *doc;   /* the parsed body, when prepare() parsed one */
-	void *input;                   /* the handler's parsed input; freed with free() */
+	struct ledger_json_doc *doc; /* the parsed body, when prepare() parsed one */
+	void *input;                 /* the handler's parsed input; freed with free() */
 	struct ledger_job job;
 	bool suspended;
 	struct api_reply reply;
-	int64_t started_ns;            /* monotonic, for latency */
+	int64_t started_ns; /* monotonic, for latency */
 };
 
 /* --- replies (api/reply.c): each sets req->reply; the last one wins --- */
 
 /** Replies @p status with the error envelope {"error": {"code", "message"}}. */
-void api_reply_error(struct api_request *req, unsigned status, const char *code,
-		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void api_reply_error(struct api_request *req, unsigned status, const char *code, const char *fmt,
+		     ...) __attribute__((format(printf, 4, 5)));
 
 /**
  * Starts an error envelope and leaves the "error" object open so the caller
@@ -188,9 +188,8 @@ enum api_match {
  * that an id containing "/" is reported as an invalid id, not a 404.
  */
 enum api_match api_route_match(const char *method, const char *path,
-			       const struct api_route **route_out,
-			       char *params[API_MAX_PARAMS], const char **allow_out,
-			       const char **bad_out);
+			       const struct api_route **route_out, char *params[API_MAX_PARAMS],
+			       const char **allow_out, const char **bad_out);
 
 /** Decodes %XX escapes of @p len bytes of @p s into a new string. NULL if malformed. */
 char *api_percent_decode(const char *s, size_t len, size_t *len_out);

@@ -67,8 +67,8 @@ static int64_t default_lease(const struct api_request *req)
 
 /* --- common replies --- */
 
-static void reply_completed(struct api_request *req, const struct ledger_call *call,
-			    bool replayed, bool late)
+static void reply_completed(struct api_request *req, const struct ledger_call *call, bool replayed,
+			    bool late)
 {
 	struct ledger_jsonw w;
 
@@ -131,8 +131,7 @@ static void reply_not_found(struct api_request *req)
 
 static void reply_stale(struct api_request *req)
 {
-	api_reply_error(req, 409, "stale_token",
-			"the fencing token is not the current holder's");
+	api_reply_error(req, 409, "stale_token", "the fencing token is not the current holder's");
 }
 
 static void reply_unknown(struct api_request *req)
@@ -161,9 +160,9 @@ static void reply_already_completed(struct api_request *req, const struct ledger
 
 /* --- claim --- */
 
-static const char *const claim_fields[] = {"claim_id", "tool",     "args",
-					   "args_sha256", "store_args", "attempt_id",
-					   "owner",    "lease_ms", "tool_dedupes", NULL};
+static const char *const claim_fields[] = {"claim_id",     "tool",       "args",  "args_sha256",
+					   "store_args",   "attempt_id", "owner", "lease_ms",
+					   "tool_dedupes", NULL};
 
 struct claim_input {
 	struct ledger_claim_request req;
@@ -210,7 +209,8 @@ static enum ledger_err claim_prepare(struct api_request *req)
 	if (sha != NULL && sha->type != LEDGER_JSON_NULL) {
 		if (sha->type != LEDGER_JSON_STRING || sha->u.str.len != LEDGER_SHA256_HEX ||
 		    !is_lower_hex(sha->u.str.s, sha->u.str.len)) {
-			api_reply_invalid_field(req, "args_sha256", "must be 64 lowercase hex digits");
+			api_reply_invalid_field(req, "args_sha256",
+						"must be 64 lowercase hex digits");
 			return LEDGER_ERR_INVALID;
 		}
 		memcpy(in->args_sha256, sha->u.str.s, LEDGER_SHA256_HEX + 1);
@@ -366,7 +366,8 @@ static enum ledger_err renew_prepare(struct api_request *req)
 		api_reply_error(req, 500, "internal_error", "out of memory");
 		return LEDGER_ERR_NOMEM;
 	}
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+				   &in->fencing_token) ||
 	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
 				   lease_bound(req, true), default_lease(req), &in->lease_ms))
 		return LEDGER_ERR_INVALID;
@@ -465,7 +466,8 @@ static enum ledger_err complete_prepare(struct api_request *req)
 		api_reply_error(req, 500, "internal_error", "out of memory");
 		return LEDGER_ERR_NOMEM;
 	}
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+				   &in->fencing_token) ||
 	    outcome_or_reply(req, body, "outcome", outcomes, &outcome) ||
 	    api_field_bool_or_reply(req, body, "retryable", false, &in->retryable))
 		return LEDGER_ERR_INVALID;
@@ -561,7 +563,8 @@ static enum ledger_err release_prepare(struct api_request *req)
 		api_reply_error(req, 500, "internal_error", "out of memory");
 		return LEDGER_ERR_NOMEM;
 	}
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1, &in->fencing_token) ||
+	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+				   &in->fencing_token) ||
 	    api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &in->reason))
 		return LEDGER_ERR_INVALID;
 	return LEDGER_OK;
@@ -851,9 +854,9 @@ struct list_input {
 
 static enum ledger_err list_prepare(struct api_request *req)
 {
-	static const enum ledger_call_state states[] = {
-		LEDGER_CALL_IN_PROGRESS, LEDGER_CALL_UNKNOWN, LEDGER_CALL_SUCCEEDED,
-		LEDGER_CALL_FAILED, LEDGER_CALL_RELEASED};
+	static const enum ledger_call_state states[] = {LEDGER_CALL_IN_PROGRESS,
+							LEDGER_CALL_UNKNOWN, LEDGER_CALL_SUCCEEDED,
+							LEDGER_CALL_FAILED, LEDGER_CALL_RELEASED};
 	const char *state = api_query(req, "state");
 	const char *limit = api_query(req, "limit");
 	const char *cursor = api_query(req, "cursor");
@@ -907,10 +910,9 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	enum ledger_err rc;
 
 	/* One row more than the page tells whether there is a next page. */
-	rc = ledger_store_list_calls(conn, req->tenant, in->state,
-				     in->has_cursor ? in->after_rid : NULL,
-				     in->has_cursor ? in->after_cid : NULL, in->limit + 1, &items,
-				     &n);
+	rc = ledger_store_list_calls(
+		conn, req->tenant, in->state, in->has_cursor ? in->after_rid : NULL,
+		in->has_cursor ? in->after_cid : NULL, in->limit + 1, &items, &n);
 	if (rc != LEDGER_OK) {
 		api_reply_store_error(req, rc);
 		return;

@@ -16,7 +16,10 @@ struct ledger_buf {
 	bool oom;   /* an append failed; the contents are incomplete */
 };
 
-#define LEDGER_BUF_INIT {NULL, 0, 0, false}
+#define LEDGER_BUF_INIT                                                                            \
+	{                                                                                          \
+		NULL, 0, 0, false                                                                  \
+	}
 
 /** Appends @p n bytes of @p s (which may contain NUL). */
 void ledger_buf_append(struct ledger_buf *b, const void *s, size_t n);

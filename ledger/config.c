@@ -22,12 +22,12 @@ enum kind {
 };
 
 struct setting {
-	const char *flag;  /* without the leading "--" */
-	const char *env;   /* NULL: flag only */
+	const char *flag; /* without the leading "--" */
+	const char *env;  /* NULL: flag only */
 	enum kind kind;
-	const char *def;   /* NULL: unset unless given */
-	int64_t min, max;  /* after unit conversion; ignored for strings */
-	size_t offset;     /* into struct ledger_config */
+	const char *def;  /* NULL: unset unless given */
+	int64_t min, max; /* after unit conversion; ignored for strings */
+	size_t offset;    /* into struct ledger_config */
 	const char *help;
 };
 
@@ -195,8 +195,8 @@ static int apply(struct ledger_config *cfg, const struct setting *st, const char
 }
 
 enum ledger_err ledger_config_load(struct ledger_config *cfg, int argc, char **argv,
-				   const char **words, size_t max_words, size_t *nwords,
-				   char *err, size_t errlen)
+				   const char **words, size_t max_words, size_t *nwords, char *err,
+				   size_t errlen)
 {
 	/* Each setting's winning text and where it came from, validated once. */
 	const char *value[NSETTINGS];

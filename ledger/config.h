@@ -14,16 +14,16 @@
 #include "ledger/log.h"
 
 struct ledger_config {
-	char *database_url;           /* libpq connection string or URI; NULL: unset */
-	char *listen;                 /* "host:port", "[v6]:port" or "unix:/path" */
-	char *policy_path;            /* NULL: the built-in policy */
-	int64_t workers;              /* store workers, one connection each */
-	int64_t http_threads;         /* HTTP polling threads */
-	int64_t retention_ms;         /* settled requests older than this are removed */
-	int64_t tombstone_ms;         /* how long a removed call's tombstone stays */
+	char *database_url;   /* libpq connection string or URI; NULL: unset */
+	char *listen;         /* "host:port", "[v6]:port" or "unix:/path" */
+	char *policy_path;    /* NULL: the built-in policy */
+	int64_t workers;      /* store workers, one connection each */
+	int64_t http_threads; /* HTTP polling threads */
+	int64_t retention_ms; /* settled requests older than this are removed */
+	int64_t tombstone_ms; /* how long a removed call's tombstone stays */
 	enum ledger_log_level log_level;
-	int64_t max_body_bytes;       /* larger bodies: 413 body_too_large */
-	int64_t min_lease_ms;         /* lease_ms bounds; outside: 400 invalid_field */
+	int64_t max_body_bytes; /* larger bodies: 413 body_too_large */
+	int64_t min_lease_ms;   /* lease_ms bounds; outside: 400 invalid_field */
 	int64_t max_lease_ms;
 	int64_t unavailable_retry_ms; /* retry_after_ms of 503 store_unavailable */
 	int64_t drain_timeout_ms;     /* how long SIGTERM waits for calls in flight */
@@ -40,9 +40,10 @@ struct ledger_config {
  * @param err receives one line saying what is wrong (no trailing newline)
  * @return LEDGER_OK or LEDGER_ERR_INVALID
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_config_load(struct ledger_config *cfg, int argc, char **argv, const char **words,
-		   size_t max_words, size_t *nwords, char *err, size_t errlen);
+LEDGER_MUSTCHECK enum ledger_err ledger_config_load(struct ledger_config *cfg, int argc,
+						    char **argv, const char **words,
+						    size_t max_words, size_t *nwords, char *err,
+						    size_t errlen);
 
 /** Frees the strings of @p cfg. */
 void ledger_config_free(struct ledger_config *cfg);

@@ -131,8 +131,7 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 	}
 
 	/* The current holder: the newest token, still in progress within its lease. */
-	current = c->fencing_token == call->fencing_token &&
-		  call->state == LEDGER_CALL_IN_PROGRESS;
+	current = c->fencing_token == call->fencing_token && call->state == LEDGER_CALL_IN_PROGRESS;
 	if (c->retryable) {
 		if (current)
 			return LEDGER_COMPLETE_RELEASED;
@@ -146,8 +145,7 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 	return current ? LEDGER_COMPLETE_STORED : LEDGER_COMPLETE_LATE;
 }
 
-enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token,
-					      const struct ledger_call *call,
+enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struct ledger_call *call,
 					      enum ledger_attempt_standing attempt)
 {
 	if (call->state == LEDGER_CALL_ABSENT)

@@ -29,8 +29,8 @@ struct ledger_claim {
 	const char *tool;        /* NULL: none */
 	const char *args_sha256; /* NULL: none */
 	bool tool_dedupes;
-	const char *attempt_id;  /* NULL: not under an attempt */
-	const char *owner;       /* NULL: none */
+	const char *attempt_id; /* NULL: not under an attempt */
+	const char *owner;      /* NULL: none */
 	int64_t lease_ms;
 };
 
@@ -97,8 +97,7 @@ enum ledger_renew_outcome {
  * @param attempt how the attempt the call was claimed under stands
  *        (NOT_GIVEN when it was claimed without one)
  */
-enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token,
-					      const struct ledger_call *call,
+enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struct ledger_call *call,
 					      enum ledger_attempt_standing attempt);
 
 enum ledger_release_outcome {

@@ -232,7 +232,7 @@ static int key_cmp(const void *a, const void *b)
 struct cframe {
 	const struct ledger_json_value *v;
 	const struct ledger_json_member **order; /* objects: members by key */
-	size_t next;				 /* the child to write next */
+	size_t next;                             /* the child to write next */
 };
 
 struct canon {

@@ -31,15 +31,15 @@ size_t ledger_jcs_format_number(double d, char out[LEDGER_JCS_NUMBER_MAX]);
  *         double range (JCS has no form for it); on error @p out holds a
  *         partial text the caller discards.
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_jcs_canonicalize(const struct ledger_json_value *v, struct ledger_buf *out);
+LEDGER_MUSTCHECK enum ledger_err ledger_jcs_canonicalize(const struct ledger_json_value *v,
+							 struct ledger_buf *out);
 
 /**
  * The argument fingerprint: SHA-256 of the canonical form of @p v, as 64
  * lowercase hex digits and a NUL in @p hex_out.
  * @return as ledger_jcs_canonicalize(), or LEDGER_ERR_NOMEM.
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_jcs_fingerprint(const struct ledger_json_value *v, char hex_out[65]);
+LEDGER_MUSTCHECK enum ledger_err ledger_jcs_fingerprint(const struct ledger_json_value *v,
+							char hex_out[65]);
 
 #endif

@@ -14,7 +14,7 @@
 
 /* Blocks start small (most documents are small) and double up to a cap. */
 #define ARENA_FIRST_UNITS 64
-#define ARENA_MAX_UNITS	  65536
+#define ARENA_MAX_UNITS 65536
 
 struct block {
 	struct block *next;
@@ -105,7 +105,7 @@ struct parser {
 
 enum state {
 	ST_VALUE, /* a value must come next */
-	ST_KEY,	  /* an object key must come next */
+	ST_KEY,   /* an object key must come next */
 	ST_AFTER, /* a value ended: a comma, a closing bracket or the end */
 };
 

@@ -84,10 +84,9 @@ struct ledger_json_doc; /* opaque: owns the values of one parse */
  * @return LEDGER_OK, LEDGER_ERR_INVALID (see @p err_out) or
  *         LEDGER_ERR_NOMEM
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_json_parse(const char *text, size_t len, unsigned max_depth,
-		  struct ledger_json_doc **doc_out,
-		  struct ledger_json_error *err_out);
+LEDGER_MUSTCHECK enum ledger_err ledger_json_parse(const char *text, size_t len, unsigned max_depth,
+						   struct ledger_json_doc **doc_out,
+						   struct ledger_json_error *err_out);
 
 /** The root value; borrowed from @p doc. */
 const struct ledger_json_value *ledger_json_root(const struct ledger_json_doc *doc);
@@ -101,8 +100,8 @@ void ledger_json_free(struct ledger_json_doc *doc);
  * @return the member's value, borrowed, or NULL if absent or @p obj is not
  *         an object.
  */
-const struct ledger_json_value *
-ledger_json_get(const struct ledger_json_value *obj, const char *key);
+const struct ledger_json_value *ledger_json_get(const struct ledger_json_value *obj,
+						const char *key);
 
 /**
  * Converts a number value to the IEEE-754 double nearest to its decimal
@@ -110,8 +109,8 @@ ledger_json_get(const struct ledger_json_value *obj, const char *key);
  * @return LEDGER_OK, or LEDGER_ERR_INVALID if @p v is not a number or its
  *         magnitude overflows to infinity.
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_json_number_double(const struct ledger_json_value *v, double *out);
+LEDGER_MUSTCHECK enum ledger_err ledger_json_number_double(const struct ledger_json_value *v,
+							   double *out);
 
 /**
  * Reads a number value written as a plain non-negative integer (digits
@@ -119,8 +118,7 @@ ledger_json_number_double(const struct ledger_json_value *v, double *out);
  * @return LEDGER_OK, LEDGER_ERR_INVALID if it is not such a text, or
  *         LEDGER_ERR_LIMIT if it is larger than @p max.
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_json_number_uint(const struct ledger_json_value *v, uint64_t max,
-			uint64_t *out);
+LEDGER_MUSTCHECK enum ledger_err ledger_json_number_uint(const struct ledger_json_value *v,
+							 uint64_t max, uint64_t *out);
 
 #endif

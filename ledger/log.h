@@ -36,10 +36,10 @@ void ledger_log_write(enum ledger_log_level level, const struct ledger_log_ids *
 /** Parses "debug", "info", "warn" or "error". @return 0, or -1 if unknown. */
 int ledger_log_parse_level(const char *s, enum ledger_log_level *out);
 
-#define LEDGER_LOG(level, ids, extra, ...)                                                  \
-	do {                                                                               \
-		if ((level) >= ledger_log_threshold)                                       \
-			ledger_log_write((level), (ids), (extra), __VA_ARGS__);             \
+#define LEDGER_LOG(level, ids, extra, ...)                                                         \
+	do {                                                                                       \
+		if ((level) >= ledger_log_threshold)                                               \
+			ledger_log_write((level), (ids), (extra), __VA_ARGS__);                    \
 	} while (0)
 
 #define LOG_DEBUG(...) LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, NULL, __VA_ARGS__)

@@ -18,7 +18,7 @@
 
 #define MAX_FILE_BYTES (1024 * 1024)
 #define MAX_SAFE_INT ((INT64_C(1) << 53) - 1)
-#define MAX_KEYS 8  /* the most keys one mapping of the document has */
+#define MAX_KEYS 8 /* the most keys one mapping of the document has */
 #define PATH_MAX_LEN 96
 
 #define OFF(field) offsetof(struct ledger_policy, field)
@@ -41,10 +41,10 @@ struct field {
 	enum kind kind;
 	const struct field *children; /* K_SECTION */
 	size_t nchildren;
-	int64_t min, max;             /* integers, as written */
-	int64_t scale;                /* stored = written * scale; 0 means 1 */
-	size_t offset;                /* into struct ledger_policy */
-	const char *fixed;            /* K_FIXED: the one supported value */
+	int64_t min, max;  /* integers, as written */
+	int64_t scale;     /* stored = written * scale; 0 means 1 */
+	size_t offset;     /* into struct ledger_policy */
+	const char *fixed; /* K_FIXED: the one supported value */
 };
 
 struct ctx {
@@ -54,9 +54,9 @@ struct ctx {
 	const char *yaml;
 	size_t len;
 	struct ledger_policy pol;
-	int64_t attempts;             /* max_attempts as written, checked last */
-	size_t attempts_line;         /* 0: not in the document */
-	size_t limit_line;            /* 0: not in the document */
+	int64_t attempts;     /* max_attempts as written, checked last */
+	size_t attempts_line; /* 0: not in the document */
+	size_t limit_line;    /* 0: not in the document */
 	enum ledger_err rc;
 	char *err;
 	size_t errlen;
@@ -83,34 +83,63 @@ static const struct field uncertain_fields[] = {
 };
 
 static const struct field failure_fields[] = {
-	{.key = "before_first_delta", .kind = K_SECTION, .children = before_fields,
+	{.key = "before_first_delta",
+	 .kind = K_SECTION,
+	 .children = before_fields,
 	 .nchildren = COUNT(before_fields)},
-	{.key = "after_first_delta", .kind = K_SECTION, .children = after_fields,
+	{.key = "after_first_delta",
+	 .kind = K_SECTION,
+	 .children = after_fields,
 	 .nchildren = COUNT(after_fields)},
-	{.key = "uncertain_source_liveness", .kind = K_SECTION, .children = uncertain_fields,
+	{.key = "uncertain_source_liveness",
+	 .kind = K_SECTION,
+	 .children = uncertain_fields,
 	 .nchildren = COUNT(uncertain_fields)},
 };
 
 static const struct field budget_fields[] = {
-	{.key = "percent_of_attempts", .kind = K_UNSIGNED, .min = 0, .max = 100,
+	{.key = "percent_of_attempts",
+	 .kind = K_UNSIGNED,
+	 .min = 0,
+	 .max = 100,
 	 .offset = OFF(budget_percent)},
-	{.key = "window_s", .kind = K_INT64, .min = 1, .max = 3600, .scale = 1000,
+	{.key = "window_s",
+	 .kind = K_INT64,
+	 .min = 1,
+	 .max = 3600,
+	 .scale = 1000,
 	 .offset = OFF(budget_window_ms)},
-	{.key = "min_retries", .kind = K_UNSIGNED, .min = 0, .max = 1000000,
+	{.key = "min_retries",
+	 .kind = K_UNSIGNED,
+	 .min = 0,
+	 .max = 1000000,
 	 .offset = OFF(budget_min_retries)},
 };
 
 static const struct field top_fields[] = {
-	{.key = "on_upstream_failure", .kind = K_SECTION, .children = failure_fields,
+	{.key = "on_upstream_failure",
+	 .kind = K_SECTION,
+	 .children = failure_fields,
 	 .nchildren = COUNT(failure_fields)},
-	{.key = "default_lease_ms", .kind = K_INT64, .min = 100, .max = 3600000,
+	{.key = "default_lease_ms",
+	 .kind = K_INT64,
+	 .min = 100,
+	 .max = 3600000,
 	 .offset = OFF(default_lease_ms)},
-	{.key = "max_attempts_limit", .kind = K_LIMIT, .min = 1, .max = 100,
+	{.key = "max_attempts_limit",
+	 .kind = K_LIMIT,
+	 .min = 1,
+	 .max = 100,
 	 .offset = OFF(max_attempts_limit)},
-	{.key = "max_retry_prefill_tokens", .kind = K_INT64, .min = 0, .max = MAX_SAFE_INT,
+	{.key = "max_retry_prefill_tokens",
+	 .kind = K_INT64,
+	 .min = 0,
+	 .max = MAX_SAFE_INT,
 	 .offset = OFF(max_retry_prefill_tokens)},
 	{.key = "require_same_revision", .kind = K_BOOL, .offset = OFF(require_same_revision)},
-	{.key = "pool_retry_budget", .kind = K_SECTION, .children = budget_fields,
+	{.key = "pool_retry_budget",
+	 .kind = K_SECTION,
+	 .children = budget_fields,
 	 .nchildren = COUNT(budget_fields)},
 };
 
@@ -192,8 +221,8 @@ static int syntax_error(struct ctx *c, const yaml_parser_t *yp)
 	case YAML_MEMORY_ERROR:
 		return nomem(c);
 	case YAML_READER_ERROR:
-		return fail(c, line_at_offset(c, yp->problem_offset), NULL,
-			    "YAML syntax error: %s", problem);
+		return fail(c, line_at_offset(c, yp->problem_offset), NULL, "YAML syntax error: %s",
+			    problem);
 	default:
 		break;
 	}

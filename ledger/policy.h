@@ -14,14 +14,14 @@
 #include "ledger/err.h"
 
 struct ledger_policy {
-	unsigned max_attempts;              /* before_first_delta.max_attempts: default per request */
-	unsigned max_attempts_limit;        /* the most a request may ask for */
-	int64_t default_lease_ms;           /* an attempt's lease when it names none */
-	int64_t max_retry_prefill_tokens;   /* a longer rerun is rejected: retry_cost_exceeded */
-	bool require_same_revision;         /* a rerun must use the first attempt's model_revision */
-	unsigned budget_percent;            /* pool_retry_budget.percent_of_attempts */
-	int64_t budget_window_ms;           /* pool_retry_budget.window_s, in ms */
-	unsigned budget_min_retries;        /* pool_retry_budget.min_retries */
+	unsigned max_attempts;            /* before_first_delta.max_attempts: default per request */
+	unsigned max_attempts_limit;      /* the most a request may ask for */
+	int64_t default_lease_ms;         /* an attempt's lease when it names none */
+	int64_t max_retry_prefill_tokens; /* a longer rerun is rejected: retry_cost_exceeded */
+	bool require_same_revision;       /* a rerun must use the first attempt's model_revision */
+	unsigned budget_percent;          /* pool_retry_budget.percent_of_attempts */
+	int64_t budget_window_ms;         /* pool_retry_budget.window_s, in ms */
+	unsigned budget_min_retries;      /* pool_retry_budget.min_retries */
 };
 
 /** Fills @p p with the built-in policy, the one DESIGN.md shows. */

@@ -59,8 +59,8 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 	 * The URL comes last so that whatever it sets wins over these
 	 * defaults; expand_dbname makes libpq read it as a connection string.
 	 */
-	const char *keys[] = {"application_name", "connect_timeout", "keepalives_idle",
-			      "dbname", NULL};
+	const char *keys[] = {"application_name", "connect_timeout", "keepalives_idle", "dbname",
+			      NULL};
 	const char *vals[] = {"ledgerd", "5", "30", c->database_url, NULL};
 	PGconn *pg = NULL;
 
@@ -155,8 +155,7 @@ static bool is_prepared(const struct ledger_store_conn *c, const struct store_st
 	return false;
 }
 
-void store_step_add(struct store_step *st, const struct store_stmt *stmt,
-		    const char *const *params)
+void store_step_add(struct store_step *st, const struct store_stmt *stmt, const char *const *params)
 {
 	struct ledger_store_conn *c = st->conn;
 
@@ -259,9 +258,10 @@ enum ledger_err store_step_run(struct store_step *st)
 		res = PQgetResult(c->pg); /* each statement's results end with a NULL */
 		if (res != NULL) {
 			/* Only COPY or multiple statements yield more: a bug here. */
-			LOG_ERROR("database step: unexpected extra result %s after %s (%u of %u): %s",
-				  PQresStatus(PQresultStatus(res)), PQresStatus(status), i, st->nsent,
-				  PQresultErrorMessage(res));
+			LOG_ERROR(
+				"database step: unexpected extra result %s after %s (%u of %u): %s",
+				PQresStatus(PQresultStatus(res)), PQresStatus(status), i, st->nsent,
+				PQresultErrorMessage(res));
 			abort();
 		}
 	}
@@ -403,8 +403,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-enum ledger_err ledger_store_open(const struct ledger_store_config *cfg,
-				  struct ledger_store **out)
+enum ledger_err ledger_store_open(const struct ledger_store_config *cfg, struct ledger_store **out)
 {
 	struct ledger_store *s = calloc(1, sizeof(*s));
 	enum ledger_err rc = LEDGER_ERR_NOMEM;

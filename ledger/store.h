@@ -27,7 +27,7 @@ struct ledger_store_conn; /* one connection; owned by one thread at a time */
 struct ledger_store_config {
 	const char *database_url; /* borrowed for the store's lifetime */
 	unsigned workers;
-	int64_t reconnect_ms;     /* least time between connection attempts */
+	int64_t reconnect_ms; /* least time between connection attempts */
 };
 
 /*
@@ -94,7 +94,8 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_c
 /** Records a token's SHA-256 for @p tenant with @p role. */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
 							   const unsigned char sha256[32],
-							   const char *tenant, enum ledger_role role);
+							   const char *tenant,
+							   enum ledger_role role);
 
 /* The key of a tool call, within a tenant. All borrowed. */
 struct ledger_call_key {
@@ -148,12 +149,10 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_release(struct ledger_store_conn *
  * @param result exact JSON text, or NULL for null
  * @param note free text for the history, or NULL
  */
-LEDGER_MUSTCHECK enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
-						      const struct ledger_call_key *key,
-						      enum ledger_resolution resolution,
-						      const char *result, size_t result_len,
-						      const char *note,
-						      struct ledger_call_result *out);
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_resolve(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+		     enum ledger_resolution resolution, const char *result, size_t result_len,
+		     const char *note, struct ledger_call_result *out);
 
 /** Reads one call (no lock). out->call.state is ABSENT or TOMBSTONE if gone. */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_get_call(struct ledger_store_conn *conn,

@@ -194,8 +194,8 @@ static const struct store_stmt token_insert = {
 };
 
 enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
-					  const unsigned char sha256[32], bool *found,
-					  char *tenant, enum ledger_role *role)
+					  const unsigned char sha256[32], bool *found, char *tenant,
+					  enum ledger_role *role)
 {
 	char hex[67];
 	const char *params[1] = {hex};

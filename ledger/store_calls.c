@@ -20,6 +20,8 @@
 #include "ledger/store.h"
 #include "ledger/store_int.h"
 
+/* The statements are laid out as SQL, not as C. */
+/* clang-format off */
 #define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 #define LEASE_FROM(now, ms) "(" now " + (" ms ")::bigint * interval '1 millisecond')"
 
@@ -264,6 +266,8 @@ static const struct store_stmt list_any = {
 	5,
 };
 
+/* clang-format on */
+
 /* --- rows --- */
 
 static enum ledger_call_state parse_state(const char *s)
@@ -321,10 +325,10 @@ static enum ledger_err parse_call(const PGresult *res, int row, int base, struct
 			   sizeof(call->args_sha256));
 		store_copy(res, row, base + COL_TOMB_COMPLETED_AT, call->completed_at,
 			   sizeof(call->completed_at));
-		call->settled_as = strcmp(PQgetvalue(res, row, base + COL_TOMB_OUTCOME),
-					  "succeeded") == 0
-					   ? LEDGER_CALL_SUCCEEDED
-					   : LEDGER_CALL_FAILED;
+		call->settled_as =
+			strcmp(PQgetvalue(res, row, base + COL_TOMB_OUTCOME), "succeeded") == 0
+				? LEDGER_CALL_SUCCEEDED
+				: LEDGER_CALL_FAILED;
 		return LEDGER_OK;
 	}
 	call->state = parse_state(PQgetvalue(res, row, base + COL_STATE));
@@ -333,8 +337,7 @@ static enum ledger_err parse_call(const PGresult *res, int row, int base, struct
 	store_copy(res, row, base + COL_ATTEMPT_ID, call->attempt_id, sizeof(call->attempt_id));
 	store_copy(res, row, base + COL_OWNER, call->owner, sizeof(call->owner));
 	store_copy(res, row, base + COL_TOOL, call->tool, sizeof(call->tool));
-	store_copy(res, row, base + COL_ARGS_SHA256, call->args_sha256,
-		   sizeof(call->args_sha256));
+	store_copy(res, row, base + COL_ARGS_SHA256, call->args_sha256, sizeof(call->args_sha256));
 	call->tool_dedupes = store_bool(res, row, base + COL_DEDUPES);
 	call->lease_ms_left = store_int(res, row, base + COL_LEASE_LEFT);
 	if (call->state == LEDGER_CALL_IN_PROGRESS && call->lease_ms_left <= 0)
@@ -363,7 +366,7 @@ struct event {
 	const char *type;       /* "claimed", "completed", "refused", ... */
 	const char *attempt_id; /* NULL: none */
 	struct ledger_buf detail;
-	struct ledger_jsonw w;  /* writes into detail; the object is left open */
+	struct ledger_jsonw w; /* writes into detail; the object is left open */
 };
 
 static void event_start(struct event *ev, const char *type, const char *attempt_id)
@@ -406,8 +409,7 @@ static void event_free(struct event *ev)
 }
 
 /* Queues the event's INSERT into @p st. @p ev must outlive the step. */
-static void event_add(struct store_step *st, const struct ledger_call_key *key,
-		      struct event *ev)
+static void event_add(struct store_step *st, const struct ledger_call_key *key, struct event *ev)
 {
 	const char *params[6];
 
@@ -623,10 +625,16 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 
 	switch (o) {
 	case LEDGER_CLAIM_NEW: {
-		const char *params[11] = {key->tenant,    key->request_id, key->tool_call_id,
-					  c->tool,        c->args_sha256,  req->args,
+		const char *params[11] = {key->tenant,
+					  key->request_id,
+					  key->tool_call_id,
+					  c->tool,
+					  c->args_sha256,
+					  req->args,
 					  c->tool_dedupes ? "true" : "false",
-					  c->claim_id,    c->attempt_id,   c->owner,
+					  c->claim_id,
+					  c->attempt_id,
+					  c->owner,
 					  lease};
 		event_start(&ev, "claimed", c->attempt_id);
 		claimed_detail(&ev, c, 1, NULL);
@@ -691,7 +699,8 @@ out:
 	return rc;
 }
 
-enum ledger_err ledger_store_claim(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key,
 				   const struct ledger_claim_request *req,
 				   struct ledger_call_result *out)
 {
@@ -831,8 +840,8 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		break;
 	case LEDGER_COMPLETE_STORED:
 	case LEDGER_COMPLETE_LATE: {
-		enum ledger_completed_by by =
-			o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER : LEDGER_COMPLETED_LATE;
+		enum ledger_completed_by by = o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER
+									  : LEDGER_COMPLETED_LATE;
 		const char *params[9] = {key->tenant,
 					 key->request_id,
 					 key->tool_call_id,
@@ -964,9 +973,9 @@ out:
 	return rc;
 }
 
-enum ledger_err ledger_store_renew(struct ledger_store_conn *conn, const struct ledger_call_key *key,
-				   int64_t fencing_token, int64_t lease_ms,
-				   struct ledger_call_result *out)
+enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key, int64_t fencing_token,
+				   int64_t lease_ms, struct ledger_call_result *out)
 {
 	enum ledger_err rc;
 
@@ -1200,8 +1209,7 @@ void ledger_store_free_list(struct ledger_listed_call *items, size_t count)
 }
 
 enum ledger_err ledger_store_list_calls(struct ledger_store_conn *conn, const char *tenant,
-					enum ledger_call_state state,
-					const char *after_request_id,
+					enum ledger_call_state state, const char *after_request_id,
 					const char *after_tool_call_id, unsigned limit,
 					struct ledger_listed_call **items_out, size_t *count_out)
 {

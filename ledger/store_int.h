@@ -20,25 +20,25 @@ struct store_stmt {
 	int nparams;
 };
 
-#define STORE_MAX_STMTS 32  /* statements of all store files together */
-#define STORE_MAX_STEP 8    /* statements in one pipeline step */
+#define STORE_MAX_STMTS 32 /* statements of all store files together */
+#define STORE_MAX_STEP 8   /* statements in one pipeline step */
 
 struct ledger_store_conn {
-	PGconn *pg;                                /* NULL while down */
-	const char *database_url;                  /* borrowed */
-	int64_t last_attempt_ms;                   /* monotonic, of the last connect */
+	PGconn *pg;               /* NULL while down */
+	const char *database_url; /* borrowed */
+	int64_t last_attempt_ms;  /* monotonic, of the last connect */
 	int64_t reconnect_ms;
 	const struct store_stmt *prepared[STORE_MAX_STMTS]; /* what this connection knows */
 	unsigned nprepared;
-	bool down_logged;                          /* "database unreachable" said once */
+	bool down_logged; /* "database unreachable" said once */
 };
 
 /* One step: statements queued, then sent and read together. */
 struct store_step {
 	struct ledger_store_conn *conn;
-	unsigned n;                               /* statements queued by the caller */
-	PGresult *res[STORE_MAX_STEP];            /* their results, after a run */
-	unsigned nsent;                           /* messages sent: statements and prepares */
+	unsigned n;                    /* statements queued by the caller */
+	PGresult *res[STORE_MAX_STEP]; /* their results, after a run */
+	unsigned nsent;                /* messages sent: statements and prepares */
 	const struct store_stmt *sent[2 * STORE_MAX_STEP]; /* a prepare's statement, or NULL */
 };
 

@@ -11,11 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LEDGER_ID_MAX 128        /* bytes of a request, tool call or attempt id */
-#define LEDGER_TEXT_MAX 256      /* bytes of a free-text field */
-#define LEDGER_CLAIM_ID_MIN 16   /* characters of a claim_id, at least */
-#define LEDGER_SHA256_HEX 64     /* lowercase hex digits of a fingerprint */
-#define LEDGER_TIMESTAMP_MAX 32  /* "2026-11-30T01:29:43.123Z" and a NUL, with room */
+#define LEDGER_ID_MAX 128       /* bytes of a request, tool call or attempt id */
+#define LEDGER_TEXT_MAX 256     /* bytes of a free-text field */
+#define LEDGER_CLAIM_ID_MIN 16  /* characters of a claim_id, at least */
+#define LEDGER_SHA256_HEX 64    /* lowercase hex digits of a fingerprint */
+#define LEDGER_TIMESTAMP_MAX 32 /* "2026-11-30T01:29:43.123Z" and a NUL, with room */
 #define LEDGER_MAX_SAFE_INT 9007199254740991ULL /* 2^53 - 1 */
 
 enum ledger_role {
@@ -48,23 +48,23 @@ enum ledger_completed_by {
 /* A tool call's row at the database instant it was read, under the lock. */
 struct ledger_call {
 	enum ledger_call_state state;
-	int64_t fencing_token;                     /* the highest token issued */
-	char claim_id[LEDGER_ID_MAX + 1];          /* current holder; "" anonymous */
-	char attempt_id[LEDGER_ID_MAX + 1];        /* "" when not under an attempt */
-	char owner[LEDGER_TEXT_MAX + 1];           /* "" when not given */
-	char tool[LEDGER_TEXT_MAX + 1];            /* "" when not given */
-	char args_sha256[LEDGER_SHA256_HEX + 1];   /* "" when not given */
-	bool tool_dedupes;                         /* fixed by the first claim */
-	int64_t lease_ms_left;                     /* > 0 only while IN_PROGRESS */
-	int64_t completed_token;                   /* token the stored completion carried */
+	int64_t fencing_token;                   /* the highest token issued */
+	char claim_id[LEDGER_ID_MAX + 1];        /* current holder; "" anonymous */
+	char attempt_id[LEDGER_ID_MAX + 1];      /* "" when not under an attempt */
+	char owner[LEDGER_TEXT_MAX + 1];         /* "" when not given */
+	char tool[LEDGER_TEXT_MAX + 1];          /* "" when not given */
+	char args_sha256[LEDGER_SHA256_HEX + 1]; /* "" when not given */
+	bool tool_dedupes;                       /* fixed by the first claim */
+	int64_t lease_ms_left;                   /* > 0 only while IN_PROGRESS */
+	int64_t completed_token;                 /* token the stored completion carried */
 	enum ledger_completed_by completed_by;
-	char *result;                              /* owned; NULL unless final */
+	char *result; /* owned; NULL unless final */
 	size_t result_len;
-	char *args;                                /* owned; stored args, or NULL */
+	char *args; /* owned; stored args, or NULL */
 	size_t args_len;
-	char created_at[LEDGER_TIMESTAMP_MAX];     /* RFC 3339 UTC, ms */
-	char completed_at[LEDGER_TIMESTAMP_MAX];   /* "" unless final or TOMBSTONE */
-	enum ledger_call_state settled_as;         /* TOMBSTONE: SUCCEEDED or FAILED */
+	char created_at[LEDGER_TIMESTAMP_MAX];   /* RFC 3339 UTC, ms */
+	char completed_at[LEDGER_TIMESTAMP_MAX]; /* "" unless final or TOMBSTONE */
+	enum ledger_call_state settled_as;       /* TOMBSTONE: SUCCEEDED or FAILED */
 };
 
 /** Frees what @p call owns and leaves it ABSENT. NULL-safe. */

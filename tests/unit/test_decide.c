@@ -19,12 +19,19 @@
 #define HOLDER "holder-0123456789abcdef"
 #define OTHER "other-0123456789abcdef"
 
-enum { ABSENT, IN_PROGRESS, UNKNOWN, SUCCEEDED, FAILED, RELEASED, TOMBSTONE };
+enum {
+	ABSENT,
+	IN_PROGRESS,
+	UNKNOWN,
+	SUCCEEDED,
+	FAILED,
+	RELEASED,
+	TOMBSTONE
+};
 
 static const enum ledger_call_state states[] = {
-	LEDGER_CALL_ABSENT,    LEDGER_CALL_IN_PROGRESS, LEDGER_CALL_UNKNOWN,
-	LEDGER_CALL_SUCCEEDED, LEDGER_CALL_FAILED,      LEDGER_CALL_RELEASED,
-	LEDGER_CALL_TOMBSTONE,
+	LEDGER_CALL_ABSENT, LEDGER_CALL_IN_PROGRESS, LEDGER_CALL_UNKNOWN,   LEDGER_CALL_SUCCEEDED,
+	LEDGER_CALL_FAILED, LEDGER_CALL_RELEASED,    LEDGER_CALL_TOMBSTONE,
 };
 
 /*
@@ -65,15 +72,15 @@ static struct ledger_call make_call(int state, bool dedupes, bool anonymous_hold
 struct claim_row {
 	const char *what;
 	int state;
-	bool dedupes;            /* the stored call's tool_dedupes */
-	const char *claim_id;    /* the claimant's */
+	bool dedupes;         /* the stored call's tool_dedupes */
+	const char *claim_id; /* the claimant's */
 	const char *tool;
 	const char *sha;
 	bool claim_dedupes;
 	bool has_attempts;
 	enum ledger_attempt_standing attempt;
 	enum ledger_claim_outcome want;
-	const char *want_field;  /* ARGS_MISMATCH */
+	const char *want_field; /* ARGS_MISMATCH */
 };
 
 #define NG LEDGER_ATTEMPT_NOT_GIVEN
@@ -92,8 +99,8 @@ static const struct claim_row claim_rows[] = {
 	/* check 2: a request with attempts needs one named */
 	{"no attempt on an attempted request", ABSENT, false, HOLDER, "mail", SHA_A, false, true,
 	 NG, LEDGER_CLAIM_ATTEMPT_REQUIRED, NULL},
-	{"no attempt, completed, attempted request", SUCCEEDED, false, HOLDER, "mail", SHA_A,
-	 false, true, NG, LEDGER_CLAIM_ATTEMPT_REQUIRED, NULL},
+	{"no attempt, completed, attempted request", SUCCEEDED, false, HOLDER, "mail", SHA_A, false,
+	 true, NG, LEDGER_CLAIM_ATTEMPT_REQUIRED, NULL},
 	/* check 3: the same key must mean the same call, in every state */
 	{"other args, in progress", IN_PROGRESS, false, HOLDER, "mail", SHA_B, false, false, NG,
 	 LEDGER_CLAIM_ARGS_MISMATCH, "args"},
@@ -112,14 +119,13 @@ static const struct claim_row claim_rows[] = {
 	{"mismatch of a fenced attempt", IN_PROGRESS, false, OTHER, "mail", SHA_B, false, true,
 	 FENCED, LEDGER_CLAIM_ARGS_MISMATCH, "args"},
 	/* check 4: replay, even to a fenced attempt, before every lease check */
-	{"succeeded", SUCCEEDED, false, OTHER, "mail", SHA_A, false, false, NG,
-	 LEDGER_CLAIM_REPLAY, NULL},
-	{"failed", FAILED, false, NULL, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_REPLAY,
+	{"succeeded", SUCCEEDED, false, OTHER, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_REPLAY,
 	 NULL},
+	{"failed", FAILED, false, NULL, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_REPLAY, NULL},
 	{"succeeded, same claim_id", SUCCEEDED, false, HOLDER, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_REPLAY, NULL},
-	{"succeeded, fenced attempt", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true,
-	 FENCED, LEDGER_CLAIM_REPLAY, NULL},
+	{"succeeded, fenced attempt", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true, FENCED,
+	 LEDGER_CLAIM_REPLAY, NULL},
 	{"succeeded, live attempt", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true, LIVE,
 	 LEDGER_CLAIM_REPLAY, NULL},
 	/* check 5: a tombstone never runs again */
@@ -127,8 +133,8 @@ static const struct claim_row claim_rows[] = {
 	 LEDGER_CLAIM_RESULT_EXPIRED, NULL},
 	{"tombstone, other tool", TOMBSTONE, false, OTHER, "sms", SHA_A, true, false, NG,
 	 LEDGER_CLAIM_RESULT_EXPIRED, NULL},
-	{"tombstone, fenced attempt", TOMBSTONE, false, OTHER, "mail", SHA_A, false, true,
-	 FENCED, LEDGER_CLAIM_RESULT_EXPIRED, NULL},
+	{"tombstone, fenced attempt", TOMBSTONE, false, OTHER, "mail", SHA_A, false, true, FENCED,
+	 LEDGER_CLAIM_RESULT_EXPIRED, NULL},
 	/* check 6: a fenced attempt starts nothing */
 	{"fenced, absent", ABSENT, false, HOLDER, "mail", SHA_A, false, true, FENCED,
 	 LEDGER_CLAIM_ATTEMPT_FENCED, NULL},
@@ -141,33 +147,32 @@ static const struct claim_row claim_rows[] = {
 	/* check 7: the same holder gets its token back */
 	{"same holder", IN_PROGRESS, false, HOLDER, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_HELD, NULL},
-	{"same holder, live attempt", IN_PROGRESS, false, HOLDER, "mail", SHA_A, false, true,
-	 LIVE, LEDGER_CLAIM_HELD, NULL},
+	{"same holder, live attempt", IN_PROGRESS, false, HOLDER, "mail", SHA_A, false, true, LIVE,
+	 LEDGER_CLAIM_HELD, NULL},
 	/* check 8: anyone else waits */
 	{"other holder", IN_PROGRESS, false, OTHER, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_IN_PROGRESS, NULL},
 	{"anonymous", IN_PROGRESS, false, NULL, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_IN_PROGRESS, NULL},
-	{"dedupes does not shorten a running lease", IN_PROGRESS, true, OTHER, "mail", SHA_A,
-	 true, false, NG, LEDGER_CLAIM_IN_PROGRESS, NULL},
+	{"dedupes does not shorten a running lease", IN_PROGRESS, true, OTHER, "mail", SHA_A, true,
+	 false, NG, LEDGER_CLAIM_IN_PROGRESS, NULL},
 	/* check 9: a lease that ran out is never handed out silently */
 	{"unknown", UNKNOWN, false, OTHER, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_OUTCOME_UNKNOWN, NULL},
-	{"unknown, the old holder itself", UNKNOWN, false, HOLDER, "mail", SHA_A, false, false,
-	 NG, LEDGER_CLAIM_OUTCOME_UNKNOWN, NULL},
+	{"unknown, the old holder itself", UNKNOWN, false, HOLDER, "mail", SHA_A, false, false, NG,
+	 LEDGER_CLAIM_OUTCOME_UNKNOWN, NULL},
 	{"unknown, anonymous", UNKNOWN, false, NULL, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_OUTCOME_UNKNOWN, NULL},
 	/* check 10: claimable */
-	{"absent", ABSENT, false, HOLDER, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_NEW,
-	 NULL},
+	{"absent", ABSENT, false, HOLDER, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_NEW, NULL},
 	{"absent, anonymous, nothing given", ABSENT, false, NULL, NULL, NULL, false, false, NG,
 	 LEDGER_CLAIM_NEW, NULL},
 	{"absent, live attempt", ABSENT, false, HOLDER, "mail", SHA_A, false, true, LIVE,
 	 LEDGER_CLAIM_NEW, NULL},
-	{"released", RELEASED, false, OTHER, "mail", SHA_A, false, false, NG,
+	{"released", RELEASED, false, OTHER, "mail", SHA_A, false, false, NG, LEDGER_CLAIM_RECLAIM,
+	 NULL},
+	{"released, the releasing holder", RELEASED, false, HOLDER, "mail", SHA_A, false, false, NG,
 	 LEDGER_CLAIM_RECLAIM, NULL},
-	{"released, the releasing holder", RELEASED, false, HOLDER, "mail", SHA_A, false, false,
-	 NG, LEDGER_CLAIM_RECLAIM, NULL},
 	{"unknown, tool dedupes", UNKNOWN, true, OTHER, "mail", SHA_A, true, false, NG,
 	 LEDGER_CLAIM_RECLAIM, NULL},
 };
@@ -253,26 +258,22 @@ static const struct complete_row complete_rows[] = {
 	{"never claimed", ABSENT, 1, true, false, "1", LEDGER_COMPLETE_NOT_FOUND},
 	{"tombstone", TOMBSTONE, 3, true, false, "1", LEDGER_COMPLETE_RESULT_EXPIRED},
 	{"token 0 never issued", IN_PROGRESS, 0, true, false, "1", LEDGER_COMPLETE_STALE_TOKEN},
-	{"token above the newest", IN_PROGRESS, 4, true, false, "1",
-	 LEDGER_COMPLETE_STALE_TOKEN},
+	{"token above the newest", IN_PROGRESS, 4, true, false, "1", LEDGER_COMPLETE_STALE_TOKEN},
 	{"future token on a completed call", SUCCEEDED, 9, true, false, "\"R\"",
 	 LEDGER_COMPLETE_STALE_TOKEN},
 	/* the current holder */
 	{"holder succeeds", IN_PROGRESS, 3, true, false, "1", LEDGER_COMPLETE_STORED},
 	{"holder fails", IN_PROGRESS, 3, false, false, "1", LEDGER_COMPLETE_STORED},
-	{"holder fails, retryable", IN_PROGRESS, 3, false, true, "1",
-	 LEDGER_COMPLETE_RELEASED},
+	{"holder fails, retryable", IN_PROGRESS, 3, false, true, "1", LEDGER_COMPLETE_RELEASED},
 	/* an older holder, or the holder after its lease: the effect happened */
 	{"older holder succeeds", IN_PROGRESS, 2, true, false, "1", LEDGER_COMPLETE_LATE},
 	{"older holder fails", IN_PROGRESS, 1, false, false, "1", LEDGER_COMPLETE_LATE},
 	{"holder after its lease", UNKNOWN, 3, true, false, "1", LEDGER_COMPLETE_LATE},
 	{"older holder of an unknown call", UNKNOWN, 2, true, false, "1", LEDGER_COMPLETE_LATE},
 	{"holder after it released", RELEASED, 3, true, false, "1", LEDGER_COMPLETE_LATE},
-	{"older holder of a released call", RELEASED, 2, false, false, "1",
-	 LEDGER_COMPLETE_LATE},
+	{"older holder of a released call", RELEASED, 2, false, false, "1", LEDGER_COMPLETE_LATE},
 	/* a stale holder can never release (invariant 8) */
-	{"older holder, retryable", IN_PROGRESS, 2, false, true, "1",
-	 LEDGER_COMPLETE_STALE_TOKEN},
+	{"older holder, retryable", IN_PROGRESS, 2, false, true, "1", LEDGER_COMPLETE_STALE_TOKEN},
 	{"holder after its lease, retryable", UNKNOWN, 3, false, true, "1",
 	 LEDGER_COMPLETE_STALE_TOKEN},
 	{"older holder of a released call, retryable", RELEASED, 2, false, true, "1",
@@ -381,8 +382,7 @@ static void test_decide_release_table(void **state)
 		int got = (int)ledger_decide_release(r->token, &call);
 
 		if (got != r->want)
-			fail_msg("release row %zu (%s): got %d, want %d", i, r->what, got,
-				 r->want);
+			fail_msg("release row %zu (%s): got %d, want %d", i, r->what, got, r->want);
 	}
 }
 
@@ -400,8 +400,7 @@ struct resolve_row {
 static const struct resolve_row resolve_rows[] = {
 	{"never claimed", ABSENT, 0, LEDGER_RESOLVE_SUCCEEDED, NULL, LEDGER_RESOLVE_NOT_FOUND},
 	{"tombstone", TOMBSTONE, 0, LEDGER_RESOLVE_FAILED, NULL, LEDGER_RESOLVE_RESULT_EXPIRED},
-	{"unknown -> succeeded", UNKNOWN, 0, LEDGER_RESOLVE_SUCCEEDED, "1",
-	 LEDGER_RESOLVE_SETTLED},
+	{"unknown -> succeeded", UNKNOWN, 0, LEDGER_RESOLVE_SUCCEEDED, "1", LEDGER_RESOLVE_SETTLED},
 	{"unknown -> failed", UNKNOWN, 0, LEDGER_RESOLVE_FAILED, NULL, LEDGER_RESOLVE_SETTLED},
 	{"unknown -> not executed", UNKNOWN, 0, LEDGER_RESOLVE_NOT_EXECUTED, NULL,
 	 LEDGER_RESOLVE_SETTLED},
@@ -417,10 +416,10 @@ static const struct resolve_row resolve_rows[] = {
 	 "\"R\"", LEDGER_RESOLVE_ALREADY_COMPLETED},
 	{"completed late", FAILED, LEDGER_COMPLETED_LATE, LEDGER_RESOLVE_FAILED, "\"R\"",
 	 LEDGER_RESOLVE_ALREADY_COMPLETED},
-	{"resolved, the same again", SUCCEEDED, LEDGER_COMPLETED_RESOLVE,
-	 LEDGER_RESOLVE_SUCCEEDED, "\"R\"", LEDGER_RESOLVE_REPEATED},
-	{"resolved, other result", SUCCEEDED, LEDGER_COMPLETED_RESOLVE,
-	 LEDGER_RESOLVE_SUCCEEDED, "\"S\"", LEDGER_RESOLVE_ALREADY_COMPLETED},
+	{"resolved, the same again", SUCCEEDED, LEDGER_COMPLETED_RESOLVE, LEDGER_RESOLVE_SUCCEEDED,
+	 "\"R\"", LEDGER_RESOLVE_REPEATED},
+	{"resolved, other result", SUCCEEDED, LEDGER_COMPLETED_RESOLVE, LEDGER_RESOLVE_SUCCEEDED,
+	 "\"S\"", LEDGER_RESOLVE_ALREADY_COMPLETED},
 	{"resolved, other outcome", SUCCEEDED, LEDGER_COMPLETED_RESOLVE, LEDGER_RESOLVE_FAILED,
 	 "\"R\"", LEDGER_RESOLVE_ALREADY_COMPLETED},
 	{"resolved, then not executed", SUCCEEDED, LEDGER_COMPLETED_RESOLVE,
@@ -439,8 +438,7 @@ static void test_decide_resolve_table(void **state)
 		got = ledger_decide_resolve(r->resolution, r->result,
 					    r->result != NULL ? strlen(r->result) : 0, &call);
 		if (got != r->want)
-			fail_msg("resolve row %zu (%s): got %d, want %d", i, r->what, got,
-				 r->want);
+			fail_msg("resolve row %zu (%s): got %d, want %d", i, r->what, got, r->want);
 	}
 }
 
@@ -466,16 +464,15 @@ static void test_decide_fast_paths_agree(void **state)
 	struct ledger_call absent = make_call(ABSENT, false, false);
 	struct ledger_call held = make_call(IN_PROGRESS, false, false);
 	struct ledger_claim claim = {.claim_id = OTHER, .tool = "mail", .args_sha256 = SHA_A};
-	struct ledger_completion done = {.fencing_token = 3, .succeeded = true, .result = "1",
-					 .result_len = 1};
-	struct ledger_completion retry = {.fencing_token = 3, .retryable = true, .result = "1",
-					  .result_len = 1};
+	struct ledger_completion done = {
+		.fencing_token = 3, .succeeded = true, .result = "1", .result_len = 1};
+	struct ledger_completion retry = {
+		.fencing_token = 3, .retryable = true, .result = "1", .result_len = 1};
 	const char *field = NULL;
 
 	(void)state;
 	/* claim_fast inserts: no row, no tombstone, no attempts, none named */
-	assert_int_equal(ledger_decide_claim(&claim, &absent, false, NG, &field),
-			 LEDGER_CLAIM_NEW);
+	assert_int_equal(ledger_decide_claim(&claim, &absent, false, NG, &field), LEDGER_CLAIM_NEW);
 	/* complete_fast: in progress, the newest token, within the lease */
 	assert_int_equal(ledger_decide_complete(&done, &held), LEDGER_COMPLETE_STORED);
 	assert_int_equal(ledger_decide_complete(&retry, &held), LEDGER_COMPLETE_RELEASED);

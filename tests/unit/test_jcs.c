@@ -23,7 +23,7 @@
 #include "ledger/json.h"
 
 #define DEPTH 64
-#define DATA  "tests/data/jcs"
+#define DATA "tests/data/jcs"
 
 /* A C string literal and its length, embedded NULs included. */
 #define TEXT(s) s, sizeof(s) - 1
@@ -183,41 +183,41 @@ static void test_jcs_format_number(void **state)
 		double d;
 		const char *want;
 	} cases[] = {
-	    {0.0, "0"},
-	    {-0.0, "0"},
-	    {1.0, "1"},
-	    {-1.0, "-1"},
-	    {100.0, "100"},
-	    {1.5, "1.5"},
-	    {0.5, "0.5"},
-	    {4.35, "4.35"},
-	    {0.1 + 0.2, "0.30000000000000004"},
-	    {1e20, "100000000000000000000"},
-	    {1e21, "1e+21"},
-	    {999999999999999900000.0, "999999999999999900000"},
-	    {1234567890123456789.0, "1234567890123456800"},
-	    {123456789012345678901234567890.0, "1.2345678901234568e+29"},
-	    {9007199254740992.0, "9007199254740992"},
-	    {1e-6, "0.000001"},
-	    {1.5e-6, "0.0000015"},
-	    {1e-7, "1e-7"},
-	    {-1e-7, "-1e-7"},
-	    {1.5e-7, "1.5e-7"},
-	    {1.23e-18, "1.23e-18"},
-	    {1e300, "1e+300"},
-	    {5e-324, "5e-324"},
-	    {1.5e-323, "1.5e-323"},
-	    {DBL_MIN, "2.2250738585072014e-308"},
-	    {DBL_MAX, "1.7976931348623157e+308"},
-	    {-DBL_MAX, "-1.7976931348623157e+308"},
-	    /*
+		{0.0, "0"},
+		{-0.0, "0"},
+		{1.0, "1"},
+		{-1.0, "-1"},
+		{100.0, "100"},
+		{1.5, "1.5"},
+		{0.5, "0.5"},
+		{4.35, "4.35"},
+		{0.1 + 0.2, "0.30000000000000004"},
+		{1e20, "100000000000000000000"},
+		{1e21, "1e+21"},
+		{999999999999999900000.0, "999999999999999900000"},
+		{1234567890123456789.0, "1234567890123456800"},
+		{123456789012345678901234567890.0, "1.2345678901234568e+29"},
+		{9007199254740992.0, "9007199254740992"},
+		{1e-6, "0.000001"},
+		{1.5e-6, "0.0000015"},
+		{1e-7, "1e-7"},
+		{-1e-7, "-1e-7"},
+		{1.5e-7, "1.5e-7"},
+		{1.23e-18, "1.23e-18"},
+		{1e300, "1e+300"},
+		{5e-324, "5e-324"},
+		{1.5e-323, "1.5e-323"},
+		{DBL_MIN, "2.2250738585072014e-308"},
+		{DBL_MAX, "1.7976931348623157e+308"},
+		{-DBL_MAX, "-1.7976931348623157e+308"},
+		/*
 	     * Powers of two where the gap below is half the gap above:
 	     * the nearest 16-digit decimal does not read back, the next
 	     * one up does (values checked against Node's String()).
 	     */
-	    {0x1p-44, "5.684341886080802e-14"},
-	    {0x1p-24, "5.960464477539063e-8"},
-	    {0x1p89, "6.189700196426902e+26"},
+		{0x1p-44, "5.684341886080802e-14"},
+		{0x1p-24, "5.960464477539063e-8"},
+		{0x1p89, "6.189700196426902e+26"},
 	};
 	size_t i;
 
@@ -236,13 +236,13 @@ static void test_jcs_key_order_utf16(void **state)
 {
 	/* Bytewise UTF-8 order would put U+E000..U+FFFF before the astral keys. */
 	static const char in[] =
-	    "{\"\\ue000\":0,\"\\ud83d\\ude02\":1,\"a\":2,\"\\u00e9\":3,\"\\uffff\":4,"
-	    "\"\\ud800\\udc00\":5,\"\":6,\"ab\":7,\"\\u0080\":8,\"\\ud7ff\":9,\"\\ufb33\":10,"
-	    "\"\\n\":11,\"A\":12,\"\\udbff\\udfff\":13}";
+		"{\"\\ue000\":0,\"\\ud83d\\ude02\":1,\"a\":2,\"\\u00e9\":3,\"\\uffff\":4,"
+		"\"\\ud800\\udc00\":5,\"\":6,\"ab\":7,\"\\u0080\":8,\"\\ud7ff\":9,\"\\ufb33\":10,"
+		"\"\\n\":11,\"A\":12,\"\\udbff\\udfff\":13}";
 	static const char want[] =
-	    "{\"\":6,\"\\n\":11,\"A\":12,\"a\":2,\"ab\":7,\"\xc2\x80\":8,\"\xc3\xa9\":3,"
-	    "\"\xed\x9f\xbf\":9,\"\xf0\x90\x80\x80\":5,\"\xf0\x9f\x98\x82\":1,"
-	    "\"\xf4\x8f\xbf\xbf\":13,\"\xee\x80\x80\":0,\"\xef\xac\xb3\":10,\"\xef\xbf\xbf\":4}";
+		"{\"\":6,\"\\n\":11,\"A\":12,\"a\":2,\"ab\":7,\"\xc2\x80\":8,\"\xc3\xa9\":3,"
+		"\"\xed\x9f\xbf\":9,\"\xf0\x90\x80\x80\":5,\"\xf0\x9f\x98\x82\":1,"
+		"\"\xf4\x8f\xbf\xbf\":13,\"\xee\x80\x80\":0,\"\xef\xac\xb3\":10,\"\xef\xbf\xbf\":4}";
 
 	(void)state;
 	expect_canon(TEXT(in), TEXT(want));
@@ -261,16 +261,16 @@ static void test_jcs_unicode_escapes(void **state)
 		const char *want;
 		size_t want_len;
 	} cases[] = {
-	    {TEXT("\"\\u20ac\""), TEXT("\"\xe2\x82\xac\"")},
-	    {TEXT("\"\\u000F\\u000f\\u001F\""), TEXT("\"\\u000f\\u000f\\u001f\"")},
-	    {TEXT("\"\\u007f\\u0080\""), TEXT("\"\x7f\xc2\x80\"")},
-	    {TEXT("\"\\/\\b\\f\\n\\r\\t\\\"\\\\\""), TEXT("\"/\\b\\f\\n\\r\\t\\\"\\\\\"")},
-	    {TEXT("\"\\u0000\""), TEXT("\"\\u0000\"")},
-	    {TEXT("\"\\u0008\\u000C\""), TEXT("\"\\b\\f\"")},
-	    {TEXT("\"\\ud83d\\ude02\""), TEXT("\"\xf0\x9f\x98\x82\"")},
-	    {TEXT("\"\\u2028\\u2029\""), TEXT("\"\xe2\x80\xa8\xe2\x80\xa9\"")},
-	    {TEXT("\"A\\u030a\""), TEXT("\"A\xcc\x8a\"")},
-	    {TEXT("{\"\\u0061\\n\":\"\\u0062\"}"), TEXT("{\"a\\n\":\"b\"}")},
+		{TEXT("\"\\u20ac\""), TEXT("\"\xe2\x82\xac\"")},
+		{TEXT("\"\\u000F\\u000f\\u001F\""), TEXT("\"\\u000f\\u000f\\u001f\"")},
+		{TEXT("\"\\u007f\\u0080\""), TEXT("\"\x7f\xc2\x80\"")},
+		{TEXT("\"\\/\\b\\f\\n\\r\\t\\\"\\\\\""), TEXT("\"/\\b\\f\\n\\r\\t\\\"\\\\\"")},
+		{TEXT("\"\\u0000\""), TEXT("\"\\u0000\"")},
+		{TEXT("\"\\u0008\\u000C\""), TEXT("\"\\b\\f\"")},
+		{TEXT("\"\\ud83d\\ude02\""), TEXT("\"\xf0\x9f\x98\x82\"")},
+		{TEXT("\"\\u2028\\u2029\""), TEXT("\"\xe2\x80\xa8\xe2\x80\xa9\"")},
+		{TEXT("\"A\\u030a\""), TEXT("\"A\xcc\x8a\"")},
+		{TEXT("{\"\\u0061\\n\":\"\\u0062\"}"), TEXT("{\"a\\n\":\"b\"}")},
 	};
 	size_t i;
 
@@ -282,10 +282,10 @@ static void test_jcs_unicode_escapes(void **state)
 static void test_jcs_numbers_in_documents(void **state)
 {
 	static const char *const too_big[] = {
-	    "1e400",
-	    "[1e400]",
-	    "{\"a\":[1,{\"b\":-1e400}]}",
-	    "1.7976931348623159e308",
+		"1e400",
+		"[1e400]",
+		"{\"a\":[1,{\"b\":-1e400}]}",
+		"1.7976931348623159e308",
 	};
 	size_t i;
 
@@ -316,8 +316,8 @@ static void test_jcs_scalars_and_nesting(void **state)
 	expect_canon(TEXT("[ [ ] , { } , [ [ 1 ] ] , { \"z\" : { \"y\" : [ ] , \"x\" : { } } } ]"),
 		     TEXT("[[],{},[[1]],{\"z\":{\"x\":{},\"y\":[]}}]"));
 	expect_canon(
-	    TEXT("{\"b\":[{\"d\":1,\"c\":2},{\"f\":[true,false,null]}],\"a\":{\"c\":{}}}"),
-	    TEXT("{\"a\":{\"c\":{}},\"b\":[{\"c\":2,\"d\":1},{\"f\":[true,false,null]}]}"));
+		TEXT("{\"b\":[{\"d\":1,\"c\":2},{\"f\":[true,false,null]}],\"a\":{\"c\":{}}}"),
+		TEXT("{\"a\":{\"c\":{}},\"b\":[{\"c\":2,\"d\":1},{\"f\":[true,false,null]}]}"));
 }
 
 /* Deep documents are written without recursion on the C stack. */
@@ -384,16 +384,17 @@ static void test_jcs_fingerprint(void **state)
 		const char *in;
 		const char *want;
 	} cases[] = {
-	    /* printf '%s' '{"a":1}' | sha256sum */
-	    {"{\"a\":1}", "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
-	    {" { \"a\" : 1.0 } ",
-	     "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
-	    {"{\"a\":10e-1}", "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
-	    /* printf '%s' '{"a":"é","b":[1e+21,0.000001,1e-7,null]}' | sha256sum */
-	    {"{\"b\":[1E21,1e-6,1e-7,null],\"a\":\"\\u00e9\"}",
-	     "3944a3f2dd25a2204fc920a93fbe45c6cbe32cd10d1ec4cd827bd96059a137c1"},
-	    /* printf '%s' '"x"' | sha256sum */
-	    {"\"\\u0078\"", "ba2df4903a2c14e86dc3bcca58911b44ac1d2514b7227bf6eb08cfb978f55a1b"},
+		/* printf '%s' '{"a":1}' | sha256sum */
+		{"{\"a\":1}", "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
+		{" { \"a\" : 1.0 } ",
+		 "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
+		{"{\"a\":10e-1}",
+		 "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
+		/* printf '%s' '{"a":"é","b":[1e+21,0.000001,1e-7,null]}' | sha256sum */
+		{"{\"b\":[1E21,1e-6,1e-7,null],\"a\":\"\\u00e9\"}",
+		 "3944a3f2dd25a2204fc920a93fbe45c6cbe32cd10d1ec4cd827bd96059a137c1"},
+		/* printf '%s' '"x"' | sha256sum */
+		{"\"\\u0078\"", "ba2df4903a2c14e86dc3bcca58911b44ac1d2514b7227bf6eb08cfb978f55a1b"},
 	};
 	struct ledger_json_doc *doc = NULL;
 	char hex[65];
@@ -402,8 +403,8 @@ static void test_jcs_fingerprint(void **state)
 	(void)state;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		assert_int_equal(
-		    ledger_json_parse(cases[i].in, strlen(cases[i].in), DEPTH, &doc, NULL),
-		    LEDGER_OK);
+			ledger_json_parse(cases[i].in, strlen(cases[i].in), DEPTH, &doc, NULL),
+			LEDGER_OK);
 		memset(hex, 'z', sizeof(hex));
 		assert_int_equal(ledger_jcs_fingerprint(ledger_json_root(doc), hex), LEDGER_OK);
 		assert_string_equal(hex, cases[i].want);
@@ -435,17 +436,17 @@ static void test_jcs_failed_buffer(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_jcs_rfc8785_vectors),
-	    cmocka_unit_test(test_jcs_number_vectors),
-	    cmocka_unit_test(test_jcs_format_number),
-	    cmocka_unit_test(test_jcs_key_order_utf16),
-	    cmocka_unit_test(test_jcs_unicode_escapes),
-	    cmocka_unit_test(test_jcs_numbers_in_documents),
-	    cmocka_unit_test(test_jcs_scalars_and_nesting),
-	    cmocka_unit_test(test_jcs_deep_nesting),
-	    cmocka_unit_test(test_jcs_large_object),
-	    cmocka_unit_test(test_jcs_fingerprint),
-	    cmocka_unit_test(test_jcs_failed_buffer),
+		cmocka_unit_test(test_jcs_rfc8785_vectors),
+		cmocka_unit_test(test_jcs_number_vectors),
+		cmocka_unit_test(test_jcs_format_number),
+		cmocka_unit_test(test_jcs_key_order_utf16),
+		cmocka_unit_test(test_jcs_unicode_escapes),
+		cmocka_unit_test(test_jcs_numbers_in_documents),
+		cmocka_unit_test(test_jcs_scalars_and_nesting),
+		cmocka_unit_test(test_jcs_deep_nesting),
+		cmocka_unit_test(test_jcs_large_object),
+		cmocka_unit_test(test_jcs_fingerprint),
+		cmocka_unit_test(test_jcs_failed_buffer),
 	};
 
 	return cmocka_run_group_tests_name("jcs", tests, NULL, NULL);

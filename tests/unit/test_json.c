@@ -66,12 +66,12 @@ static void test_json_accepts_scalars(void **state)
 		const char *text;
 		enum ledger_json_type type;
 	} cases[] = {
-	    {"null", LEDGER_JSON_NULL},		 {"true", LEDGER_JSON_TRUE},
-	    {"false", LEDGER_JSON_FALSE},	 {"0", LEDGER_JSON_NUMBER},
-	    {"-0", LEDGER_JSON_NUMBER},		 {"-0.0e-0", LEDGER_JSON_NUMBER},
-	    {"123.456E+78", LEDGER_JSON_NUMBER}, {"1e5", LEDGER_JSON_NUMBER},
-	    {"\"\"", LEDGER_JSON_STRING},	 {"[]", LEDGER_JSON_ARRAY},
-	    {"{}", LEDGER_JSON_OBJECT},		 {" \t\r\n[ \t\r\n] \t\r\n", LEDGER_JSON_ARRAY},
+		{"null", LEDGER_JSON_NULL},          {"true", LEDGER_JSON_TRUE},
+		{"false", LEDGER_JSON_FALSE},        {"0", LEDGER_JSON_NUMBER},
+		{"-0", LEDGER_JSON_NUMBER},          {"-0.0e-0", LEDGER_JSON_NUMBER},
+		{"123.456E+78", LEDGER_JSON_NUMBER}, {"1e5", LEDGER_JSON_NUMBER},
+		{"\"\"", LEDGER_JSON_STRING},        {"[]", LEDGER_JSON_ARRAY},
+		{"{}", LEDGER_JSON_OBJECT},          {" \t\r\n[ \t\r\n] \t\r\n", LEDGER_JSON_ARRAY},
 	};
 	size_t i;
 
@@ -137,7 +137,7 @@ static void test_json_get(void **state)
 static void test_json_raw_spans(void **state)
 {
 	static const char text[] =
-	    " \n{ \"a\" : [ 1 , \"x\\n\" ,true ] ,\r\n\t\"b\" : { } , \"c\":-1.5e3 }\n ";
+		" \n{ \"a\" : [ 1 , \"x\\n\" ,true ] ,\r\n\t\"b\" : { } , \"c\":-1.5e3 }\n ";
 	struct ledger_json_doc *doc = parse_ok(TEXT(text), DEPTH);
 	const struct ledger_json_value *root = ledger_json_root(doc);
 	const struct ledger_json_value *a = ledger_json_get(root, "a");
@@ -170,22 +170,22 @@ static void test_json_string_escapes(void **state)
 		const char *want;
 		size_t want_len;
 	} cases[] = {
-	    {"\"plain\"", TEXT("plain")},
-	    {"\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", TEXT("\"\\/\b\f\n\r\t")},
-	    {"\"\\u0041\\u00e9\\u00E9\"", TEXT("A\xc3\xa9\xc3\xa9")},
-	    {"\"\\u20ac\"", TEXT("\xe2\x82\xac")},
-	    {"\"\\uffff\"", TEXT("\xef\xbf\xbf")},
-	    {"\"\\ud83d\\ude02\"", TEXT("\xf0\x9f\x98\x82")},
-	    {"\"\\uD800\\uDC00\"", TEXT("\xf0\x90\x80\x80")},
-	    {"\"\\udbff\\udfff\"", TEXT("\xf4\x8f\xbf\xbf")},
-	    {"\"a\\u0000b\"", TEXT("a\0b")},
-	    {"\"\\u0000\"", TEXT("\0")},
-	    {"\"\x7f\"", TEXT("\x7f")},
-	    {"\"\xc2\x80\xdf\xbf\"", TEXT("\xc2\x80\xdf\xbf")},
-	    {"\"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\"",
-	     TEXT("\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80")},
-	    {"\"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf\"", TEXT("\xf0\x90\x80\x80\xf4\x8f\xbf\xbf")},
-	    {"\"\"", TEXT("")},
+		{"\"plain\"", TEXT("plain")},
+		{"\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", TEXT("\"\\/\b\f\n\r\t")},
+		{"\"\\u0041\\u00e9\\u00E9\"", TEXT("A\xc3\xa9\xc3\xa9")},
+		{"\"\\u20ac\"", TEXT("\xe2\x82\xac")},
+		{"\"\\uffff\"", TEXT("\xef\xbf\xbf")},
+		{"\"\\ud83d\\ude02\"", TEXT("\xf0\x9f\x98\x82")},
+		{"\"\\uD800\\uDC00\"", TEXT("\xf0\x90\x80\x80")},
+		{"\"\\udbff\\udfff\"", TEXT("\xf4\x8f\xbf\xbf")},
+		{"\"a\\u0000b\"", TEXT("a\0b")},
+		{"\"\\u0000\"", TEXT("\0")},
+		{"\"\x7f\"", TEXT("\x7f")},
+		{"\"\xc2\x80\xdf\xbf\"", TEXT("\xc2\x80\xdf\xbf")},
+		{"\"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\"",
+		 TEXT("\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80")},
+		{"\"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf\"", TEXT("\xf0\x90\x80\x80\xf4\x8f\xbf\xbf")},
+		{"\"\"", TEXT("")},
 	};
 	size_t i;
 
@@ -209,12 +209,12 @@ static void test_json_lone_surrogates(void **state)
 		const char *text;
 		size_t offset;
 	} cases[] = {
-	    {"\"\\ud800\"", 1},	       {"\"\\udbff\"", 1},
-	    {"\"\\udc00\"", 1},	       {"\"\\udfff\"", 1},
-	    {"\"ab\\ud800x\"", 3},     {"\"\\ud800\\u0041\"", 1},
-	    {"\"\\ud800\\ud800\"", 1}, {"\"\\ud800\\n\"", 1},
-	    {"\"\\ude02\\ud83d\"", 1}, {"\"\\ud83d\\ude02\\ude02\"", 13},
-	    {"[\"\\ud800", 2},
+		{"\"\\ud800\"", 1},        {"\"\\udbff\"", 1},
+		{"\"\\udc00\"", 1},        {"\"\\udfff\"", 1},
+		{"\"ab\\ud800x\"", 3},     {"\"\\ud800\\u0041\"", 1},
+		{"\"\\ud800\\ud800\"", 1}, {"\"\\ud800\\n\"", 1},
+		{"\"\\ude02\\ud83d\"", 1}, {"\"\\ud83d\\ude02\\ude02\"", 13},
+		{"[\"\\ud800", 2},
 	};
 	size_t i;
 
@@ -231,28 +231,28 @@ static void test_json_invalid_utf8(void **state)
 		size_t len;
 		size_t offset;
 	} cases[] = {
-	    {TEXT("\"\x80\""), 1}, /* continuation byte alone */
-	    {TEXT("\"\xbf\""), 1},
-	    {TEXT("\"\xc0\x80\""), 1},	   /* overlong NUL */
-	    {TEXT("\"\xc1\xbf\""), 1},	   /* overlong ASCII */
-	    {TEXT("\"\xe0\x80\x80\""), 1}, /* overlong 3-byte */
-	    {TEXT("\"\xe0\x9f\xbf\""), 1},
-	    {TEXT("\"\xf0\x80\x80\x80\""), 1}, /* overlong 4-byte */
-	    {TEXT("\"\xf0\x8f\xbf\xbf\""), 1},
-	    {TEXT("\"\xed\xa0\x80\""), 1},	       /* U+D800 encoded */
-	    {TEXT("\"\xed\xbf\xbf\""), 1},	       /* U+DFFF encoded */
-	    {TEXT("\"\xed\xa0\xbd\xed\xb8\x82\""), 1}, /* CESU-8 pair */
-	    {TEXT("\"\xf4\x90\x80\x80\""), 1},	       /* U+110000 */
-	    {TEXT("\"\xf5\x80\x80\x80\""), 1},
-	    {TEXT("\"\xf8\x88\x80\x80\x80\""), 1},
-	    {TEXT("\"\xfe\""), 1},
-	    {TEXT("\"\xff\""), 1},
-	    {TEXT("\"ok\xe2\x82\""), 3}, /* truncated before the quote */
-	    {TEXT("\"\xe2\x82"), 1},	 /* truncated by the end */
-	    {TEXT("\"\xf0\x9f\x98"), 1},
-	    {TEXT("\"\xc3"), 1},
-	    {TEXT("\"\xc3\xa9\xc3\x28\""), 3}, /* bad continuation */
-	    {TEXT("{\"\xc3\":1}"), 2},	       /* in a key */
+		{TEXT("\"\x80\""), 1}, /* continuation byte alone */
+		{TEXT("\"\xbf\""), 1},
+		{TEXT("\"\xc0\x80\""), 1},     /* overlong NUL */
+		{TEXT("\"\xc1\xbf\""), 1},     /* overlong ASCII */
+		{TEXT("\"\xe0\x80\x80\""), 1}, /* overlong 3-byte */
+		{TEXT("\"\xe0\x9f\xbf\""), 1},
+		{TEXT("\"\xf0\x80\x80\x80\""), 1}, /* overlong 4-byte */
+		{TEXT("\"\xf0\x8f\xbf\xbf\""), 1},
+		{TEXT("\"\xed\xa0\x80\""), 1},             /* U+D800 encoded */
+		{TEXT("\"\xed\xbf\xbf\""), 1},             /* U+DFFF encoded */
+		{TEXT("\"\xed\xa0\xbd\xed\xb8\x82\""), 1}, /* CESU-8 pair */
+		{TEXT("\"\xf4\x90\x80\x80\""), 1},         /* U+110000 */
+		{TEXT("\"\xf5\x80\x80\x80\""), 1},
+		{TEXT("\"\xf8\x88\x80\x80\x80\""), 1},
+		{TEXT("\"\xfe\""), 1},
+		{TEXT("\"\xff\""), 1},
+		{TEXT("\"ok\xe2\x82\""), 3}, /* truncated before the quote */
+		{TEXT("\"\xe2\x82"), 1},     /* truncated by the end */
+		{TEXT("\"\xf0\x9f\x98"), 1},
+		{TEXT("\"\xc3"), 1},
+		{TEXT("\"\xc3\xa9\xc3\x28\""), 3}, /* bad continuation */
+		{TEXT("{\"\xc3\":1}"), 2},         /* in a key */
 	};
 	size_t i;
 
@@ -282,57 +282,57 @@ static void test_json_syntax_errors(void **state)
 		size_t len;
 		size_t offset;
 	} cases[] = {
-	    {TEXT(" "), 1},
-	    {TEXT("\n\t "), 3},
-	    {TEXT("tru"), 0},
-	    {TEXT("nul"), 0},
-	    {TEXT("True"), 0},
-	    {TEXT("NaN"), 0},
-	    {TEXT("Infinity"), 0},
-	    {TEXT("-Infinity"), 1},
-	    {TEXT("'a'"), 0},
-	    {TEXT("\xef\xbb\xbf{}"), 0},
-	    {TEXT("\v1"), 0},
-	    {TEXT("\f1"), 0},
-	    {TEXT("\0"), 0},
-	    {TEXT("01"), 1},
-	    {TEXT("-01"), 2},
-	    {TEXT("1."), 2},
-	    {TEXT("1.e5"), 2},
-	    {TEXT(".5"), 0},
-	    {TEXT("-"), 1},
-	    {TEXT("- 1"), 1},
-	    {TEXT("+1"), 0},
-	    {TEXT("1e"), 2},
-	    {TEXT("1e+"), 3},
-	    {TEXT("1E-x"), 3},
-	    {TEXT("0x10"), 1},
-	    {TEXT("["), 1},
-	    {TEXT("[1"), 2},
-	    {TEXT("[1,"), 3},
-	    {TEXT("[1,]"), 3},
-	    {TEXT("[,1]"), 1},
-	    {TEXT("[1,,2]"), 3},
-	    {TEXT("[1 2]"), 3},
-	    {TEXT("[1}"), 2},
-	    {TEXT("{"), 1},
-	    {TEXT("{]"), 1},
-	    {TEXT("{\"a\"}"), 4},
-	    {TEXT("{\"a\" 1}"), 5},
-	    {TEXT("{\"a\":}"), 5},
-	    {TEXT("{\"a\":1,}"), 7},
-	    {TEXT("{\"a\":1]"), 6},
-	    {TEXT("{1:2}"), 1},
-	    {TEXT("{'a':1}"), 1},
-	    {TEXT("{\"a\":1 \"b\":2}"), 7},
-	    {TEXT("\"abc"), 4},
-	    {TEXT("\"abc\\"), 4},
-	    {TEXT("\"\\x\""), 1},
-	    {TEXT("\"\\U0041\""), 1},
-	    {TEXT("\"\\u12\""), 1},
-	    {TEXT("\"\\u12G4\""), 1},
-	    {TEXT("\"\\u004"), 1},
-	    {TEXT("\"\\\0\""), 1},
+		{TEXT(" "), 1},
+		{TEXT("\n\t "), 3},
+		{TEXT("tru"), 0},
+		{TEXT("nul"), 0},
+		{TEXT("True"), 0},
+		{TEXT("NaN"), 0},
+		{TEXT("Infinity"), 0},
+		{TEXT("-Infinity"), 1},
+		{TEXT("'a'"), 0},
+		{TEXT("\xef\xbb\xbf{}"), 0},
+		{TEXT("\v1"), 0},
+		{TEXT("\f1"), 0},
+		{TEXT("\0"), 0},
+		{TEXT("01"), 1},
+		{TEXT("-01"), 2},
+		{TEXT("1."), 2},
+		{TEXT("1.e5"), 2},
+		{TEXT(".5"), 0},
+		{TEXT("-"), 1},
+		{TEXT("- 1"), 1},
+		{TEXT("+1"), 0},
+		{TEXT("1e"), 2},
+		{TEXT("1e+"), 3},
+		{TEXT("1E-x"), 3},
+		{TEXT("0x10"), 1},
+		{TEXT("["), 1},
+		{TEXT("[1"), 2},
+		{TEXT("[1,"), 3},
+		{TEXT("[1,]"), 3},
+		{TEXT("[,1]"), 1},
+		{TEXT("[1,,2]"), 3},
+		{TEXT("[1 2]"), 3},
+		{TEXT("[1}"), 2},
+		{TEXT("{"), 1},
+		{TEXT("{]"), 1},
+		{TEXT("{\"a\"}"), 4},
+		{TEXT("{\"a\" 1}"), 5},
+		{TEXT("{\"a\":}"), 5},
+		{TEXT("{\"a\":1,}"), 7},
+		{TEXT("{\"a\":1]"), 6},
+		{TEXT("{1:2}"), 1},
+		{TEXT("{'a':1}"), 1},
+		{TEXT("{\"a\":1 \"b\":2}"), 7},
+		{TEXT("\"abc"), 4},
+		{TEXT("\"abc\\"), 4},
+		{TEXT("\"\\x\""), 1},
+		{TEXT("\"\\U0041\""), 1},
+		{TEXT("\"\\u12\""), 1},
+		{TEXT("\"\\u12G4\""), 1},
+		{TEXT("\"\\u004"), 1},
+		{TEXT("\"\\\0\""), 1},
 	};
 	size_t i;
 
@@ -349,9 +349,9 @@ static void test_json_trailing_garbage(void **state)
 		size_t len;
 		size_t offset;
 	} cases[] = {
-	    {TEXT("{}x"), 2},	    {TEXT("[] []"), 3}, {TEXT("1 2"), 2},
-	    {TEXT("truefalse"), 4}, {TEXT("nullx"), 4}, {TEXT("\"a\"\"b\""), 3},
-	    {TEXT("{} \0"), 3},	    {TEXT("[1]]"), 3},	{TEXT("0 ,"), 2},
+		{TEXT("{}x"), 2},       {TEXT("[] []"), 3}, {TEXT("1 2"), 2},
+		{TEXT("truefalse"), 4}, {TEXT("nullx"), 4}, {TEXT("\"a\"\"b\""), 3},
+		{TEXT("{} \0"), 3},     {TEXT("[1]]"), 3},  {TEXT("0 ,"), 2},
 	};
 	size_t i;
 
@@ -397,23 +397,23 @@ static void test_json_duplicate_keys(void **state)
 		size_t len;
 		size_t offset;
 	} cases[] = {
-	    {TEXT("{\"a\":1,\"a\":2}"), 7},
-	    {TEXT("{\"a\":1,\"\\u0061\":2}"), 7},
-	    {TEXT("{\"\\u0061\":1,\"a\":2}"), 12},
-	    {TEXT("{\"\\/\":1,\"/\":2}"), 8},
-	    {TEXT("{\"\\ud83d\\ude02\":1,\"\xf0\x9f\x98\x82\":2}"), 18},
-	    {TEXT("{\"\":1,\"\":2}"), 6},
-	    {TEXT("{\"a\\u0000\":1,\"a\\u0000\":2}"), 13},
-	    {TEXT("{\"a\":1,\"b\":2,\"c\":3,\"b\":4,\"a\":5}"), 19},
-	    {TEXT("{\"x\":{\"b\":1,\"a\":2,\"b\":3}}"), 18},
-	    {TEXT("[{\"a\":1},{\"a\":1,\"a\":1}]"), 16},
+		{TEXT("{\"a\":1,\"a\":2}"), 7},
+		{TEXT("{\"a\":1,\"\\u0061\":2}"), 7},
+		{TEXT("{\"\\u0061\":1,\"a\":2}"), 12},
+		{TEXT("{\"\\/\":1,\"/\":2}"), 8},
+		{TEXT("{\"\\ud83d\\ude02\":1,\"\xf0\x9f\x98\x82\":2}"), 18},
+		{TEXT("{\"\":1,\"\":2}"), 6},
+		{TEXT("{\"a\\u0000\":1,\"a\\u0000\":2}"), 13},
+		{TEXT("{\"a\":1,\"b\":2,\"c\":3,\"b\":4,\"a\":5}"), 19},
+		{TEXT("{\"x\":{\"b\":1,\"a\":2,\"b\":3}}"), 18},
+		{TEXT("[{\"a\":1},{\"a\":1,\"a\":1}]"), 16},
 	};
 	static const char *const fine[] = {
-	    "{\"a\":1,\"b\":{\"a\":1},\"c\":[{\"a\":1},{\"a\":2}]}",
-	    "{\"a\\u0000b\":1,\"a\\u0000c\":2}",
-	    "{\"a\\u0000\":1,\"a\":2}",
-	    "{\"a\":1,\"A\":2,\"a \":3}",
-	    "{\"\xc3\xa9\":1,\"e\\u0301\":2}",
+		"{\"a\":1,\"b\":{\"a\":1},\"c\":[{\"a\":1},{\"a\":2}]}",
+		"{\"a\\u0000b\":1,\"a\\u0000c\":2}",
+		"{\"a\\u0000\":1,\"a\":2}",
+		"{\"a\":1,\"A\":2,\"a \":3}",
+		"{\"\xc3\xa9\":1,\"e\\u0301\":2}",
 	};
 	size_t i;
 
@@ -573,25 +573,25 @@ static void test_json_number_double(void **state)
 		const char *text;
 		double want;
 	} cases[] = {
-	    {"0", 0.0},
-	    {"1", 1.0},
-	    {"-1.5", -1.5},
-	    {"0.1", 0.1},
-	    {"1E2", 100.0},
-	    {"1e-2", 0.01},
-	    {"123456789012345678901234567890", 123456789012345678901234567890.0},
-	    {"9007199254740993", 9007199254740992.0}, /* a tie: even wins */
-	    {"9007199254740995", 9007199254740996.0},
-	    {"5e-324", 4.9406564584124654e-324},
-	    {"2.4703282292062328e-324", 4.9406564584124654e-324},
-	    {"2.4703282292062327e-324", 0.0},
-	    {"1e-400", 0.0},
-	    {"2.2250738585072014e-308", 2.2250738585072014e-308},
-	    {"1.7976931348623157e308", 1.7976931348623157e308},
-	    {"1.7976931348623158e308", 1.7976931348623157e308},
-	    {"0e999999999999999999999999", 0.0},
-	    {"0.000000000000000000000000000000000000000000001e45", 1.0},
-	    {"1000000000000000000000000000000000000000000000e-44", 10.0},
+		{"0", 0.0},
+		{"1", 1.0},
+		{"-1.5", -1.5},
+		{"0.1", 0.1},
+		{"1E2", 100.0},
+		{"1e-2", 0.01},
+		{"123456789012345678901234567890", 123456789012345678901234567890.0},
+		{"9007199254740993", 9007199254740992.0}, /* a tie: even wins */
+		{"9007199254740995", 9007199254740996.0},
+		{"5e-324", 4.9406564584124654e-324},
+		{"2.4703282292062328e-324", 4.9406564584124654e-324},
+		{"2.4703282292062327e-324", 0.0},
+		{"1e-400", 0.0},
+		{"2.2250738585072014e-308", 2.2250738585072014e-308},
+		{"1.7976931348623157e308", 1.7976931348623157e308},
+		{"1.7976931348623158e308", 1.7976931348623157e308},
+		{"0e999999999999999999999999", 0.0},
+		{"0.000000000000000000000000000000000000000000001e45", 1.0},
+		{"1000000000000000000000000000000000000000000000e-44", 10.0},
 	};
 	size_t i;
 	double d;
@@ -613,10 +613,10 @@ static void test_json_number_double(void **state)
 static void test_json_number_double_overflow(void **state)
 {
 	static const char *const cases[] = {
-	    "1e400",
-	    "-1e400",
-	    "1.7976931348623159e308",
-	    "1e99999999999999999999999",
+		"1e400",
+		"-1e400",
+		"1.7976931348623159e308",
+		"1e99999999999999999999999",
 	};
 	struct ledger_json_doc *doc = NULL;
 	size_t i;
@@ -691,27 +691,27 @@ static void test_json_number_uint(void **state)
 		enum ledger_err rc;
 		uint64_t want;
 	} cases[] = {
-	    {"0", 0, LEDGER_OK, 0},
-	    {"1", 0, LEDGER_ERR_LIMIT, 0},
-	    {"7", 9, LEDGER_OK, 7},
-	    {"10", 9, LEDGER_ERR_LIMIT, 0},
-	    {"9007199254740991", 9007199254740991ULL, LEDGER_OK, 9007199254740991ULL},
-	    {"9007199254740992", 9007199254740991ULL, LEDGER_ERR_LIMIT, 0},
-	    {"18446744073709551615", UINT64_MAX, LEDGER_OK, UINT64_MAX},
-	    {"18446744073709551616", UINT64_MAX, LEDGER_ERR_LIMIT, 0},
-	    {"99999999999999999999", UINT64_MAX, LEDGER_ERR_LIMIT, 0},
-	    {"1000000000000000000000000000000000000000000000000000000000000000000000000000000"
-	     "000000000000000000000",
-	     UINT64_MAX, LEDGER_ERR_LIMIT, 0},
-	    {"-0", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"-1", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"1.0", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"1e3", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"1E3", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"99999999999999999999.5", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"\"1\"", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"true", UINT64_MAX, LEDGER_ERR_INVALID, 0},
-	    {"[1]", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"0", 0, LEDGER_OK, 0},
+		{"1", 0, LEDGER_ERR_LIMIT, 0},
+		{"7", 9, LEDGER_OK, 7},
+		{"10", 9, LEDGER_ERR_LIMIT, 0},
+		{"9007199254740991", 9007199254740991ULL, LEDGER_OK, 9007199254740991ULL},
+		{"9007199254740992", 9007199254740991ULL, LEDGER_ERR_LIMIT, 0},
+		{"18446744073709551615", UINT64_MAX, LEDGER_OK, UINT64_MAX},
+		{"18446744073709551616", UINT64_MAX, LEDGER_ERR_LIMIT, 0},
+		{"99999999999999999999", UINT64_MAX, LEDGER_ERR_LIMIT, 0},
+		{"1000000000000000000000000000000000000000000000000000000000000000000000000000000"
+		 "000000000000000000000",
+		 UINT64_MAX, LEDGER_ERR_LIMIT, 0},
+		{"-0", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"-1", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"1.0", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"1e3", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"1E3", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"99999999999999999999.5", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"\"1\"", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"true", UINT64_MAX, LEDGER_ERR_INVALID, 0},
+		{"[1]", UINT64_MAX, LEDGER_ERR_INVALID, 0},
 	};
 	size_t i;
 
@@ -720,7 +720,7 @@ static void test_json_number_uint(void **state)
 		struct ledger_json_doc *doc = parse_ok(cases[i].text, strlen(cases[i].text), DEPTH);
 		uint64_t v = 12345;
 		enum ledger_err rc =
-		    ledger_json_number_uint(ledger_json_root(doc), cases[i].max, &v);
+			ledger_json_number_uint(ledger_json_root(doc), cases[i].max, &v);
 
 		if (rc != cases[i].rc)
 			fail_msg("%s: %d, expected %d", cases[i].text, (int)rc, (int)cases[i].rc);
@@ -867,18 +867,18 @@ static void test_json_writer_escaping(void **state)
 		size_t in_len;
 		const char *want;
 	} cases[] = {
-	    {TEXT(""), "\"\""},
-	    {TEXT("plain text"), "\"plain text\""},
-	    {TEXT("\"\\/"), "\"\\\"\\\\/\""},
-	    {TEXT("\b\f\n\r\t"), "\"\\b\\f\\n\\r\\t\""},
-	    {TEXT("\x01\x0b\x1f\x1e"), "\"\\u0001\\u000b\\u001f\\u001e\""},
-	    {TEXT("\0"), "\"\\u0000\""},
-	    {TEXT("a\0b"), "\"a\\u0000b\""},
-	    {TEXT("\x7f"), "\"\x7f\""},
-	    {TEXT("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x82"),
-	     "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x82\""},
-	    {TEXT("\xe2\x80\xa8</script>"), "\"\xe2\x80\xa8</script>\""},
-	    {TEXT("x\"y\x1a"), "\"x\\\"y\\u001a\""},
+		{TEXT(""), "\"\""},
+		{TEXT("plain text"), "\"plain text\""},
+		{TEXT("\"\\/"), "\"\\\"\\\\/\""},
+		{TEXT("\b\f\n\r\t"), "\"\\b\\f\\n\\r\\t\""},
+		{TEXT("\x01\x0b\x1f\x1e"), "\"\\u0001\\u000b\\u001f\\u001e\""},
+		{TEXT("\0"), "\"\\u0000\""},
+		{TEXT("a\0b"), "\"a\\u0000b\""},
+		{TEXT("\x7f"), "\"\x7f\""},
+		{TEXT("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x82"),
+		 "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x82\""},
+		{TEXT("\xe2\x80\xa8</script>"), "\"\xe2\x80\xa8</script>\""},
+		{TEXT("x\"y\x1a"), "\"x\\\"y\\u001a\""},
 	};
 	size_t i;
 
@@ -977,33 +977,33 @@ static void test_json_writer_depth(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_json_accepts_scalars),
-	    cmocka_unit_test(test_json_nested_structure),
-	    cmocka_unit_test(test_json_get),
-	    cmocka_unit_test(test_json_raw_spans),
-	    cmocka_unit_test(test_json_string_escapes),
-	    cmocka_unit_test(test_json_lone_surrogates),
-	    cmocka_unit_test(test_json_invalid_utf8),
-	    cmocka_unit_test(test_json_control_characters),
-	    cmocka_unit_test(test_json_syntax_errors),
-	    cmocka_unit_test(test_json_trailing_garbage),
-	    cmocka_unit_test(test_json_empty_input),
-	    cmocka_unit_test(test_json_error_without_err_out),
-	    cmocka_unit_test(test_json_duplicate_keys),
-	    cmocka_unit_test(test_json_duplicate_key_message_is_short),
-	    cmocka_unit_test(test_json_large_object),
-	    cmocka_unit_test(test_json_depth_limit),
-	    cmocka_unit_test(test_json_deep_nesting),
-	    cmocka_unit_test(test_json_number_double),
-	    cmocka_unit_test(test_json_number_double_overflow),
-	    cmocka_unit_test(test_json_number_double_long_text),
-	    cmocka_unit_test(test_json_number_uint),
-	    cmocka_unit_test(test_json_number_uint_leading_zero),
-	    cmocka_unit_test(test_json_buf),
-	    cmocka_unit_test(test_json_writer_commas),
-	    cmocka_unit_test(test_json_writer_escaping),
-	    cmocka_unit_test(test_json_writer_escapes_keys),
-	    cmocka_unit_test(test_json_writer_depth),
+		cmocka_unit_test(test_json_accepts_scalars),
+		cmocka_unit_test(test_json_nested_structure),
+		cmocka_unit_test(test_json_get),
+		cmocka_unit_test(test_json_raw_spans),
+		cmocka_unit_test(test_json_string_escapes),
+		cmocka_unit_test(test_json_lone_surrogates),
+		cmocka_unit_test(test_json_invalid_utf8),
+		cmocka_unit_test(test_json_control_characters),
+		cmocka_unit_test(test_json_syntax_errors),
+		cmocka_unit_test(test_json_trailing_garbage),
+		cmocka_unit_test(test_json_empty_input),
+		cmocka_unit_test(test_json_error_without_err_out),
+		cmocka_unit_test(test_json_duplicate_keys),
+		cmocka_unit_test(test_json_duplicate_key_message_is_short),
+		cmocka_unit_test(test_json_large_object),
+		cmocka_unit_test(test_json_depth_limit),
+		cmocka_unit_test(test_json_deep_nesting),
+		cmocka_unit_test(test_json_number_double),
+		cmocka_unit_test(test_json_number_double_overflow),
+		cmocka_unit_test(test_json_number_double_long_text),
+		cmocka_unit_test(test_json_number_uint),
+		cmocka_unit_test(test_json_number_uint_leading_zero),
+		cmocka_unit_test(test_json_buf),
+		cmocka_unit_test(test_json_writer_commas),
+		cmocka_unit_test(test_json_writer_escaping),
+		cmocka_unit_test(test_json_writer_escapes_keys),
+		cmocka_unit_test(test_json_writer_depth),
 	};
 
 	return cmocka_run_group_tests_name("json", tests, NULL, NULL);

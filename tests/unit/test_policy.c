@@ -136,12 +136,9 @@ static void test_policy_design_document_is_default(void **state)
 static void test_policy_empty_documents(void **state)
 {
 	static const char *const docs[] = {
-		"",
-		"# only a comment\n",
-		"\n\n   \n",
-		"# one\n\n# two\n",
-		"---\n",
-		"--- # an explicit empty document\n...\n",
+		"",          "# only a comment\n",
+		"\n\n   \n", "# one\n\n# two\n",
+		"---\n",     "--- # an explicit empty document\n...\n",
 	};
 	struct ledger_policy want, got;
 	char err[64];
@@ -158,7 +155,16 @@ static void test_policy_empty_documents(void **state)
 	assert_same_policy(&got, &want);
 }
 
-enum slot { S_ATTEMPTS, S_LIMIT, S_LEASE, S_PREFILL, S_REVISION, S_PERCENT, S_WINDOW, S_MIN };
+enum slot {
+	S_ATTEMPTS,
+	S_LIMIT,
+	S_LEASE,
+	S_PREFILL,
+	S_REVISION,
+	S_PERCENT,
+	S_WINDOW,
+	S_MIN
+};
 
 static void set_slot(struct ledger_policy *p, enum slot s, int64_t v)
 {
@@ -222,15 +228,12 @@ static void test_policy_each_key_overridden(void **state)
 static void test_policy_supported_values_accepted(void **state)
 {
 	static const char *const docs[] = {
-		BEFORE
-		"    require: [retry_budget_available, source_attempt_fenced]\n",
+		BEFORE "    require: [retry_budget_available, source_attempt_fenced]\n",
 		BEFORE "    require:\n"
-		"      - source_attempt_fenced\n      - retry_budget_available\n",
-		BEFORE
-		"    require: ['source_attempt_fenced', \"retry_budget_available\"]\n",
+		       "      - source_attempt_fenced\n      - retry_budget_available\n",
+		BEFORE "    require: ['source_attempt_fenced', \"retry_budget_available\"]\n",
 		AFTER "    action: \"terminate_stream\"\n",
-		UNCERTAIN
-		"    then: 'retry_only_if_no_delta_was_sent'\n",
+		UNCERTAIN "    then: 'retry_only_if_no_delta_was_sent'\n",
 		"on_upstream_failure: {}\npool_retry_budget: {}\n",
 		"require_same_revision: true\n",
 	};
@@ -249,44 +252,43 @@ static void test_policy_unsupported_values_refused(void **state)
 	static const struct bad cases[] = {
 		{BEFORE "    action: retry_on_any_replica\n", 3,
 		 P_BEFORE "action: must be "
-		 "retry_prefill_on_healthy_replica, the only behaviour ledgerd implements "
-		 "(got \"retry_on_any_replica\")"},
-		{BEFORE "    require: [source_attempt_fenced]\n",
-		 3, P_BEFORE "require: must be "
-		    "[source_attempt_fenced, retry_budget_available] (both, in any order)"},
+			  "retry_prefill_on_healthy_replica, the only behaviour ledgerd implements "
+			  "(got \"retry_on_any_replica\")"},
+		{BEFORE "    require: [source_attempt_fenced]\n", 3,
+		 P_BEFORE "require: must be "
+			  "[source_attempt_fenced, retry_budget_available] (both, in any order)"},
 		{BEFORE "    require: []\n", 3,
 		 "before_first_delta.require: must be [source_attempt_fenced, "
 		 "retry_budget_available]"},
 		{BEFORE "    require: [source_attempt_fenced, "
-		 "retry_budget_available, replica_healthy]\n",
+			"retry_budget_available, replica_healthy]\n",
 		 3, "(got \"replica_healthy\")"},
 		{BEFORE "    require: [source_attempt_fenced, "
-		 "source_attempt_fenced]\n",
+			"source_attempt_fenced]\n",
 		 3, "(got twice \"source_attempt_fenced\")"},
 		{BEFORE "    require:\n"
-		 "      - source_attempt_fenced\n      - budget_available\n",
+			"      - source_attempt_fenced\n      - budget_available\n",
 		 5, "before_first_delta.require: must be [source_attempt_fenced"},
 		{BEFORE "    require: source_attempt_fenced\n", 3,
 		 "before_first_delta.require: must be [source_attempt_fenced"},
-		{BEFORE "    require: [[source_attempt_fenced]]\n",
-		 3, "(got a sequence)"},
+		{BEFORE "    require: [[source_attempt_fenced]]\n", 3, "(got a sequence)"},
 		{AFTER "    action: retry_prefill\n", 3,
 		 P_AFTER "action: must be terminate_stream, the only "
-		 "behaviour ledgerd implements"},
+			 "behaviour ledgerd implements"},
 		{AFTER "    client_error: upstream_error\n", 3,
 		 P_AFTER "client_error: must be "
-		 "upstream_decode_interrupted"},
+			 "upstream_decode_interrupted"},
 		{AFTER "    automatic_retry: true\n", 3,
 		 P_AFTER "automatic_retry: must be false: a delta "
-		 "already reached the client, so ledgerd never retries automatically"},
+			 "already reached the client, so ledgerd never retries automatically"},
 		{UNCERTAIN "    action: retry_at_once\n", 3,
 		 P_UNCERTAIN "action: must be fence_source_attempt"},
 		{UNCERTAIN "    wait_for: lease_expiry\n", 3,
 		 P_UNCERTAIN "wait_for: must be "
-		 "cancel_ack_or_lease_expiry"},
+			     "cancel_ack_or_lease_expiry"},
 		{UNCERTAIN "    then: retry\n", 3,
 		 P_UNCERTAIN "then: must be "
-		 "retry_only_if_no_delta_was_sent"},
+			     "retry_only_if_no_delta_was_sent"},
 		{UNCERTAIN "    then: \"retry\\nnow\"\n", 3,
 		 "(got the quoted string \"retry?now\")"},
 	};
@@ -305,12 +307,9 @@ static void test_policy_unknown_keys_refused(void **state)
 		{"on_upstream_failure:\n  before_first_dleta: {}\n", 2,
 		 "on_upstream_failure.before_first_dleta: unknown key "
 		 "(expected before_first_delta, after_first_delta, uncertain_source_liveness)"},
-		{BEFORE "    max_attempt: 2\n", 3,
-		 P_BEFORE "max_attempt: unknown key"},
-		{AFTER "    retry: false\n", 3,
-		 P_AFTER "retry: unknown key"},
-		{UNCERTAIN "    timeout_ms: 10\n", 3,
-		 P_UNCERTAIN "timeout_ms: unknown key"},
+		{BEFORE "    max_attempt: 2\n", 3, P_BEFORE "max_attempt: unknown key"},
+		{AFTER "    retry: false\n", 3, P_AFTER "retry: unknown key"},
+		{UNCERTAIN "    timeout_ms: 10\n", 3, P_UNCERTAIN "timeout_ms: unknown key"},
 		{"pool_retry_budget:\n  window_ms: 10000\n", 2,
 		 "pool_retry_budget.window_ms: unknown key "
 		 "(expected percent_of_attempts, window_s, min_retries)"},
@@ -355,13 +354,12 @@ static void test_policy_wrong_types_refused(void **state)
 		 "on_upstream_failure.after_first_delta: must be a mapping"},
 		{BEFORE "    max_attempts: \"2\"\n", 3,
 		 P_BEFORE "max_attempts: must be an integer from 1 to "
-		 "max_attempts_limit (got the quoted string \"2\")"},
+			  "max_attempts_limit (got the quoted string \"2\")"},
 		{BEFORE "    max_attempts: -1\n", 3,
 		 "max_attempts: must be an integer from 1 to max_attempts_limit"},
 		{AFTER "    automatic_retry: \"false\"\n", 3,
 		 "automatic_retry: must be false, the only behaviour ledgerd implements"},
-		{AFTER "    automatic_retry: no\n", 3,
-		 "automatic_retry: must be false"},
+		{AFTER "    automatic_retry: no\n", 3, "automatic_retry: must be false"},
 		{AFTER "    action: [terminate_stream]\n", 3,
 		 "action: must be terminate_stream, the only behaviour ledgerd implements "
 		 "(got a sequence)"},
@@ -440,25 +438,26 @@ static void test_policy_max_attempts_over_limit(void **state)
 	static const struct bad cases[] = {
 		/* max_attempts first */
 		{BEFORE "    max_attempts: 4\n"
-		 "max_attempts_limit: 3\n",
-		 3, P_BEFORE "max_attempts: must be an integer from 1 "
-		    "to max_attempts_limit (3)"},
+			"max_attempts_limit: 3\n",
+		 3,
+		 P_BEFORE "max_attempts: must be an integer from 1 "
+			  "to max_attempts_limit (3)"},
 		/* the limit first */
 		{"max_attempts_limit: 3\non_upstream_failure:\n  before_first_delta:\n"
 		 "    max_attempts: 4\n",
-		 4, P_BEFORE "max_attempts: must be an integer from 1 "
-		    "to max_attempts_limit (3)"},
+		 4,
+		 P_BEFORE "max_attempts: must be an integer from 1 "
+			  "to max_attempts_limit (3)"},
 		/* over the built-in limit */
 		{BEFORE "    max_attempts: 6\n", 3,
 		 "max_attempts: must be an integer from 1 to max_attempts_limit (5)"},
 		/* a limit below the built-in max_attempts */
 		{"# lower bound\nmax_attempts_limit: 1\n", 2,
-		 "max_attempts_limit: must be at least "
-		 P_BEFORE "max_attempts (2, built in)"},
+		 "max_attempts_limit: must be at least " P_BEFORE "max_attempts (2, built in)"},
 	};
 	static const char *const fine[] = {
 		BEFORE "    max_attempts: 7\n"
-		"max_attempts_limit: 7\n",
+		       "max_attempts_limit: 7\n",
 		"max_attempts_limit: 1\non_upstream_failure:\n  before_first_delta:\n"
 		"    max_attempts: 1\n",
 	};
@@ -569,9 +568,9 @@ static void test_policy_error_buffer_bounds(void **state)
 	assert_string_equal(small, "line 2: poo");
 	assert_int_equal(ledger_policy_parse(bad, strlen(bad), &p, NULL, 0), LEDGER_ERR_INVALID);
 	/* The length is honoured: the bytes past it are never read. */
-	assert_int_equal(ledger_policy_parse("default_lease_ms: 1000xyz", 22, &p, small,
-					     sizeof(small)),
-			 LEDGER_OK);
+	assert_int_equal(
+		ledger_policy_parse("default_lease_ms: 1000xyz", 22, &p, small, sizeof(small)),
+		LEDGER_OK);
 	assert_int_equal(p.default_lease_ms, 1000);
 }
 
