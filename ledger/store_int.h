@@ -11,7 +11,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ledger/buf.h"
 #include "ledger/err.h"
+#include "ledger/jsonw.h"
+#include "ledger/store.h"
+#include "ledger/types.h"
 
 /* A prepared statement: prepared on a connection the first time it is used. */
 struct store_stmt {
@@ -85,5 +89,127 @@ bool store_bool(const PGresult *res, int row, int col);
 
 /** A new copy of a text column, or NULL for NULL (@p len_out may be NULL). */
 char *store_dup(const PGresult *res, int row, int col, size_t *len_out);
+
+/* --- tool-call rows (ledger/store_rows.c) --- */
+
+/* clang-format off */
+#define STORE_TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+#define STORE_LEASE_FROM(now, ms) "(" now " + (" ms ")::bigint * interval '1 millisecond')"
+
+/*
+ * A call's columns as struct ledger_call needs them, over "c" (the call),
+ * "t" (its tombstone) and "now_" (the clock). Keep in step with enum store_call_col.
+ */
+#define STORE_CALL_COLUMNS                                                                              \
+	"c.state, c.fencing_token, c.claim_id, c.attempt_id, c.owner, c.tool, c.args_sha256, "   \
+	"c.tool_dedupes, "                                                                        \
+	"CASE WHEN c.state = 'in_progress' AND c.lease_until > now_.t "                           \
+	"     THEN ceil(extract(epoch FROM c.lease_until - now_.t) * 1000)::bigint ELSE 0 END, "  \
+	"c.completed_token, c.completed_by, c.result, c.args, " STORE_TS("c.created_at") ", "           \
+	STORE_TS("c.completed_at") ", t.args_sha256, t.outcome, " STORE_TS("t.completed_at")
+
+enum store_call_col {
+	STORE_COL_STATE,
+	STORE_COL_TOKEN,
+	STORE_COL_CLAIM_ID,
+	STORE_COL_ATTEMPT_ID,
+	STORE_COL_OWNER,
+	STORE_COL_TOOL,
+	STORE_COL_ARGS_SHA256,
+	STORE_COL_DEDUPES,
+	STORE_COL_LEASE_LEFT,
+	STORE_COL_COMPLETED_TOKEN,
+	STORE_COL_COMPLETED_BY,
+	STORE_COL_RESULT,
+	STORE_COL_ARGS,
+	STORE_COL_CREATED_AT,
+	STORE_COL_COMPLETED_AT,
+	STORE_COL_TOMB_ARGS,
+	STORE_COL_TOMB_OUTCOME,
+	STORE_COL_TOMB_COMPLETED_AT,
+	STORE_NCOLS
+};
+
+/* The call ($1 tenant, $2 request, $3 call) and its tombstone, if any. */
+#define STORE_CALL_FROM                                                                                 \
+	" FROM (SELECT clock_timestamp() AS t) now_"                                              \
+	" LEFT JOIN tool_calls c"                                                                 \
+	"   ON c.tenant = $1 AND c.request_id = $2 AND c.tool_call_id = $3"                       \
+	" LEFT JOIN tool_call_tombstones t"                                                       \
+	"   ON c.tenant IS NULL AND t.tenant = $1 AND t.request_id = $2"                          \
+	"  AND t.tool_call_id = $3 AND t.expires_at > now_.t"
+/* clang-format on */
+
+/* The statements every tool-call transaction starts with (store_rows.c). */
+extern const struct store_stmt store_lock_request;  /* $1 tenant, $2 request: lock, create */
+extern const struct store_stmt store_lock_existing; /* the same, without creating */
+extern const struct store_stmt store_read_call;     /* $1..$3: the call, after the lock */
+
+/**
+ * Fills @p call from STORE_CALL_COLUMNS starting at column @p base of
+ * @p row, deriving UNKNOWN from a lease that ran out.
+ * @return LEDGER_OK or LEDGER_ERR_NOMEM
+ */
+LEDGER_MUSTCHECK enum ledger_err store_parse_call(const PGresult *res, int row, int base,
+						  struct ledger_call *call);
+
+/** The stored name of who completed a call ("holder", "late", "resolve"). */
+const char *store_completed_by_name(enum ledger_completed_by by);
+
+/* An event being built, to be inserted in the transaction it records. */
+struct store_event {
+	const char *type;       /* "claimed", "completed", "refused", ... */
+	const char *attempt_id; /* NULL: none */
+	struct ledger_buf detail;
+	struct ledger_jsonw w; /* writes into detail; the object is left open */
+};
+
+void store_event_start(struct store_event *ev, const char *type, const char *attempt_id);
+/** Starts a "refused" event of @p operation with the API's error @p code. */
+void store_event_refused(struct store_event *ev, const char *operation, const char *code,
+			 const char *attempt_id);
+void store_event_int(struct store_event *ev, const char *key, int64_t v);
+/** Adds @p s, or nothing when it is NULL or empty. */
+void store_event_str(struct store_event *ev, const char *key, const char *s);
+/** Closes the detail and queues the event's INSERT; @p ev must outlive the step. */
+void store_event_add(struct store_step *st, const struct ledger_call_key *key,
+		     struct store_event *ev);
+void store_event_free(struct store_event *ev);
+
+/* What locking a request found. */
+struct store_locked {
+	bool created;        /* this transaction created the request's row */
+	bool request_exists; /* the request's row exists (now locked) */
+	int64_t attempts;    /* the request's attempt count */
+};
+
+/**
+ * Opens a transaction, locks the request (creating it when @p create) and
+ * reads the call after the lock. On LEDGER_OK the transaction stays open:
+ * end it with store_commit() or store_rollback().
+ */
+LEDGER_MUSTCHECK enum ledger_err store_lock_and_read(struct ledger_store_conn *conn,
+						     const struct ledger_call_key *key, bool create,
+						     struct store_locked *lk,
+						     struct ledger_call *call);
+
+/** Runs the statements queued in @p st (writes, events), then COMMIT. */
+LEDGER_MUSTCHECK enum ledger_err store_commit(struct store_step *st);
+
+/** Ends a transaction that wrote nothing. */
+LEDGER_MUSTCHECK enum ledger_err store_rollback(struct ledger_store_conn *conn);
+
+/**
+ * Runs @p op (whose arguments are @p arg) with @p out cleared, and again on
+ * a serialization failure or a deadlock: every operation is idempotent.
+ */
+LEDGER_MUSTCHECK enum ledger_err
+store_with_retries(struct ledger_store_conn *conn,
+		   enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg,
+					 struct ledger_call_result *out),
+		   const void *arg, struct ledger_call_result *out);
+
+/** Writes @p v in decimal, as a statement parameter. */
+void store_fmt_int(char buf[24], int64_t v);
 
 #endif
