@@ -161,32 +161,38 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
 				     const char *value)
 {
 	struct api_request *req = cls;
-	size_t len = 0;
+	size_t klen = 0, vlen = 0;
 	char *k = NULL, *v = NULL;
 
 	(void)kind;
 	if (req->reply.status != 0)
 		return MHD_NO;
-	k = api_percent_decode(key, strlen(key), &len);
-	if (k != NULL && strlen(k) == len && value != NULL)
-		v = api_percent_decode(value, strlen(value), &len);
-	if (k == NULL || v == NULL || strlen(v) != len) {
-		api_reply_error(req, 400, "invalid_field", "a query parameter is malformed");
+	k = api_percent_decode(key, strlen(key), &klen);
+	if (k == NULL || strlen(k) != klen) {
+		api_reply_invalid_field(req, "", "a query parameter name is malformed");
 		goto fail;
 	}
 	for (size_t i = 0; req->route->query[i] != NULL; i++) {
-		if (strcmp(req->route->query[i], k) == 0) {
-			if (api_query(req, k) != NULL) {
-				api_reply_invalid_field(req, req->route->query[i], "given twice");
-				goto fail;
-			}
-			req->query_keys[req->nquery] = k;
-			req->query_values[req->nquery] = v;
-			req->nquery++;
-			return MHD_YES;
+		const char *name = req->route->query[i];
+
+		if (strcmp(name, k) != 0)
+			continue;
+		if (value != NULL)
+			v = api_percent_decode(value, strlen(value), &vlen);
+		if (v == NULL || strlen(v) != vlen) {
+			api_reply_invalid_field(req, name, "is malformed");
+			goto fail;
 		}
+		if (api_query(req, name) != NULL) {
+			api_reply_invalid_field(req, name, "given twice");
+			goto fail;
+		}
+		req->query_keys[req->nquery] = k;
+		req->query_values[req->nquery] = v;
+		req->nquery++;
+		return MHD_YES;
 	}
-	api_reply_invalid_field(req, strlen(k) <= 64 ? k : "", "unknown query parameter");
+	api_reply_invalid_field(req, klen <= 64 ? k : "", "unknown query parameter");
 fail:
 	free(k);
 	free(v);

@@ -62,6 +62,15 @@ static int64_t default_lease(const struct api_request *req)
 	return ms;
 }
 
+/* The handler's parsed input, zeroed, owned by @p req; NULL after replying. */
+static void *input_or_reply(struct api_request *req, size_t size)
+{
+	req->input = calloc(1, size);
+	if (req->input == NULL)
+		api_reply_error(req, 500, "internal_error", "out of memory");
+	return req->input;
+}
+
 /* An integer in 0..2^53-1, as API.md bounds every integer. */
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
@@ -188,12 +197,9 @@ static enum ledger_err claim_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = calloc(1, sizeof(*in));
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	in = input_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
-	req->input = in;
 	c = &in->req.claim;
 	if (api_field_id_or_reply(req, body, "claim_id", LEDGER_CLAIM_ID_MIN, &c->claim_id) ||
 	    api_field_text_or_reply(req, body, "tool", LEDGER_TEXT_MAX, &c->tool) ||
@@ -216,7 +222,7 @@ static enum ledger_err claim_prepare(struct api_request *req)
 		memcpy(in->args_sha256, sha->u.str.s, LEDGER_SHA256_HEX + 1);
 	}
 	args = ledger_json_get(body, "args");
-	if (args != NULL) {
+	if (args != NULL && args->type != LEDGER_JSON_NULL) {
 		char computed[LEDGER_SHA256_HEX + 1];
 		enum ledger_err rc = ledger_jcs_fingerprint(args, computed);
 
@@ -360,12 +366,9 @@ static enum ledger_err renew_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = calloc(1, sizeof(*in));
-	req->input = in;
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	in = input_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
 	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
@@ -460,12 +463,9 @@ static enum ledger_err complete_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = calloc(1, sizeof(*in));
-	req->input = in;
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	in = input_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
 	    outcome_or_reply(req, body, "outcome", outcomes, &outcome) ||
@@ -557,12 +557,9 @@ static enum ledger_err release_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = calloc(1, sizeof(*in));
-	req->input = in;
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	in = input_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
 	    api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &in->reason))
@@ -623,18 +620,15 @@ static enum ledger_err resolve_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = calloc(1, sizeof(*in));
-	req->input = in;
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	in = input_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
 	if (outcome_or_reply(req, body, "resolution", resolutions, &resolution) ||
 	    api_field_text_or_reply(req, body, "note", LEDGER_TEXT_MAX, &in->note))
 		return LEDGER_ERR_INVALID;
 	in->resolution = (enum ledger_resolution)resolution;
 	result = ledger_json_get(body, "result");
-	if (result != NULL) {
+	if (result != NULL && result->type != LEDGER_JSON_NULL) {
 		if (in->resolution == LEDGER_RESOLVE_NOT_EXECUTED) {
 			api_reply_invalid_field(req, "result",
 						"a call that did not run has no result");
@@ -860,13 +854,10 @@ static enum ledger_err list_prepare(struct api_request *req)
 	const char *state = api_query(req, "state");
 	const char *limit = api_query(req, "limit");
 	const char *cursor = api_query(req, "cursor");
-	struct list_input *in = calloc(1, sizeof(*in));
+	struct list_input *in = input_or_reply(req, sizeof(*in));
 
-	req->input = in;
-	if (in == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	}
 	in->state = LEDGER_CALL_ABSENT;
 	if (state != NULL) {
 		for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
