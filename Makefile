@@ -2,9 +2,10 @@
 # commands a user needs; both install missing Debian packages first.
 
 VERSION   := 0.1.0
-BUILD     := build
 PYTHON    ?= /usr/bin/python3
 SANITIZE  ?=
+# A sanitizer build lives apart, so switching never mixes objects.
+BUILD     := build$(if $(SANITIZE),/sanitize)
 
 CC        ?= cc
 PKGS      := libmicrohttpd libpq libcrypto yaml-0.1
@@ -32,11 +33,11 @@ LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps run test unit check format lint clean
+.PHONY: all deps run test unit format lint clean
 all: $(BUILD)/ledgerd
 
 deps:
-	@scripts/deps.sh build
+	@scripts/deps.sh test
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -69,17 +70,19 @@ unit: $(UNIT_BIN)
 test:
 	@scripts/deps.sh test
 	$(MAKE) all unit
-	$(PYTHON) -m pytest -q tests/http tests/integration
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration
 
 run:
 	@scripts/deps.sh run
 	$(MAKE) all
-	scripts/run.sh
+	LEDGERD=$(BUILD)/ledgerd scripts/run.sh
 
 format:
+	@scripts/deps.sh dev
 	clang-format -i $(LEDGER_SRC) $(API_SRC) $(wildcard ledger/*.h api/*.h) $(UNIT_SRC)
 
 lint:
+	@scripts/deps.sh dev
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -I. -I$(BUILD)/gen \
 		--suppress=missingIncludeSystem ledger api

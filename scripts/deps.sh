@@ -8,13 +8,15 @@ set -euo pipefail
 BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev"
 RUN_PKGS="postgresql-15 python3"
 TEST_PKGS="libcmocka-dev python3-pytest curl"
+DEV_PKGS="cppcheck clang-format"
 
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
 	run) ;;
 	test) want="$want $TEST_PKGS" ;;
 	build) want="$BUILD_PKGS" ;;
-	*) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
+	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
+	*) echo "usage: $0 [build|run|test|dev]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -6,7 +6,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 var=$root/var
-ledgerd=$root/build/ledgerd
+ledgerd=${LEDGERD:-$root/build/ledgerd}
 pgbin=/usr/lib/postgresql/15/bin
 pgdir=$var/pg
 export LEDGER_LISTEN=${LEDGER_LISTEN:-127.0.0.1:8080}

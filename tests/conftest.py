@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LEDGERD = ROOT / "build" / "ledgerd"
+LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 PGBIN = Path("/usr/lib/postgresql/15/bin")
 
 
@@ -59,7 +59,9 @@ class Cluster:
         argv = [str(a) for a in argv]
         if self.as_root:
             argv = ["runuser", "-u", "postgres", "--"] + argv
-        return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+        # From the cluster's directory: postgres may not be allowed into ours.
+        return subprocess.run(argv, check=True, capture_output=True, text=True, cwd=self.dir,
+                              **kw)
 
     def start(self):
         self._run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.dir / "server.log", "-w",
@@ -167,7 +169,11 @@ class Ledgerd:
             log.flush()
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
-        """Stops the process; returns its exit status."""
+        """Stops the process; returns its exit status.
+
+        A SIGTERM must end in a clean exit (0), and no run may leave a
+        sanitizer report (make SANITIZE=address,undefined test).
+        """
         if self.proc is None:
             return None
         self.proc.send_signal(sig)
@@ -175,6 +181,10 @@ class Ledgerd:
         self._pump.join(timeout=5)
         self.log.close()
         self.proc = None
+        reports = [line for line in self.log_text().splitlines()
+                   if "Sanitizer" in line or "runtime error:" in line]
+        assert reports == [], "sanitizer reports in %s" % self.log_path
+        assert sig != signal.SIGTERM or rc == 0, "ledgerd exited %s on SIGTERM" % rc
         return rc
 
     def kill(self):
