@@ -64,6 +64,46 @@ static int64_t monotonic_ns(void)
 
 /* --- replies --- */
 
+/* The request's ids, as the route's pattern names its parameters. */
+static struct ledger_log_ids ids_of(const struct api_request *req)
+{
+	struct ledger_log_ids ids = {NULL, NULL, NULL};
+	const char *p = req->route != NULL ? req->route->pattern : "";
+	unsigned n = 0;
+
+	while ((p = strchr(p, '{')) != NULL && n < API_MAX_PARAMS) {
+		if (strncmp(p, "{rid}", 5) == 0)
+			ids.request_id = req->params[n];
+		else if (strncmp(p, "{cid}", 5) == 0)
+			ids.tool_call_id = req->params[n];
+		else if (strncmp(p, "{aid}", 5) == 0)
+			ids.attempt_id = req->params[n];
+		n++;
+		p++;
+	}
+	return ids;
+}
+
+/*
+ * One line per reply at debug; failures of ledgerd's own (5xx) at warn or
+ * error whatever the level. Never a body: ids, status and time only.
+ */
+static void log_reply(const struct api_request *req)
+{
+	enum ledger_log_level level = req->reply.status >= 500 ? LEDGER_LOG_WARN : LEDGER_LOG_DEBUG;
+	struct ledger_log_ids ids;
+	char extra[96];
+
+	if (req->reply.status == 500)
+		level = LEDGER_LOG_ERROR;
+	if (level < ledger_log_threshold)
+		return;
+	ids = ids_of(req);
+	snprintf(extra, sizeof(extra), "\"status\":%u,\"ms\":%.3f", req->reply.status,
+		 (double)(monotonic_ns() - req->started_ns) / 1e6);
+	ledger_log_write(level, &ids, extra, "%s", req->route ? req->route->name : "unmatched");
+}
+
 static enum MHD_Result send_reply(struct api_request *req)
 {
 	struct api_reply *r = &req->reply;
@@ -101,13 +141,7 @@ static enum MHD_Result send_reply(struct api_request *req)
 	MHD_destroy_response(resp);
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
 			 r->status);
-	if (ledger_log_threshold <= LEDGER_LOG_DEBUG) {
-		char extra[96];
-		snprintf(extra, sizeof(extra), "\"status\":%u,\"ms\":%.3f", r->status,
-			 (double)(monotonic_ns() - req->started_ns) / 1e6);
-		LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, extra, "%s",
-			   req->route ? req->route->name : "-");
-	}
+	log_reply(req);
 	return ret;
 }
 
