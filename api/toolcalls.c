@@ -133,38 +133,43 @@ static void reply_expired(struct api_request *req, const struct ledger_call *cal
 	api_reply_error_end(req, &w);
 }
 
-static void reply_not_found(struct api_request *req)
-{
-	api_reply_error(req, 404, "not_found", "no such tool call");
-}
-
-static void reply_stale(struct api_request *req)
-{
-	api_reply_error(req, 409, "stale_token", "the fencing token is not the current holder's");
-}
-
-static void reply_unknown(struct api_request *req)
+/*
+ * Replies a refusal every tool-call operation may give, by the API's code
+ * (ledger_*_code()), so that each code has one status and one wording.
+ */
+static void reply_refusal(struct api_request *req, const char *code, const struct ledger_call *call)
 {
 	struct ledger_jsonw w;
 
-	api_reply_error_begin(req, &w, 409, "outcome_unknown",
-			      "a holder's lease ran out without a completion: the side effect "
-			      "may or may not have happened; resolve it first");
-	write_key(&w, req);
-	api_reply_error_end(req, &w);
-}
-
-static void reply_already_completed(struct api_request *req, const struct ledger_call *call)
-{
-	struct ledger_jsonw w;
-
-	api_reply_error_begin(req, &w, 409, "already_completed",
-			      "the call was completed differently; the stored completion stands");
-	ledger_jsonw_key(&w, "outcome");
-	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
-	ledger_jsonw_key(&w, "completed_at");
-	ledger_jsonw_string(&w, call->completed_at);
-	api_reply_error_end(req, &w);
+	if (strcmp(code, "not_found") == 0) {
+		api_reply_error(req, 404, code, "no such tool call");
+	} else if (strcmp(code, "result_expired") == 0) {
+		reply_expired(req, call);
+	} else if (strcmp(code, "stale_token") == 0) {
+		api_reply_error(req, 409, code, "the fencing token is not the current holder's");
+	} else if (strcmp(code, "attempt_fenced") == 0) {
+		api_reply_error(req, 409, code,
+				"the attempt is not the live attempt of this request: it may "
+				"neither start nor extend a side effect");
+	} else if (strcmp(code, "outcome_unknown") == 0) {
+		api_reply_error_begin(req, &w, 409, code,
+				      "a holder's lease ran out without a completion: the side "
+				      "effect may or may not have happened; resolve it first");
+		write_key(&w, req);
+		api_reply_error_end(req, &w);
+	} else if (strcmp(code, "already_completed") == 0) {
+		api_reply_error_begin(req, &w, 409, code,
+				      "the call was completed differently; the stored completion "
+				      "stands");
+		ledger_jsonw_key(&w, "outcome");
+		ledger_jsonw_string(&w, ledger_call_state_name(call->state));
+		ledger_jsonw_key(&w, "completed_at");
+		ledger_jsonw_string(&w, call->completed_at);
+		api_reply_error_end(req, &w);
+	} else {
+		LOG_ERROR("no reply for refusal %s", code);
+		abort(); /* every code ledger/decide.c gives is handled above */
+	}
 }
 
 /* --- claim --- */
@@ -321,11 +326,9 @@ static void claim_execute(struct api_request *req, struct ledger_store_conn *con
 		api_reply_error_end(req, &w);
 		break;
 	case LEDGER_CLAIM_RESULT_EXPIRED:
-		reply_expired(req, &res.call);
-		break;
 	case LEDGER_CLAIM_ATTEMPT_FENCED:
-		api_reply_error(req, 409, "attempt_fenced",
-				"the attempt is not the live attempt of this request");
+	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
+		reply_refusal(req, ledger_claim_code(res.outcome.claim), &res.call);
 		break;
 	case LEDGER_CLAIM_IN_PROGRESS:
 		api_reply_error_begin(req, &w, 409, "in_progress",
@@ -339,9 +342,6 @@ static void claim_execute(struct api_request *req, struct ledger_store_conn *con
 		ledger_jsonw_object_end(&w);
 		api_reply_error_end(req, &w);
 		req->reply.retry_after_ms = res.call.lease_ms_left;
-		break;
-	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
-		reply_unknown(req);
 		break;
 	}
 out:
@@ -377,12 +377,25 @@ static enum ledger_err renew_prepare(struct api_request *req)
 	return LEDGER_OK;
 }
 
+static void reply_renewed(struct api_request *req, const struct renew_input *in)
+{
+	struct ledger_jsonw w;
+
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "lease_ms");
+	ledger_jsonw_int(&w, in->lease_ms);
+	ledger_jsonw_key(&w, "fencing_token");
+	ledger_jsonw_int(&w, in->fencing_token);
+	ledger_jsonw_object_end(&w);
+}
+
 static void renew_execute(struct api_request *req, struct ledger_store_conn *conn)
 {
 	struct renew_input *in = req->input;
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
-	struct ledger_jsonw w;
+	const char *code = NULL;
 	enum ledger_err rc;
 
 	rc = ledger_store_renew(conn, &key, in->fencing_token, in->lease_ms, &res);
@@ -390,33 +403,11 @@ static void renew_execute(struct api_request *req, struct ledger_store_conn *con
 		api_reply_store_error(req, rc);
 		goto out;
 	}
-	switch (res.outcome.renew) {
-	case LEDGER_RENEW_NOT_FOUND:
-		reply_not_found(req);
-		break;
-	case LEDGER_RENEW_RESULT_EXPIRED:
-		reply_expired(req, &res.call);
-		break;
-	case LEDGER_RENEW_STALE_TOKEN:
-		reply_stale(req);
-		break;
-	case LEDGER_RENEW_ATTEMPT_FENCED:
-		api_reply_error(req, 409, "attempt_fenced",
-				"the claim's attempt is no longer the live attempt");
-		break;
-	case LEDGER_RENEW_OUTCOME_UNKNOWN:
-		reply_unknown(req);
-		break;
-	case LEDGER_RENEW_RENEWED:
-		api_reply_begin(req, &w, 200);
-		ledger_jsonw_object_begin(&w);
-		ledger_jsonw_key(&w, "lease_ms");
-		ledger_jsonw_int(&w, in->lease_ms);
-		ledger_jsonw_key(&w, "fencing_token");
-		ledger_jsonw_int(&w, in->fencing_token);
-		ledger_jsonw_object_end(&w);
-		break;
-	}
+	code = ledger_renew_code(res.outcome.renew);
+	if (code != NULL)
+		reply_refusal(req, code, &res.call);
+	else
+		reply_renewed(req, in);
 out:
 	ledger_call_clear(&res.call);
 }
@@ -493,6 +484,7 @@ static void complete_execute(struct api_request *req, struct ledger_store_conn *
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
 	char *result = strndup(c.result, c.result_len);
+	const char *code = NULL;
 	enum ledger_err rc;
 
 	memset(&res, 0, sizeof(res));
@@ -506,35 +498,14 @@ static void complete_execute(struct api_request *req, struct ledger_store_conn *
 		api_reply_store_error(req, rc);
 		goto out;
 	}
-	switch (res.outcome.complete) {
-	case LEDGER_COMPLETE_NOT_FOUND:
-		reply_not_found(req);
-		break;
-	case LEDGER_COMPLETE_RESULT_EXPIRED:
-		reply_expired(req, &res.call);
-		break;
-	case LEDGER_COMPLETE_STALE_TOKEN:
-		reply_stale(req);
-		break;
-	case LEDGER_COMPLETE_ALREADY_COMPLETED:
-		reply_already_completed(req, &res.call);
-		break;
-	case LEDGER_COMPLETE_REPEATED:
-		if (res.call.state == LEDGER_CALL_RELEASED)
-			reply_released(req, res.call.fencing_token);
-		else
-			reply_completed(req, &res.call, false,
-					res.call.completed_by == LEDGER_COMPLETED_LATE);
-		break;
-	case LEDGER_COMPLETE_STORED:
-	case LEDGER_COMPLETE_LATE:
-		reply_completed(req, &res.call, false,
-				res.outcome.complete == LEDGER_COMPLETE_LATE);
-		break;
-	case LEDGER_COMPLETE_RELEASED:
+	code = ledger_complete_code(res.outcome.complete);
+	if (code != NULL)
+		reply_refusal(req, code, &res.call);
+	else if (res.call.state == LEDGER_CALL_RELEASED)
 		reply_released(req, res.call.fencing_token);
-		break;
-	}
+	else
+		reply_completed(req, &res.call, false,
+				res.call.completed_by == LEDGER_COMPLETED_LATE);
 out:
 	free(result);
 	ledger_call_clear(&res.call);
@@ -572,6 +543,7 @@ static void release_execute(struct api_request *req, struct ledger_store_conn *c
 	struct release_input *in = req->input;
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
+	const char *code = NULL;
 	enum ledger_err rc;
 
 	rc = ledger_store_release(conn, &key, in->fencing_token, in->reason, &res);
@@ -579,21 +551,11 @@ static void release_execute(struct api_request *req, struct ledger_store_conn *c
 		api_reply_store_error(req, rc);
 		goto out;
 	}
-	switch (res.outcome.release) {
-	case LEDGER_RELEASE_NOT_FOUND:
-		reply_not_found(req);
-		break;
-	case LEDGER_RELEASE_RESULT_EXPIRED:
-		reply_expired(req, &res.call);
-		break;
-	case LEDGER_RELEASE_STALE_TOKEN:
-		reply_stale(req);
-		break;
-	case LEDGER_RELEASE_REPEATED:
-	case LEDGER_RELEASE_RELEASED:
+	code = ledger_release_code(res.outcome.release);
+	if (code != NULL)
+		reply_refusal(req, code, &res.call);
+	else
 		reply_released(req, res.call.fencing_token);
-		break;
-	}
 out:
 	ledger_call_clear(&res.call);
 }
@@ -646,6 +608,7 @@ static void resolve_execute(struct api_request *req, struct ledger_store_conn *c
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
 	char *result = NULL;
+	const char *code = NULL;
 	enum ledger_err rc;
 
 	memset(&res, 0, sizeof(res));
@@ -662,24 +625,13 @@ static void resolve_execute(struct api_request *req, struct ledger_store_conn *c
 		api_reply_store_error(req, rc);
 		goto out;
 	}
-	switch (res.outcome.resolve) {
-	case LEDGER_RESOLVE_NOT_FOUND:
-		reply_not_found(req);
-		break;
-	case LEDGER_RESOLVE_RESULT_EXPIRED:
-		reply_expired(req, &res.call);
-		break;
-	case LEDGER_RESOLVE_ALREADY_COMPLETED:
-		reply_already_completed(req, &res.call);
-		break;
-	case LEDGER_RESOLVE_REPEATED:
-	case LEDGER_RESOLVE_SETTLED:
-		if (res.call.state == LEDGER_CALL_RELEASED)
-			reply_released(req, res.call.fencing_token);
-		else
-			reply_completed(req, &res.call, false, false);
-		break;
-	}
+	code = ledger_resolve_code(res.outcome.resolve);
+	if (code != NULL)
+		reply_refusal(req, code, &res.call);
+	else if (res.call.state == LEDGER_CALL_RELEASED)
+		reply_released(req, res.call.fencing_token);
+	else
+		reply_completed(req, &res.call, false, false);
 out:
 	free(result);
 	ledger_call_clear(&res.call);
@@ -762,9 +714,9 @@ static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
 	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
 	else if (call.state == LEDGER_CALL_ABSENT)
-		reply_not_found(req);
+		reply_refusal(req, "not_found", NULL);
 	else if (call.state == LEDGER_CALL_TOMBSTONE)
-		reply_expired(req, &call);
+		reply_refusal(req, "result_expired", &call);
 	else {
 		api_reply_begin(req, &w, 200);
 		write_call(&w, req->params[0], req->params[1], &call, true);
