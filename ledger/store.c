@@ -58,10 +58,17 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 	/*
 	 * The URL comes last so that whatever it sets wins over these
 	 * defaults; expand_dbname makes libpq read it as a connection string.
+	 * Keepalives find a database that vanished without closing the
+	 * connection within about 45 s; the call in flight then answers 503.
 	 */
-	const char *keys[] = {"application_name", "connect_timeout", "keepalives_idle", "dbname",
+	const char *keys[] = {"application_name",
+			      "connect_timeout",
+			      "keepalives_idle",
+			      "keepalives_interval",
+			      "keepalives_count",
+			      "dbname",
 			      NULL};
-	const char *vals[] = {"ledgerd", "5", "30", c->database_url, NULL};
+	const char *vals[] = {"ledgerd", "5", "30", "5", "3", c->database_url, NULL};
 	PGconn *pg = NULL;
 
 	c->last_attempt_ms = monotonic_ms();
