@@ -714,7 +714,7 @@ static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
 	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
 	else if (call.state == LEDGER_CALL_ABSENT)
-		reply_refusal(req, "not_found", NULL);
+		reply_refusal(req, "not_found", &call);
 	else if (call.state == LEDGER_CALL_TOMBSTONE)
 		reply_refusal(req, "result_expired", &call);
 	else {
