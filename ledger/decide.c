@@ -61,15 +61,15 @@ static const char *claim_mismatch(const struct ledger_claim *claim, const struct
 enum ledger_claim_outcome ledger_decide_claim(const struct ledger_claim *claim,
 					      const struct ledger_call *call,
 					      bool request_has_attempts,
-					      enum ledger_attempt_standing attempt,
+					      enum ledger_standing attempt,
 					      const char **mismatch_out)
 {
 	const char *mismatch = NULL;
 
 	*mismatch_out = NULL;
-	if (attempt == LEDGER_ATTEMPT_NOT_FOUND)
+	if (attempt == LEDGER_STANDING_NOT_FOUND)
 		return LEDGER_CLAIM_ATTEMPT_NOT_FOUND;
-	if (attempt == LEDGER_ATTEMPT_NOT_GIVEN && request_has_attempts)
+	if (attempt == LEDGER_STANDING_NOT_GIVEN && request_has_attempts)
 		return LEDGER_CLAIM_ATTEMPT_REQUIRED;
 	if (call->state != LEDGER_CALL_ABSENT) {
 		mismatch = claim_mismatch(claim, call);
@@ -82,7 +82,7 @@ enum ledger_claim_outcome ledger_decide_claim(const struct ledger_claim *claim,
 		return LEDGER_CLAIM_REPLAY;
 	if (call->state == LEDGER_CALL_TOMBSTONE)
 		return LEDGER_CLAIM_RESULT_EXPIRED;
-	if (attempt == LEDGER_ATTEMPT_FENCED)
+	if (attempt == LEDGER_STANDING_FENCED)
 		return LEDGER_CLAIM_ATTEMPT_FENCED;
 
 	switch (call->state) {
@@ -146,7 +146,7 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 }
 
 enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struct ledger_call *call,
-					      enum ledger_attempt_standing attempt)
+					      enum ledger_standing attempt)
 {
 	if (call->state == LEDGER_CALL_ABSENT)
 		return LEDGER_RENEW_NOT_FOUND;
@@ -155,7 +155,7 @@ enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struc
 	if (fencing_token != call->fencing_token ||
 	    (call->state != LEDGER_CALL_IN_PROGRESS && call->state != LEDGER_CALL_UNKNOWN))
 		return LEDGER_RENEW_STALE_TOKEN;
-	if (attempt == LEDGER_ATTEMPT_FENCED || attempt == LEDGER_ATTEMPT_NOT_FOUND)
+	if (attempt == LEDGER_STANDING_FENCED || attempt == LEDGER_STANDING_NOT_FOUND)
 		return LEDGER_RENEW_ATTEMPT_FENCED;
 	if (call->state == LEDGER_CALL_UNKNOWN)
 		return LEDGER_RENEW_OUTCOME_UNKNOWN;

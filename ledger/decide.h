@@ -17,11 +17,11 @@
 #include "ledger/types.h"
 
 /* How the attempt named by a claim stands at the database instant. */
-enum ledger_attempt_standing {
-	LEDGER_ATTEMPT_NOT_GIVEN, /* the claim names no attempt */
-	LEDGER_ATTEMPT_NOT_FOUND, /* no attempt of this request has that id */
-	LEDGER_ATTEMPT_LIVE,      /* the live attempt, within its lease, request open */
-	LEDGER_ATTEMPT_FENCED,    /* any other attempt: it has no rights */
+enum ledger_standing {
+	LEDGER_STANDING_NOT_GIVEN,  /* the claim names no attempt */
+	LEDGER_STANDING_NOT_FOUND,  /* no attempt of this request has that id */
+	LEDGER_STANDING_HAS_RIGHTS, /* the live attempt, within its lease, request open */
+	LEDGER_STANDING_FENCED,     /* any other attempt: it has no rights */
 };
 
 struct ledger_claim {
@@ -58,7 +58,7 @@ enum ledger_claim_outcome {
 enum ledger_claim_outcome ledger_decide_claim(const struct ledger_claim *claim,
 					      const struct ledger_call *call,
 					      bool request_has_attempts,
-					      enum ledger_attempt_standing attempt,
+					      enum ledger_standing attempt,
 					      const char **mismatch_out);
 
 /* A completion, or a retryable failure, reported by a holder. */
@@ -98,7 +98,7 @@ enum ledger_renew_outcome {
  *        (NOT_GIVEN when it was claimed without one)
  */
 enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struct ledger_call *call,
-					      enum ledger_attempt_standing attempt);
+					      enum ledger_standing attempt);
 
 enum ledger_release_outcome {
 	LEDGER_RELEASE_NOT_FOUND,      /* 404 not_found */

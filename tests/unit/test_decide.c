@@ -78,15 +78,15 @@ struct claim_row {
 	const char *sha;
 	bool claim_dedupes;
 	bool has_attempts;
-	enum ledger_attempt_standing attempt;
+	enum ledger_standing attempt;
 	enum ledger_claim_outcome want;
 	const char *want_field; /* ARGS_MISMATCH */
 };
 
-#define NG LEDGER_ATTEMPT_NOT_GIVEN
-#define NF LEDGER_ATTEMPT_NOT_FOUND
-#define LIVE LEDGER_ATTEMPT_LIVE
-#define FENCED LEDGER_ATTEMPT_FENCED
+#define NG LEDGER_STANDING_NOT_GIVEN
+#define NF LEDGER_STANDING_NOT_FOUND
+#define LIVE LEDGER_STANDING_HAS_RIGHTS
+#define FENCED LEDGER_STANDING_FENCED
 
 static const struct claim_row claim_rows[] = {
 	/* check 1, attempt_not_found, comes before everything */
@@ -322,7 +322,7 @@ struct token_row {
 	const char *what;
 	int state;
 	int64_t token;
-	enum ledger_attempt_standing attempt;
+	enum ledger_standing attempt;
 	int want;
 };
 
