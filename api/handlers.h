@@ -15,6 +15,15 @@ extern const struct api_handler api_toolcalls_resolve;
 extern const struct api_handler api_toolcalls_get;
 extern const struct api_handler api_toolcalls_list;
 
+/* api/attempts.c */
+extern const struct api_handler api_attempts_create;
+extern const struct api_handler api_attempts_renew;
+extern const struct api_handler api_attempts_deliver;
+extern const struct api_handler api_attempts_cancel;
+extern const struct api_handler api_attempts_cancel_ack;
+extern const struct api_handler api_attempts_finish;
+extern const struct api_handler api_attempts_failover;
+
 /* api/ops.c */
 extern const struct api_handler api_ops_healthz;
 extern const struct api_handler api_ops_readyz;

@@ -125,7 +125,7 @@ static int cmd_serve(const struct ledger_config *cfg)
 		close(fd);
 		return 1;
 	}
-	rc = api_server_run(cfg, store, fd, bound);
+	rc = api_server_run(cfg, &policy, store, fd, bound);
 	ledger_store_close(store);
 	return rc;
 }

@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ledger/jsonw.h"
@@ -247,6 +248,14 @@ enum ledger_err api_field_bool_or_reply(struct api_request *req,
 	}
 	*out = v->type == LEDGER_JSON_TRUE;
 	return LEDGER_OK;
+}
+
+void *api_input_or_reply(struct api_request *req, size_t size)
+{
+	req->input = calloc(1, size);
+	if (req->input == NULL)
+		api_reply_error(req, 500, "internal_error", "out of memory");
+	return req->input;
 }
 
 const char *api_query(const struct api_request *req, const char *key)

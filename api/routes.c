@@ -19,6 +19,7 @@
 #define ACTORS (AGENT | ROUTER | ADMIN)
 #define READERS (AGENT | ROUTER | REVIEWER | ADMIN)
 #define LISTERS (ROUTER | REVIEWER | ADMIN)
+#define ROUTERS (ROUTER | ADMIN)
 
 /* One route a line, as a table reads. */
 /* clang-format off */
@@ -31,6 +32,13 @@ const struct api_route api_routes[] = {
 	{"POST", "/v1/requests/{rid}/tool-calls/{cid}/resolve",  &api_toolcalls_resolve,  ADMIN,    "tool_call_resolve",  {NULL}},
 	{"GET",  "/v1/requests/{rid}/tool-calls/{cid}",          &api_toolcalls_get,      READERS,  "tool_call_get",      {NULL}},
 	{"GET",  "/v1/tool-calls",                               &api_toolcalls_list,     LISTERS,  "tool_call_list",     {"state", "limit", "cursor", NULL}},
+	{"POST", "/v1/requests/{rid}/attempts",                  &api_attempts_create,    ROUTERS,  "attempt_create",     {NULL}},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/renew",      &api_attempts_renew,     ROUTERS,  "attempt_renew",      {NULL}},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/deliver",    &api_attempts_deliver,   ROUTERS,  "attempt_deliver",    {NULL}},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/cancel",     &api_attempts_cancel,    ROUTERS,  "attempt_cancel",     {NULL}},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/cancel-ack", &api_attempts_cancel_ack, ROUTERS, "attempt_cancel_ack", {NULL}},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/finish",     &api_attempts_finish,    ROUTERS,  "attempt_finish",     {NULL}},
+	{"POST", "/v1/requests/{rid}/failover",                  &api_attempts_failover,  ROUTERS,  "failover",           {NULL}},
 	{"GET",  "/healthz",                                     &api_ops_healthz,        0,        "healthz",            {NULL}},
 	{"GET",  "/readyz",                                      &api_ops_readyz,         0,        "readyz",             {NULL}},
 	{"GET",  "/metrics",                                     &api_ops_metrics,        0,        "metrics",            {NULL}},

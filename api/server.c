@@ -32,8 +32,9 @@
 #include "ledger/tokens.h"
 
 struct api_server {
-	const struct ledger_config *cfg; /* borrowed */
-	struct ledger_store *store;      /* borrowed */
+	const struct ledger_config *cfg;    /* borrowed */
+	const struct ledger_policy *policy; /* borrowed */
+	struct ledger_store *store;         /* borrowed */
 	struct MHD_Daemon *daemon;
 	atomic_long in_flight; /* requests between first byte and completion */
 	atomic_bool draining;  /* shutting down: replies close their connection */
@@ -42,6 +43,11 @@ struct api_server {
 const struct ledger_config *api_config(const struct api_request *req)
 {
 	return req->server->cfg;
+}
+
+const struct ledger_policy *api_policy(const struct api_request *req)
+{
+	return req->server->policy;
 }
 
 struct ledger_store *api_store(const struct api_request *req)
@@ -502,8 +508,8 @@ int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err,
 
 /* --- running --- */
 
-int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, int fd,
-		   const char *bound)
+int api_server_run(const struct ledger_config *cfg, const struct ledger_policy *policy,
+		   struct ledger_store *store, int fd, const char *bound)
 {
 	struct api_server srv;
 	char extra[400];
@@ -515,6 +521,7 @@ int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, 
 
 	memset(&srv, 0, sizeof(srv));
 	srv.cfg = cfg;
+	srv.policy = policy;
 	srv.store = store;
 	atomic_init(&srv.in_flight, 0);
 	atomic_init(&srv.draining, false);

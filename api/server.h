@@ -17,6 +17,7 @@
 #include "ledger/config.h"
 #include "ledger/err.h"
 #include "ledger/json.h"
+#include "ledger/policy.h"
 #include "ledger/jsonw.h"
 #include "ledger/store.h"
 #include "ledger/types.h"
@@ -141,6 +142,12 @@ LEDGER_MUSTCHECK enum ledger_err api_field_bool_or_reply(struct api_request *req
 							 const struct ledger_json_value *obj,
 							 const char *key, bool def, bool *out);
 
+/**
+ * Allocates a handler's parsed input, zeroed, into req->input (freed with
+ * the request). @return it, or NULL after replying 500.
+ */
+void *api_input_or_reply(struct api_request *req, size_t size);
+
 /** The value of query key @p key, decoded; NULL if absent. */
 const char *api_query(const struct api_request *req, const char *key);
 
@@ -148,6 +155,9 @@ const char *api_query(const struct api_request *req, const char *key);
 
 /** The settings the handlers read (lease bounds, back-off). */
 const struct ledger_config *api_config(const struct api_request *req);
+
+/** The failover policy in force. */
+const struct ledger_policy *api_policy(const struct api_request *req);
 
 /** The store the server hands jobs to. */
 struct ledger_store *api_store(const struct api_request *req);
@@ -169,8 +179,8 @@ int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err,
  * SIGTERM or SIGINT, then drains the calls in flight.
  * @return 0 on a clean stop, 1 if it could not start
  */
-int api_server_run(const struct ledger_config *cfg, struct ledger_store *store, int fd,
-		   const char *bound);
+int api_server_run(const struct ledger_config *cfg, const struct ledger_policy *policy,
+		   struct ledger_store *store, int fd, const char *bound);
 
 /* --- routing (api/routes.c) --- */
 

@@ -62,15 +62,6 @@ static int64_t default_lease(const struct api_request *req)
 	return ms;
 }
 
-/* The handler's parsed input, zeroed, owned by @p req; NULL after replying. */
-static void *input_or_reply(struct api_request *req, size_t size)
-{
-	req->input = calloc(1, size);
-	if (req->input == NULL)
-		api_reply_error(req, 500, "internal_error", "out of memory");
-	return req->input;
-}
-
 /* An integer in 0..2^53-1, as API.md bounds every integer. */
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
@@ -202,7 +193,7 @@ static enum ledger_err claim_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = input_or_reply(req, sizeof(*in));
+	in = api_input_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	c = &in->req.claim;
@@ -366,7 +357,7 @@ static enum ledger_err renew_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = input_or_reply(req, sizeof(*in));
+	in = api_input_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
@@ -454,7 +445,7 @@ static enum ledger_err complete_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = input_or_reply(req, sizeof(*in));
+	in = api_input_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
@@ -528,7 +519,7 @@ static enum ledger_err release_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = input_or_reply(req, sizeof(*in));
+	in = api_input_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
@@ -582,7 +573,7 @@ static enum ledger_err resolve_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = input_or_reply(req, sizeof(*in));
+	in = api_input_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (outcome_or_reply(req, body, "resolution", resolutions, &resolution) ||
@@ -806,7 +797,7 @@ static enum ledger_err list_prepare(struct api_request *req)
 	const char *state = api_query(req, "state");
 	const char *limit = api_query(req, "limit");
 	const char *cursor = api_query(req, "cursor");
-	struct list_input *in = input_or_reply(req, sizeof(*in));
+	struct list_input *in = api_input_or_reply(req, sizeof(*in));
 
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;

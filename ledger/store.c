@@ -296,6 +296,17 @@ out:
 	return rc;
 }
 
+const char *store_step_int(struct store_step *st, int64_t v)
+{
+	char *slot = NULL;
+
+	if (st->nints >= sizeof(st->ints) / sizeof(st->ints[0]))
+		abort(); /* a step with this many integers is a bug */
+	slot = st->ints[st->nints++];
+	snprintf(slot, sizeof(st->ints[0]), "%lld", (long long)v);
+	return slot;
+}
+
 void store_step_clear(struct store_step *st)
 {
 	for (unsigned i = 0; i < STORE_MAX_STEP; i++) {
@@ -304,6 +315,7 @@ void store_step_clear(struct store_step *st)
 	}
 	st->n = 0;
 	st->nsent = 0;
+	st->nints = 0;
 }
 
 void store_abort(struct ledger_store_conn *c)

@@ -17,7 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ledger/attempt.h"
 #include "ledger/decide.h"
+#include "ledger/failover.h"
+#include "ledger/policy.h"
 #include "ledger/err.h"
 #include "ledger/types.h"
 
@@ -182,5 +185,91 @@ ledger_store_list_calls(struct ledger_store_conn *conn, const char *tenant,
 			struct ledger_listed_call **items_out, size_t *count_out);
 
 void ledger_store_free_list(struct ledger_listed_call *items, size_t count);
+
+/* --- attempts (ledger/store_attempts.c, ledger/store_failover.c) --- */
+
+/* What an attempt operation decided, and how things stand afterwards. */
+struct ledger_attempt_result {
+	bool found; /* false: no such attempt (404 attempt_not_found) */
+	union {
+		enum ledger_create_outcome create;
+		enum ledger_attempt_op_outcome op;
+	} outcome;
+	struct ledger_request request; /* the request afterwards */
+	char *client_error;            /* owned: its recorded client error, or NULL */
+	struct ledger_attempt attempt; /* the attempt concerned, afterwards */
+	int64_t retry_after_ms;        /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+};
+
+/** Frees what @p r owns. */
+void ledger_attempt_result_clear(struct ledger_attempt_result *r);
+
+/** POST attempts: creates (or finds again) an attempt of @p request_id. */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_attempt_create(struct ledger_store_conn *conn, const char *tenant,
+			    const char *request_id, const struct ledger_attempt_request *in,
+			    const struct ledger_policy *p, struct ledger_attempt_result *out);
+
+enum ledger_attempt_op {
+	LEDGER_OP_RENEW,
+	LEDGER_OP_DELIVER,
+	LEDGER_OP_CANCEL,
+	LEDGER_OP_CANCEL_ACK,
+	LEDGER_OP_FINISH,
+};
+
+/* One of an attempt's own calls. */
+struct ledger_attempt_call {
+	enum ledger_attempt_op op;
+	int64_t lease_ms;                /* RENEW */
+	int64_t delivered_output_tokens; /* DELIVER, FINISH; -1: not given */
+	bool completed;                  /* FINISH: "completed"; false: "failed" */
+	const char *reason;              /* CANCEL, FINISH; NULL: none */
+};
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   const char *attempt_id,
+							   const struct ledger_attempt_call *call,
+							   struct ledger_attempt_result *out);
+
+struct ledger_failover_request {
+	const char *source_attempt_id;
+	enum ledger_signal signal;
+	int64_t retry_prefill_tokens;
+	const struct ledger_attempt_request *next; /* the rerun to create; NULL: none */
+};
+
+enum ledger_failover_status {
+	LEDGER_FAILOVER_ANSWERED,      /* 200 with body (decided now, or recorded) */
+	LEDGER_FAILOVER_REFUSED,       /* 409: decision.action says which */
+	LEDGER_FAILOVER_NO_ATTEMPT,    /* 404 attempt_not_found */
+	LEDGER_FAILOVER_NEXT_MISMATCH, /* 422 request_mismatch: next_attempt's id is taken */
+	LEDGER_FAILOVER_NEXT_REVISION, /* 409 revision_mismatch: next_attempt's revision */
+};
+
+struct ledger_failover_result {
+	enum ledger_failover_status status;
+	struct ledger_failover_decision decision;
+	char current_attempt_id[LEDGER_ID_MAX + 1]; /* ATTEMPT_FENCED: the newest */
+	char *client_error; /* owned: REQUEST_CLOSED, the request's recorded one */
+	char *body;         /* owned: ANSWERED, the decision as recorded */
+};
+
+/** Frees what @p r owns. */
+void ledger_failover_result_clear(struct ledger_failover_result *r);
+
+/**
+ * POST failover: decides by ledger_failover_decide() under the request's
+ * lock and performs the decision (revocations, the rerun, the request's
+ * end) with its event in one transaction; final decisions are recorded
+ * and answered again, as they were, to a retried call.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn *conn,
+						       const char *tenant, const char *request_id,
+						       const struct ledger_failover_request *in,
+						       const struct ledger_policy *p,
+						       struct ledger_failover_result *out);
 
 #endif

@@ -18,6 +18,7 @@
 #include "ledger/jsonw.h"
 #include "ledger/log.h"
 #include "ledger/store.h"
+#include "ledger/render.h"
 #include "ledger/store_int.h"
 
 /* The statements are laid out as SQL, not as C. */
@@ -160,6 +161,15 @@ static const struct store_stmt call_release = {
 
 /* clang-format on */
 
+/* Clears a result between tries, keeping nothing of the last one. */
+static void reset_result(void *out)
+{
+	struct ledger_call_result *r = out;
+
+	ledger_call_clear(&r->call);
+	memset(r, 0, sizeof(*r));
+}
+
 /* --- claim --- */
 
 static void claimed_detail(struct store_event *ev, const struct ledger_claim *c, int64_t token,
@@ -246,7 +256,7 @@ static enum ledger_err claim_fast_path(struct ledger_store_conn *conn,
 	    out->call.state == LEDGER_CALL_TOMBSTONE) {
 		bool has_attempts = store_int(st.res[0], 0, 1) > 0;
 		enum ledger_claim_outcome o = ledger_decide_claim(
-			c, &out->call, has_attempts, LEDGER_ATTEMPT_NOT_GIVEN, &out->mismatch);
+			c, &out->call, has_attempts, LEDGER_STANDING_NOT_GIVEN, &out->mismatch);
 		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_EXPIRED) {
 			out->outcome.claim = o;
 			*done = true;
@@ -258,30 +268,66 @@ out:
 	return rc;
 }
 
+/*
+ * A rerun emitted another call under an existing ordinal: the sequence has
+ * shifted, and the next ordinal could slip a repeated action in. The
+ * attempt is revoked and the request fails with tool_call_divergence.
+ */
+static void diverge(struct store_step *st, const struct ledger_call_key *key,
+		    struct store_locked *lk, struct store_event *revoked,
+		    struct store_event *failed)
+{
+	struct ledger_request after = lk->request;
+	struct ledger_buf client_error = LEDGER_BUF_INIT;
+
+	after.status = LEDGER_REQUEST_FAILED;
+	ledger_render_client_error(&client_error, "tool_call_divergence", key->request_id, &after);
+	store_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
+			  LEDGER_ATTEMPT_CANCEL_REQUESTED, 0, 0, NULL);
+	store_event_start(revoked, "attempt_revoked", lk->named.attempt_id);
+	store_event_str(revoked, "state",
+			ledger_attempt_state_name(LEDGER_ATTEMPT_CANCEL_REQUESTED));
+	store_event_str(revoked, "cause", "tool_call_divergence");
+	store_event_add(st, key, revoked);
+	/* The step owns the text until it runs: keep it in the event's buffer. */
+	store_event_start(failed, "request_status", lk->named.attempt_id);
+	store_event_str(failed, "status", ledger_request_status_name(after.status));
+	store_event_str(failed, "client_error", "tool_call_divergence");
+	store_event_add(st, key, failed);
+	free(lk->client_error);
+	lk->client_error = ledger_buf_steal(&client_error, NULL);
+	store_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
+}
+
 static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				    const struct ledger_call_key *key,
 				    const struct ledger_claim_request *req,
 				    struct ledger_call_result *out)
 {
 	const struct ledger_claim *c = &req->claim;
-	enum ledger_attempt_standing attempt = LEDGER_ATTEMPT_NOT_GIVEN;
+	const struct store_lookup look = {.attempt_id = c->attempt_id,
+					  .tool_call_id = key->tool_call_id};
+	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
 	enum ledger_claim_outcome o;
 	struct store_locked lk;
 	struct store_step st;
-	struct store_event ev;
+	struct store_event ev, revoked, failed;
 	char lease[24], token[24];
 	const char *from = NULL;
 	enum ledger_err rc;
 
+	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
+	memset(&revoked, 0, sizeof(revoked));
+	memset(&failed, 0, sizeof(failed));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key, true, &lk, &out->call);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, true, &look, &lk, &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
-	/* Attempts come with the router integration: none exists yet. */
 	if (c->attempt_id != NULL)
-		attempt = LEDGER_ATTEMPT_NOT_FOUND;
-	o = ledger_decide_claim(c, &out->call, lk.attempts > 0, attempt, &out->mismatch);
+		attempt = ledger_attempt_standing(&lk.request, &lk.named);
+	o = ledger_decide_claim(c, &out->call, lk.request.attempt_count > 0, attempt,
+				&out->mismatch);
 	out->outcome.claim = o;
 	store_fmt_int(lease, c->lease_ms);
 
@@ -352,12 +398,17 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 		}
 		store_event_str(&ev, "owner", c->owner);
 		store_event_add(&st, key, &ev);
+		if (o == LEDGER_CLAIM_ARGS_MISMATCH && attempt == LEDGER_STANDING_HAS_RIGHTS)
+			diverge(&st, key, &lk, &revoked, &failed);
 		rc = store_commit(&st);
 		break;
 	}
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
+	store_event_free(&revoked);
+	store_event_free(&failed);
+	store_locked_clear(&lk);
 	return rc;
 }
 
@@ -366,9 +417,9 @@ struct claim_arg {
 	const struct ledger_claim_request *req;
 };
 
-static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg,
-				struct ledger_call_result *out)
+static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg, void *out_)
 {
+	struct ledger_call_result *out = out_;
 	const struct claim_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
@@ -389,7 +440,7 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 {
 	struct claim_arg a = {key, req};
 
-	return store_with_retries(conn, claim_op, &a, out);
+	return store_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- complete --- */
@@ -478,14 +529,16 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 {
 	enum ledger_complete_outcome o;
 	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
 	struct store_step st;
 	struct store_event ev;
 	char read_token[24], given[24];
 	enum ledger_err rc;
 
+	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key, false, &lk, &out->call);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_complete(c, &out->call);
@@ -552,6 +605,7 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
+	store_locked_clear(&lk);
 	return rc;
 }
 
@@ -560,9 +614,9 @@ struct complete_arg {
 	const struct ledger_completion *c;
 };
 
-static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *arg,
-				   struct ledger_call_result *out)
+static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *arg, void *out_)
 {
+	struct ledger_call_result *out = out_;
 	const struct complete_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
@@ -581,7 +635,7 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 {
 	struct complete_arg a = {key, c};
 
-	return store_with_retries(conn, complete_op, &a, out);
+	return store_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- renew --- */
@@ -592,21 +646,23 @@ struct renew_arg {
 	int64_t lease_ms;
 };
 
-static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
-				struct ledger_call_result *out)
+static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg, void *out_)
 {
+	struct ledger_call_result *out = out_;
 	const struct renew_arg *a = arg;
 	const struct ledger_call_key *key = a->key;
 	int64_t fencing_token = a->fencing_token, lease_ms = a->lease_ms;
 	char token[24], lease[24];
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, lease};
-	enum ledger_attempt_standing attempt = LEDGER_ATTEMPT_NOT_GIVEN;
+	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
 	enum ledger_renew_outcome o;
 	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
 	struct store_step st;
 	struct store_event ev;
 	enum ledger_err rc;
 
+	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_fmt_int(token, fencing_token);
 	store_fmt_int(lease, lease_ms);
@@ -625,12 +681,12 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 	}
 	store_step_clear(&st);
 
-	rc = store_lock_and_read(conn, key, false, &lk, &out->call);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
-	/* A claim made under an attempt is fenced with it: none exists yet. */
+	/* A claim made under an attempt is fenced with it. */
 	if (out->call.attempt_id[0] != '\0')
-		attempt = LEDGER_ATTEMPT_NOT_FOUND;
+		attempt = ledger_attempt_standing(&lk.request, &lk.of_call);
 	o = ledger_decide_renew(fencing_token, &out->call, attempt);
 	out->outcome.renew = o;
 	switch (o) {
@@ -656,6 +712,7 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
+	store_locked_clear(&lk);
 	return rc;
 }
 
@@ -665,7 +722,7 @@ enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
 {
 	struct renew_arg a = {key, fencing_token, lease_ms};
 
-	return store_with_retries(conn, renew_op, &a, out);
+	return store_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- release --- */
@@ -676,9 +733,9 @@ struct release_arg {
 	const char *reason;
 };
 
-static enum ledger_err release_op(struct ledger_store_conn *conn, const void *arg,
-				  struct ledger_call_result *out)
+static enum ledger_err release_op(struct ledger_store_conn *conn, const void *arg, void *out_)
 {
+	struct ledger_call_result *out = out_;
 	const struct release_arg *a = arg;
 	const struct ledger_call_key *key = a->key;
 	int64_t fencing_token = a->fencing_token;
@@ -687,14 +744,16 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, token};
 	enum ledger_release_outcome o;
 	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
 	struct store_step st;
 	struct store_event ev;
 	enum ledger_err rc;
 
+	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_fmt_int(token, fencing_token);
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key, false, &lk, &out->call);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_release(fencing_token, &out->call);
@@ -726,6 +785,7 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
+	store_locked_clear(&lk);
 	return rc;
 }
 
@@ -735,7 +795,7 @@ enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
 {
 	struct release_arg a = {key, fencing_token, reason};
 
-	return store_with_retries(conn, release_op, &a, out);
+	return store_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- resolve --- */
@@ -761,9 +821,9 @@ struct resolve_arg {
 	const char *note;
 };
 
-static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *arg,
-				  struct ledger_call_result *out)
+static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *arg, void *out_)
 {
+	struct ledger_call_result *out = out_;
 	const struct resolve_arg *a = arg;
 	const struct ledger_call_key *key = a->key;
 	enum ledger_resolution resolution = a->resolution;
@@ -773,13 +833,15 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 	enum ledger_resolve_outcome o;
 	enum ledger_call_state previous;
 	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
 	struct store_step st;
 	struct store_event ev;
 	enum ledger_err rc;
 
+	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key, false, &lk, &out->call);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_resolve(resolution, result, result_len, &out->call);
@@ -845,6 +907,7 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
+	store_locked_clear(&lk);
 	return rc;
 }
 
@@ -856,5 +919,5 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 {
 	struct resolve_arg a = {key, resolution, result, result_len, note};
 
-	return store_with_retries(conn, resolve_op, &a, out);
+	return store_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
 }

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ledger/attempt.h"
 #include "ledger/buf.h"
 #include "ledger/err.h"
 #include "ledger/jsonw.h"
@@ -44,6 +45,8 @@ struct store_step {
 	PGresult *res[STORE_MAX_STEP]; /* their results, after a run */
 	unsigned nsent;                /* messages sent: statements and prepares */
 	const struct store_stmt *sent[2 * STORE_MAX_STEP]; /* a prepare's statement, or NULL */
+	char ints[4 * STORE_MAX_STEP][24]; /* integer parameters, alive until the step is cleared */
+	unsigned nints;
 };
 
 /** Starts a step on @p conn; the connection must be up. */
@@ -65,6 +68,12 @@ void store_step_add_simple(struct store_step *st, const char *sql);
  *         the first failure (UNAVAILABLE, CONFLICT or INTERNAL), logged.
  */
 LEDGER_MUSTCHECK enum ledger_err store_step_run(struct store_step *st);
+
+/**
+ * Formats @p v as a parameter that lives as long as the step.
+ * @return the text, borrowed from @p st
+ */
+const char *store_step_int(struct store_step *st, int64_t v);
 
 /** Frees the step's results. NULL-safe on results. */
 void store_step_clear(struct store_step *st);
@@ -176,22 +185,74 @@ void store_event_add(struct store_step *st, const struct ledger_call_key *key,
 		     struct store_event *ev);
 void store_event_free(struct store_event *ev);
 
-/* What locking a request found. */
+/* What locking a request found, read after the lock. */
 struct store_locked {
-	bool created;        /* this transaction created the request's row */
-	bool request_exists; /* the request's row exists (now locked) */
-	int64_t attempts;    /* the request's attempt count */
+	bool created;                      /* this transaction created the request's row */
+	struct ledger_request request;     /* request.exists false: no such request */
+	char *client_error;                /* owned: the request's recorded client error, or NULL */
+	struct ledger_attempt named;       /* the attempt the caller named (exists false: none) */
+	struct ledger_attempt second;      /* a second attempt the caller named */
+	struct ledger_attempt of_call;     /* the attempt the call was claimed under */
+	struct ledger_attempt newest;      /* the request's newest attempt */
+	struct ledger_calls_summary calls; /* with store_lookup.calls_summary */
+};
+
+/* The ids a transaction looks up besides its request; any may be NULL. */
+struct store_lookup {
+	const char *attempt_id;        /* -> named */
+	const char *second_attempt_id; /* -> second */
+	const char *tool_call_id;      /* -> the call, and of_call */
+	bool calls_summary;            /* -> calls: what the calls mean for a rerun */
 };
 
 /**
  * Opens a transaction, locks the request (creating it when @p create) and
- * reads the call after the lock. On LEDGER_OK the transaction stays open:
- * end it with store_commit() or store_rollback().
+ * reads, after the lock, the request, the attempts @p look names with the
+ * newest, and the call. On LEDGER_OK the transaction stays open: end it with
+ * store_commit() or store_rollback(), then store_locked_clear().
+ * @param call may be NULL when @p look names no call
  */
 LEDGER_MUSTCHECK enum ledger_err store_lock_and_read(struct ledger_store_conn *conn,
-						     const struct ledger_call_key *key, bool create,
+						     const char *tenant, const char *request_id,
+						     bool create, const struct store_lookup *look,
 						     struct store_locked *lk,
 						     struct ledger_call *call);
+
+/** Frees what @p lk owns. */
+void store_locked_clear(struct store_locked *lk);
+
+/**
+ * Counts the tenant's attempts in the policy's window, under a per-tenant
+ * lock held until the transaction ends, so that concurrent retries of one
+ * tenant cannot all pass a budget that has room for one.
+ */
+LEDGER_MUSTCHECK enum ledger_err store_read_budget(struct ledger_store_conn *conn,
+						   const char *tenant,
+						   const struct ledger_policy *p,
+						   struct ledger_budget *out);
+
+/**
+ * Queues the creation of attempt @p a (its id, epoch, replica, revision,
+ * lease in lease_ms_left, is_retry) and its attempt_created event.
+ */
+void store_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
+			  const struct ledger_attempt *a, struct store_event *ev, bool reopened);
+
+/**
+ * Queues the writes that make the request's row read @p r (its status,
+ * delta, counts, revision) and its client error @p client_error (NULL:
+ * none).
+ */
+void store_request_set(struct store_step *st, const char *tenant, const char *request_id,
+		       const struct ledger_request *r, const char *client_error);
+
+/**
+ * Queues the write of an attempt's state, and optionally a new lease
+ * (@p lease_ms > 0), progress (@p delivered >= 0) or outcome (non-NULL).
+ */
+void store_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
+		       const char *attempt_id, enum ledger_attempt_state state, int64_t lease_ms,
+		       int64_t delivered, const char *outcome);
 
 /** Runs the statements queued in @p st (writes, events), then COMMIT. */
 LEDGER_MUSTCHECK enum ledger_err store_commit(struct store_step *st);
@@ -200,14 +261,16 @@ LEDGER_MUSTCHECK enum ledger_err store_commit(struct store_step *st);
 LEDGER_MUSTCHECK enum ledger_err store_rollback(struct ledger_store_conn *conn);
 
 /**
- * Runs @p op (whose arguments are @p arg) with @p out cleared, and again on
- * a serialization failure or a deadlock: every operation is idempotent.
+ * Runs @p op (whose arguments are @p arg) on @p out (zeroed first, @p size
+ * bytes), and again on a serialization failure or a deadlock, after
+ * @p reset frees what the failed try left in it: every operation is
+ * idempotent. Answers LEDGER_ERR_UNAVAILABLE at once while the connection
+ * is down.
  */
-LEDGER_MUSTCHECK enum ledger_err
-store_with_retries(struct ledger_store_conn *conn,
-		   enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg,
-					 struct ledger_call_result *out),
-		   const void *arg, struct ledger_call_result *out);
+LEDGER_MUSTCHECK enum ledger_err store_with_retries(
+	struct ledger_store_conn *conn,
+	enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg, void *out),
+	const void *arg, void *out, size_t size, void (*reset)(void *out));
 
 /** Writes @p v in decimal, as a statement parameter. */
 void store_fmt_int(char buf[24], int64_t v);

@@ -39,6 +39,101 @@ const struct store_stmt store_read_call = {
 	3,
 };
 
+const struct store_stmt store_read_request = {
+	"read_request",
+	"SELECT status, first_delta_sent, delivered_output_tokens, attempt_count,"
+	"  coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")
+	" FROM requests WHERE tenant = $1 AND request_id = $2",
+	2,
+};
+
+/*
+ * The attempts $3 and $4 name, the one call $5 was claimed under, and the
+ * newest, each once, flagged by what it is; leases on the clock read now.
+ */
+const struct store_stmt store_read_attempts = {
+	"read_attempts",
+	"WITH newest AS (SELECT max(epoch) AS epoch FROM attempts"
+	"  WHERE tenant = $1 AND request_id = $2),"
+	" of_call AS (SELECT attempt_id FROM tool_calls"
+	"  WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $5)"
+	" SELECT a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state,"
+	"  CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t"
+	"       THEN ceil(extract(epoch FROM a.lease_until - now_.t) * 1000)::bigint ELSE 0 END,"
+	"  a.is_retry, a.delivered_output_tokens, " STORE_TS("a.created_at") ","
+	"  coalesce(a.attempt_id = $3, false), coalesce(a.attempt_id = $4, false),"
+	"  coalesce(a.attempt_id = (SELECT attempt_id FROM of_call), false),"
+	"  a.epoch = (SELECT epoch FROM newest)"
+	" FROM (SELECT clock_timestamp() AS t) now_"
+	" JOIN attempts a ON a.tenant = $1 AND a.request_id = $2"
+	"  AND (a.attempt_id = $3 OR a.attempt_id = $4"
+	"       OR a.attempt_id = (SELECT attempt_id FROM of_call)"
+	"       OR a.epoch = (SELECT epoch FROM newest))",
+	5,
+};
+
+/* The request's after-image, as the C code decided it. */
+static const struct store_stmt request_set = {
+	"request_set",
+	"UPDATE requests SET status = $3, first_delta_sent = $4::boolean,"
+	"  phase = CASE WHEN $4::boolean THEN 'decode' ELSE 'prefill' END,"
+	"  delivered_output_tokens = $5::bigint, attempt_count = $6::integer,"
+	"  max_attempts = nullif($7::integer, 0), model_revision = $8, client_error = $9,"
+	"  closed_at = CASE WHEN $3 = 'open' THEN NULL ELSE coalesce(closed_at, clock_timestamp()) END"
+	" WHERE tenant = $1 AND request_id = $2",
+	9,
+};
+
+static const struct store_stmt attempt_set = {
+	"attempt_set",
+	"UPDATE attempts SET state = $4,"
+	"  lease_until = CASE WHEN $5::bigint > 0"
+	"    THEN " STORE_LEASE_FROM("clock_timestamp()", "$5") " ELSE lease_until END,"
+	"  delivered_output_tokens = greatest(delivered_output_tokens, $6::bigint),"
+	"  outcome = coalesce($7, outcome),"
+	"  ended_at = CASE WHEN $4 = 'live' THEN NULL ELSE coalesce(ended_at, clock_timestamp()) END"
+	" WHERE tenant = $1 AND request_id = $2 AND attempt_id = $3",
+	7,
+};
+
+/* Held calls of the newest attempt, and unknown outcomes of non-deduping tools. */
+static const struct store_stmt calls_summary = {
+	"calls_summary",
+	"SELECT coalesce(max(CASE WHEN c.state = 'in_progress' AND c.lease_until > now_.t"
+	"    AND c.attempt_id = n.attempt_id"
+	"    THEN ceil(extract(epoch FROM c.lease_until - now_.t) * 1000)::bigint END), 0),"
+	"  count(*) FILTER (WHERE c.state = 'in_progress' AND c.lease_until <= now_.t"
+	"    AND NOT c.tool_dedupes)"
+	" FROM (SELECT clock_timestamp() AS t) now_"
+	" LEFT JOIN (SELECT attempt_id FROM attempts WHERE tenant = $1 AND request_id = $2"
+	"   ORDER BY epoch DESC LIMIT 1) n ON true"
+	" LEFT JOIN tool_calls c ON c.tenant = $1 AND c.request_id = $2",
+	2,
+};
+
+static const struct store_stmt budget_lock = {
+	"budget_lock",
+	"SELECT pg_advisory_xact_lock(hashtextextended('ledgerd.retry_budget.' || $1, 0))",
+	1,
+};
+
+static const struct store_stmt budget_count = {
+	"budget_count",
+	"SELECT count(*), count(*) FILTER (WHERE is_retry) FROM attempts"
+	" WHERE tenant = $1 AND created_at > clock_timestamp() - $2::bigint * interval '1 millisecond'",
+	2,
+};
+
+static const struct store_stmt attempt_insert = {
+	"attempt_insert",
+	"INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,"
+	"  revision_given, state, lease_until, is_retry)"
+	" VALUES ($1, $2, $3, $4::integer, $5, $6, $7::boolean, 'live', "
+	STORE_LEASE_FROM("clock_timestamp()", "$8") ", $9::boolean)"
+	" RETURNING " STORE_TS("created_at"),
+	9,
+};
+
 static const struct store_stmt event_insert = {
 	"event_insert",
 	"INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail)"
@@ -201,25 +296,76 @@ void store_event_add(struct store_step *st, const struct ledger_call_key *key,
 
 /* --- the general path's frame --- */
 
-enum ledger_err store_lock_and_read(struct ledger_store_conn *conn,
-				    const struct ledger_call_key *key, bool create,
-				    struct store_locked *lk, struct ledger_call *call)
+static enum ledger_err parse_request(const PGresult *res, struct ledger_request *r,
+				     char **client_error)
 {
-	const char *params[3] = {key->tenant, key->request_id, key->tool_call_id};
+	memset(r, 0, sizeof(*r));
+	*client_error = NULL;
+	if (PQntuples(res) != 1)
+		return LEDGER_OK;
+	r->exists = true;
+	if (ledger_request_status_parse(PQgetvalue(res, 0, 0), &r->status) != 0)
+		abort(); /* the table's CHECK allows nothing else */
+	r->first_delta_sent = store_bool(res, 0, 1);
+	r->delivered_output_tokens = store_int(res, 0, 2);
+	r->attempt_count = store_int(res, 0, 3);
+	r->max_attempts = store_int(res, 0, 4);
+	store_copy(res, 0, 5, r->model_revision, sizeof(r->model_revision));
+	store_copy(res, 0, 7, r->created_at, sizeof(r->created_at));
+	if (!PQgetisnull(res, 0, 6)) {
+		*client_error = store_dup(res, 0, 6, NULL);
+		if (*client_error == NULL)
+			return LEDGER_ERR_NOMEM;
+	}
+	return LEDGER_OK;
+}
+
+static void parse_attempt(const PGresult *res, int row, struct ledger_attempt *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->exists = true;
+	store_copy(res, row, 0, a->attempt_id, sizeof(a->attempt_id));
+	a->epoch = store_int(res, row, 1);
+	store_copy(res, row, 2, a->replica, sizeof(a->replica));
+	store_copy(res, row, 3, a->model_revision, sizeof(a->model_revision));
+	a->revision_given = store_bool(res, row, 4);
+	if (ledger_attempt_state_parse(PQgetvalue(res, row, 5), &a->state) != 0)
+		abort(); /* the table's CHECK allows nothing else */
+	a->lease_ms_left = store_int(res, row, 6);
+	if (a->state == LEDGER_ATTEMPT_LIVE && a->lease_ms_left <= 0)
+		a->state = LEDGER_ATTEMPT_EXPIRED;
+	a->is_retry = store_bool(res, row, 7);
+	a->delivered_output_tokens = store_int(res, row, 8);
+	store_copy(res, row, 9, a->created_at, sizeof(a->created_at));
+}
+
+enum ledger_err store_lock_and_read(struct ledger_store_conn *conn, const char *tenant,
+				    const char *request_id, bool create,
+				    const struct store_lookup *look, struct store_locked *lk,
+				    struct ledger_call *call)
+{
+	const char *key[2] = {tenant, request_id};
+	const char *names[5] = {tenant, request_id, look->attempt_id, look->second_attempt_id,
+				look->tool_call_id};
+	const char *call_key[3] = {tenant, request_id, look->tool_call_id};
 	struct store_step st;
 	enum ledger_err rc;
+	int n;
 
 	memset(lk, 0, sizeof(*lk));
 	store_step_begin(&st, conn);
 	store_step_add_simple(&st, "BEGIN");
-	store_step_add(&st, create ? &store_lock_request : &store_lock_existing, params);
-	store_step_add(&st, &store_read_call, params);
+	store_step_add(&st, create ? &store_lock_request : &store_lock_existing, key);
+	store_step_add(&st, &store_read_request, key);
+	store_step_add(&st, &store_read_attempts, names);
+	if (call != NULL)
+		store_step_add(&st, &store_read_call, call_key);
+	if (look->calls_summary)
+		store_step_add(&st, &calls_summary, key);
 	rc = store_step_run(&st);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (PQntuples(st.res[1]) == 1) {
-		lk->request_exists = true;
-		lk->attempts = store_int(st.res[1], 0, 0);
 		lk->created = store_bool(st.res[1], 0, 1);
 	} else if (create) {
 		/*
@@ -230,12 +376,133 @@ enum ledger_err store_lock_and_read(struct ledger_store_conn *conn,
 		rc = LEDGER_ERR_CONFLICT;
 		goto out;
 	}
-	rc = store_parse_call(st.res[2], 0, 0, call);
-	if (rc != LEDGER_OK)
+	rc = parse_request(st.res[2], &lk->request, &lk->client_error);
+	n = PQntuples(st.res[3]);
+	for (int i = 0; i < n && rc == LEDGER_OK; i++) {
+		struct ledger_attempt a;
+
+		parse_attempt(st.res[3], i, &a);
+		if (store_bool(st.res[3], i, 10))
+			lk->named = a;
+		if (store_bool(st.res[3], i, 11))
+			lk->second = a;
+		if (store_bool(st.res[3], i, 12))
+			lk->of_call = a;
+		if (store_bool(st.res[3], i, 13))
+			lk->newest = a;
+	}
+	if (rc == LEDGER_OK && call != NULL)
+		rc = store_parse_call(st.res[4], 0, 0, call);
+	if (rc == LEDGER_OK && look->calls_summary) {
+		const PGresult *sum = st.res[call != NULL ? 5 : 4];
+
+		lk->calls.held_by_newest_ms = store_int(sum, 0, 0);
+		lk->calls.unknown = store_int(sum, 0, 1);
+	}
+	if (rc != LEDGER_OK) {
+		store_locked_clear(lk);
 		store_abort(conn);
+	}
 out:
 	store_step_clear(&st);
 	return rc;
+}
+
+void store_locked_clear(struct store_locked *lk)
+{
+	free(lk->client_error);
+	lk->client_error = NULL;
+}
+
+void store_request_set(struct store_step *st, const char *tenant, const char *request_id,
+		       const struct ledger_request *r, const char *client_error)
+{
+	const char *params[9] = {
+		tenant,
+		request_id,
+		ledger_request_status_name(r->status),
+		r->first_delta_sent ? "true" : "false",
+		store_step_int(st, r->delivered_output_tokens),
+		store_step_int(st, r->attempt_count),
+		store_step_int(st, r->max_attempts),
+		r->model_revision[0] != '\0' ? r->model_revision : NULL,
+		client_error,
+	};
+
+	store_step_add(st, &request_set, params);
+}
+
+void store_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
+		       const char *attempt_id, enum ledger_attempt_state state, int64_t lease_ms,
+		       int64_t delivered, const char *outcome)
+{
+	/* EXPIRED is derived, never stored: the row stays live until superseded */
+	const char *params[7] = {
+		tenant,
+		request_id,
+		attempt_id,
+		ledger_attempt_state_name(state == LEDGER_ATTEMPT_EXPIRED ? LEDGER_ATTEMPT_LIVE
+									  : state),
+		store_step_int(st, lease_ms),
+		store_step_int(st, delivered),
+		outcome,
+	};
+
+	store_step_add(st, &attempt_set, params);
+}
+
+enum ledger_err store_read_budget(struct ledger_store_conn *conn, const char *tenant,
+				  const struct ledger_policy *p, struct ledger_budget *out)
+{
+	const char *lock[1] = {tenant};
+	struct store_step st;
+	enum ledger_err rc;
+
+	memset(out, 0, sizeof(*out));
+	store_step_begin(&st, conn);
+	const char *count[2] = {tenant, store_step_int(&st, p->budget_window_ms)};
+	store_step_add(&st, &budget_lock, lock);
+	store_step_add(&st, &budget_count, count);
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK) {
+		out->attempts = store_int(st.res[1], 0, 0);
+		out->retries = store_int(st.res[1], 0, 1);
+	}
+	store_step_clear(&st);
+	return rc;
+}
+
+void store_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
+			  const struct ledger_attempt *a, struct store_event *ev, bool reopened)
+{
+	const char *params[9] = {
+		tenant,
+		request_id,
+		a->attempt_id,
+		store_step_int(st, a->epoch),
+		a->replica[0] != '\0' ? a->replica : NULL,
+		a->model_revision[0] != '\0' ? a->model_revision : NULL,
+		a->revision_given ? "true" : "false",
+		store_step_int(st, a->lease_ms_left),
+		a->is_retry ? "true" : "false",
+	};
+	struct ledger_call_key key = {tenant, request_id, NULL};
+
+	store_step_add(st, &attempt_insert, params);
+	store_event_start(ev, "attempt_created", a->attempt_id);
+	store_event_int(ev, "epoch", a->epoch);
+	store_event_str(ev, "replica", a->replica);
+	store_event_str(ev, "model_revision", a->model_revision);
+	store_event_int(ev, "lease_ms", a->lease_ms_left);
+	if (a->is_retry) {
+		ledger_jsonw_key(&ev->w, "retry");
+		ledger_jsonw_bool(&ev->w, true);
+	}
+	if (reopened) {
+		ledger_jsonw_key(&ev->w, "reopened");
+		ledger_jsonw_bool(&ev->w, true);
+	}
+	store_event_add(st, &key, ev);
 }
 
 enum ledger_err store_commit(struct store_step *st)
@@ -260,19 +527,19 @@ void store_fmt_int(char buf[24], int64_t v)
 
 enum ledger_err store_with_retries(struct ledger_store_conn *conn,
 				   enum ledger_err (*op)(struct ledger_store_conn *conn,
-							 const void *arg,
-							 struct ledger_call_result *out),
-				   const void *arg, struct ledger_call_result *out)
+							 const void *arg, void *out),
+				   const void *arg, void *out, size_t size,
+				   void (*reset)(void *out))
 {
 	enum ledger_err rc;
 
-	memset(out, 0, sizeof(*out));
+	memset(out, 0, size);
 	if (!store_conn_ready(conn))
 		return LEDGER_ERR_UNAVAILABLE;
 	for (int i = 0;; i++) {
-		ledger_call_clear(&out->call);
 		rc = op(conn, arg, out);
 		if (rc != LEDGER_ERR_CONFLICT || i + 1 == MAX_TRIES)
 			return rc;
+		reset(out);
 	}
 }
