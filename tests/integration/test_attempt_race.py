@@ -1,0 +1,150 @@
+"""Routers race each other over one request: the database keeps the invariants.
+
+Invariant 1: at most one live attempt per request. Invariant 2: no attempt
+once a delta reached the client. Both are decided under the request's row
+lock; these tests throw real concurrency at them and check the rows.
+"""
+
+import threading
+import time
+
+import pytest
+
+from conftest import Ledgerd, new_id
+
+ROUTERS = 32
+
+
+@pytest.fixture(scope="module")
+def led(service, tmp_path_factory):
+    """A ledgerd whose pool-wide retry budget never interferes: these tests race, not storm."""
+    d = tmp_path_factory.mktemp("race")
+    policy = d / "policy.yaml"
+    policy.write_text("pool_retry_budget: {percent_of_attempts: 100, window_s: 1, "
+                      "min_retries: 1000000}\n")
+    server = Ledgerd(service.database_url, d / "ledgerd.log",
+                     extra_args=["--policy", str(policy), "--workers", "8"])
+    yield server
+    server.stop()
+
+
+def race(n, fn):
+    """Runs fn(i) in n threads released together; returns their results in order."""
+    start = threading.Barrier(n)
+    results = [None] * n
+    errors = []
+
+    def run(i):
+        try:
+            start.wait()
+            results[i] = fn(i)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return results
+
+
+def begin(led, token, rid, aid, **body):
+    body.update(attempt_id=aid)
+    return led.post("/v1/requests/%s/attempts" % rid, body, token=token)
+
+
+def two_live_attempts(service):
+    return service.sql("SELECT request_id FROM attempts WHERE state = 'live' "
+                       "GROUP BY tenant, request_id HAVING count(*) > 1")
+
+
+def test_exactly_one_router_creates_the_next_attempt(service, led):
+    token = service.token("router")
+    rid = new_id()
+    assert begin(led, token, rid, "a-0", lease_ms=200, max_attempts=5).status == 201
+    time.sleep(0.3)  # the live attempt died: its lease ran out
+
+    answers = race(ROUTERS, lambda i: begin(led, token, rid, "a-%d" % (i + 1)))
+
+    created = [r for r in answers if r.status == 201]
+    assert len(created) == 1, [r.status for r in answers]
+    assert all(r.status == 409 and r.code == "source_not_fenced"
+               for r in answers if r.status != 201), answers
+    assert created[0].json["epoch"] == 2
+    rows = service.sql("SELECT epoch, state FROM attempts WHERE request_id = '%s' "
+                       "ORDER BY epoch" % rid)
+    assert rows == [["1", "superseded"], ["2", "live"]]
+
+
+def test_many_requests_never_hold_two_live_attempts(service, led):
+    token = service.token("router")
+    rids = [new_id() for _ in range(8)]
+    for rid in rids:
+        assert begin(led, token, rid, "first", lease_ms=150, max_attempts=5).status == 201
+    for round_ in range(3):
+        time.sleep(0.2)  # every live attempt's lease ran out
+        answers = race(ROUTERS, lambda i: begin(
+            led, token, rids[i % len(rids)], "r%d-%d" % (round_, i), lease_ms=150))
+        per_request = {}
+        for i, r in enumerate(answers):
+            per_request.setdefault(rids[i % len(rids)], []).append(r.status)
+        # One new attempt per request and round, whoever wins the lock.
+        assert all(s.count(201) == 1 for s in per_request.values()), per_request
+        assert two_live_attempts(service) == []
+    epochs = service.sql("SELECT request_id, array_agg(epoch ORDER BY epoch) FROM attempts "
+                         "WHERE request_id IN (%s) GROUP BY request_id"
+                         % ",".join("'%s'" % r for r in rids))
+    assert all(e == "{1,2,3,4}" for _, e in epochs), epochs
+
+
+def test_concurrent_failovers_create_one_rerun_and_agree(service, led):
+    token = service.token("router")
+    rid = new_id()
+    assert begin(led, token, rid, "a-0", max_attempts=5).status == 201
+
+    answers = race(ROUTERS, lambda i: led.post(
+        "/v1/requests/%s/failover" % rid,
+        {"attempt_id": "a-0", "signal": "pod_lost",
+         "next_attempt": {"attempt_id": "rerun-%d" % i, "replica": "gpu-%d" % i}},
+        token=token))
+
+    assert all(r.status == 200 for r in answers), answers
+    # The first decision is recorded; every other router gets it verbatim.
+    assert len({r.body for r in answers}) == 1
+    assert answers[0].json["action"] == "retry_prefill"
+    rows = service.sql("SELECT attempt_id, state FROM attempts WHERE request_id = '%s' "
+                       "ORDER BY epoch" % rid)
+    assert rows == [["a-0", "dead"], [answers[0].json["attempt"]["attempt_id"], "live"]]
+
+
+def test_deliver_and_failover_race_never_both_win(service, led):
+    """Either the delta was delivered (no rerun, ever) or the rerun exists (deliver refused)."""
+    token = service.token("router")
+    outcomes = set()
+    for n in range(12):
+        rid = new_id()
+        assert begin(led, token, rid, "a-0", max_attempts=5).status == 201
+
+        def act(i, rid=rid):
+            if i == 0:
+                return led.post("/v1/requests/%s/attempts/a-0/deliver" % rid,
+                                {"delivered_output_tokens": 1}, token=token)
+            return led.post("/v1/requests/%s/failover" % rid,
+                            {"attempt_id": "a-0", "signal": "upstream_closed",
+                             "next_attempt": {"attempt_id": "a-1"}}, token=token)
+
+        deliver, failover = race(2, act)
+        assert failover.status == 200, failover
+        if deliver.status == 200:
+            assert failover.json["action"] == "terminate_stream"
+            outcomes.add("delivered")
+        else:
+            assert deliver.status == 409 and deliver.code == "attempt_fenced"
+            assert failover.json["action"] == "retry_prefill"
+            outcomes.add("rerun")
+        rows = service.sql("SELECT first_delta_sent, attempt_count FROM requests "
+                           "WHERE request_id = '%s'" % rid)
+        assert rows in ([["t", "1"]], [["f", "2"]]), rows
+    assert outcomes  # at least one side won each time; which one is the scheduler's
