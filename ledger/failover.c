@@ -161,6 +161,10 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 	if (calls->held_by_newest_ms > fence_ms)
 		fence_ms = calls->held_by_newest_ms;
 	if (fence_ms > 0) {
+		/* API.md: the source waits revoked as cancel_requested, whatever the signal */
+		if (out->source_after == LEDGER_ATTEMPT_DEAD &&
+		    source->state != LEDGER_ATTEMPT_DEAD)
+			out->source_after = LEDGER_ATTEMPT_CANCEL_REQUESTED;
 		out->action = LEDGER_FAILOVER_WAIT_FOR_FENCE;
 		out->retry_after_ms = fence_ms;
 		return;
