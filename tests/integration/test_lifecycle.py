@@ -49,6 +49,28 @@ def test_bad_setting_exits_2_with_one_line(args, env, needle):
     assert needle in lines[0]
 
 
+@pytest.mark.parametrize("text,needle", [
+    ("on_upstream_failure:\n  after_first_delta:\n    automatic_retry: true\n",
+     "line 3: on_upstream_failure.after_first_delta.automatic_retry"),
+    ("pool_retry_budget:\n  window_s: 0\n", "line 2: pool_retry_budget.window_s"),
+    ("max_attempts_limit: 5\nmax_attemps_limit: 6\n", "line 2: max_attemps_limit"),
+    ("default_lease_ms: [1\n", "line"),
+])
+def test_bad_policy_file_exits_2_naming_file_line_and_reason(tmp_path, text, needle):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    r = run("serve", "--database-url", "x", "--policy", str(policy))
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert str(policy) in lines[0] and needle in lines[0], lines[0]
+
+
+def test_missing_policy_file_exits_2(tmp_path):
+    r = run("serve", "--database-url", "x", "--policy", str(tmp_path / "none.yaml"))
+    assert r.returncode == 2 and "none.yaml" in r.stderr
+
+
 def test_flag_wins_over_environment(cluster, tmp_path):
     url = cluster.create_db("flag_wins_" + secrets.token_hex(3))
     ledgerd_cmd("migrate", "--database-url", url)
