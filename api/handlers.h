@@ -24,6 +24,10 @@ extern const struct api_handler api_attempts_cancel_ack;
 extern const struct api_handler api_attempts_finish;
 extern const struct api_handler api_attempts_failover;
 
+/* api/review.c */
+extern const struct api_handler api_review_request;
+extern const struct api_handler api_review_list;
+
 /* api/ops.c */
 extern const struct api_handler api_ops_healthz;
 extern const struct api_handler api_ops_readyz;

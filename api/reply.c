@@ -250,6 +250,55 @@ enum ledger_err api_field_bool_or_reply(struct api_request *req,
 	return LEDGER_OK;
 }
 
+/* --- cursors --- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+void api_cursor_encode(const char *raw, size_t n, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n && o + 5 < cap; i += 3) {
+		unsigned v = (unsigned char)raw[i] << 16;
+		size_t left = n - i;
+
+		if (left > 1)
+			v |= (unsigned char)raw[i + 1] << 8;
+		if (left > 2)
+			v |= (unsigned char)raw[i + 2];
+		out[o++] = b64[(v >> 18) & 63];
+		out[o++] = b64[(v >> 12) & 63];
+		if (left > 1)
+			out[o++] = b64[(v >> 6) & 63];
+		if (left > 2)
+			out[o++] = b64[v & 63];
+	}
+	out[o] = '\0';
+}
+
+int api_cursor_decode(const char *s, char *out, size_t cap)
+{
+	size_t n = 0, len = strlen(s);
+	unsigned acc = 0, bits = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		const char *p = strchr(b64, s[i]);
+
+		if (p == NULL)
+			return -1;
+		acc = acc << 6 | (unsigned)(p - b64);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (n + 1 >= cap)
+				return -1;
+			out[n++] = (char)((acc >> bits) & 0xff);
+		}
+	}
+	out[n] = '\0';
+	return (int)n;
+}
+
 void *api_input_or_reply(struct api_request *req, size_t size)
 {
 	req->input = calloc(1, size);

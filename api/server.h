@@ -148,6 +148,19 @@ LEDGER_MUSTCHECK enum ledger_err api_field_bool_or_reply(struct api_request *req
  */
 void *api_input_or_reply(struct api_request *req, size_t size);
 
+/**
+ * Cursors are opaque to clients: their text in base64url. Encodes @p n
+ * bytes of @p raw into @p out (@p cap bytes, NUL-terminated).
+ */
+void api_cursor_encode(const char *raw, size_t n, char *out, size_t cap);
+
+/** Decodes a cursor into @p out. @return its length, or -1 if malformed. */
+int api_cursor_decode(const char *s, char *out, size_t cap);
+
+/** Writes a tool call as GET answers it; without args and result unless @p payload. */
+void api_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
+		    const struct ledger_call *call, bool payload);
+
 /** The value of query key @p key, decoded; NULL if absent. */
 const char *api_query(const struct api_request *req, const char *key);
 

@@ -277,6 +277,8 @@ static void claim_execute(struct api_request *req, struct ledger_store_conn *con
 		goto out;
 	}
 	api_metrics_claim(res.outcome.claim);
+	if (res.outcome.claim == LEDGER_CLAIM_ATTEMPT_FENCED)
+		api_metrics_fenced(API_FENCED_CLAIM);
 	switch (res.outcome.claim) {
 	case LEDGER_CLAIM_NEW:
 	case LEDGER_CLAIM_RECLAIM:
@@ -394,6 +396,8 @@ static void renew_execute(struct api_request *req, struct ledger_store_conn *con
 		api_reply_store_error(req, rc);
 		goto out;
 	}
+	if (res.outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
+		api_metrics_fenced(API_FENCED_CLAIM_RENEW);
 	code = ledger_renew_code(res.outcome.renew);
 	if (code != NULL)
 		reply_refusal(req, code, &res.call);
@@ -489,6 +493,10 @@ static void complete_execute(struct api_request *req, struct ledger_store_conn *
 		api_reply_store_error(req, rc);
 		goto out;
 	}
+	if (res.outcome.complete == LEDGER_COMPLETE_LATE)
+		api_metrics_late_completion();
+	else if (res.outcome.complete == LEDGER_COMPLETE_ALREADY_COMPLETED)
+		api_metrics_conflicting_completion();
 	code = ledger_complete_code(res.outcome.complete);
 	if (code != NULL)
 		reply_refusal(req, code, &res.call);
@@ -632,8 +640,8 @@ const struct api_handler api_toolcalls_resolve = {resolve_prepare, resolve_execu
 
 /* --- get and list --- */
 
-static void write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
-		       const struct ledger_call *call, bool payload)
+void api_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
+		    const struct ledger_call *call, bool payload)
 {
 	char ikey[2 * LEDGER_ID_MAX + 2];
 	bool held = call->state == LEDGER_CALL_IN_PROGRESS || call->state == LEDGER_CALL_UNKNOWN;
@@ -710,68 +718,30 @@ static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
 		reply_refusal(req, "result_expired", &call);
 	else {
 		api_reply_begin(req, &w, 200);
-		write_call(&w, req->params[0], req->params[1], &call, true);
+		api_write_call(&w, req->params[0], req->params[1], &call, true);
 	}
 	ledger_call_clear(&call);
 }
 
 const struct api_handler api_toolcalls_get = {get_prepare, get_execute};
 
-/*
- * A page cursor is the last key of the page, "rid:cid", in base64url: ids
- * never hold ':', and the encoding keeps the cursor opaque to clients.
- */
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
+/* A page cursor is the last key of the page, "rid:cid": ids never hold ':'. */
 static void cursor_encode(const char *rid, const char *cid, char *out, size_t cap)
 {
 	char raw[2 * LEDGER_ID_MAX + 2];
-	size_t n = (size_t)snprintf(raw, sizeof(raw), "%s:%s", rid, cid), o = 0;
+	int n = snprintf(raw, sizeof(raw), "%s:%s", rid, cid);
 
-	for (size_t i = 0; i < n && o + 4 < cap; i += 3) {
-		unsigned v = (unsigned char)raw[i] << 16;
-		size_t left = n - i;
-
-		if (left > 1)
-			v |= (unsigned char)raw[i + 1] << 8;
-		if (left > 2)
-			v |= (unsigned char)raw[i + 2];
-		out[o++] = b64[(v >> 18) & 63];
-		out[o++] = b64[(v >> 12) & 63];
-		if (left > 1)
-			out[o++] = b64[(v >> 6) & 63];
-		if (left > 2)
-			out[o++] = b64[v & 63];
-	}
-	out[o] = '\0';
+	api_cursor_encode(raw, (size_t)n, out, cap);
 }
 
 /* @return false unless @p cursor decodes to two valid ids. */
 static bool cursor_decode(const char *cursor, char *rid, char *cid)
 {
 	char raw[2 * LEDGER_ID_MAX + 2];
-	size_t n = 0, len = strlen(cursor);
-	unsigned acc = 0, bits = 0;
 	char *colon = NULL;
+	int n = api_cursor_decode(cursor, raw, sizeof(raw));
 
-	if (len > 4 * sizeof(raw) / 3)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		const char *p = strchr(b64, cursor[i]);
-		if (p == NULL || cursor[i] == '\0')
-			return false;
-		acc = acc << 6 | (unsigned)(p - b64);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (n + 1 >= sizeof(raw))
-				return false;
-			raw[n++] = (char)((acc >> bits) & 0xff);
-		}
-	}
-	raw[n] = '\0';
-	colon = strchr(raw, ':');
-	if (colon == NULL || strlen(raw) != n)
+	if (n <= 0 || strlen(raw) != (size_t)n || (colon = strchr(raw, ':')) == NULL)
 		return false;
 	*colon = '\0';
 	if (!ledger_id_valid(raw, strlen(raw)) || !ledger_id_valid(colon + 1, strlen(colon + 1)))
@@ -856,7 +826,7 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_jsonw_key(&w, "items");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < n && i < in->limit; i++)
-		write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call, false);
+		api_write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call, false);
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > in->limit) {

@@ -147,12 +147,34 @@ enum store_call_col {
 	" LEFT JOIN tool_call_tombstones t"                                                       \
 	"   ON c.tenant IS NULL AND t.tenant = $1 AND t.request_id = $2"                          \
 	"  AND t.tool_call_id = $3 AND t.expires_at > now_.t"
+
+/* A request's columns as store_parse_request() reads them. */
+#define STORE_REQUEST_COLUMNS                                                                     \
+	"status, first_delta_sent, delivered_output_tokens, attempt_count,"                       \
+	" coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")
+
+/* An attempt's columns over "a" and the clock "now_", as store_parse_attempt() reads them. */
+#define STORE_ATTEMPT_COLUMNS                                                                     \
+	"a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state,"          \
+	" CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t"           \
+	"      THEN ceil(extract(epoch FROM a.lease_until - now_.t) * 1000)::bigint ELSE 0 END,"   \
+	" a.is_retry, a.delivered_output_tokens, " STORE_TS("a.created_at")
 /* clang-format on */
+
+/** Reads the request at @p row (none there: exists false). @return OK or NOMEM */
+LEDGER_MUSTCHECK enum ledger_err store_parse_request(const PGresult *res, int row,
+						     struct ledger_request *r,
+						     char **client_error);
+
+/** Reads the attempt at @p row, deriving EXPIRED from its lease. */
+void store_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
 
 /* The statements every tool-call transaction starts with (store_rows.c). */
 extern const struct store_stmt store_lock_request;  /* $1 tenant, $2 request: lock, create */
 extern const struct store_stmt store_lock_existing; /* the same, without creating */
 extern const struct store_stmt store_read_call;     /* $1..$3: the call, after the lock */
+extern const struct store_stmt store_read_request;  /* $1, $2: the request's row */
+extern const struct store_stmt store_read_attempts; /* see store_rows.c */
 
 /**
  * Fills @p call from STORE_CALL_COLUMNS starting at column @p base of

@@ -41,9 +41,7 @@ const struct store_stmt store_read_call = {
 
 const struct store_stmt store_read_request = {
 	"read_request",
-	"SELECT status, first_delta_sent, delivered_output_tokens, attempt_count,"
-	"  coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")
-	" FROM requests WHERE tenant = $1 AND request_id = $2",
+	"SELECT " STORE_REQUEST_COLUMNS " FROM requests WHERE tenant = $1 AND request_id = $2",
 	2,
 };
 
@@ -57,10 +55,7 @@ const struct store_stmt store_read_attempts = {
 	"  WHERE tenant = $1 AND request_id = $2),"
 	" of_call AS (SELECT attempt_id FROM tool_calls"
 	"  WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $5)"
-	" SELECT a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state,"
-	"  CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t"
-	"       THEN ceil(extract(epoch FROM a.lease_until - now_.t) * 1000)::bigint ELSE 0 END,"
-	"  a.is_retry, a.delivered_output_tokens, " STORE_TS("a.created_at") ","
+	" SELECT " STORE_ATTEMPT_COLUMNS ","
 	"  coalesce(a.attempt_id = $3, false), coalesce(a.attempt_id = $4, false),"
 	"  coalesce(a.attempt_id = (SELECT attempt_id FROM of_call), false),"
 	"  a.epoch = (SELECT epoch FROM newest)"
@@ -296,31 +291,31 @@ void store_event_add(struct store_step *st, const struct ledger_call_key *key,
 
 /* --- the general path's frame --- */
 
-static enum ledger_err parse_request(const PGresult *res, struct ledger_request *r,
-				     char **client_error)
+enum ledger_err store_parse_request(const PGresult *res, int row, struct ledger_request *r,
+				    char **client_error)
 {
 	memset(r, 0, sizeof(*r));
 	*client_error = NULL;
-	if (PQntuples(res) != 1)
+	if (row >= PQntuples(res))
 		return LEDGER_OK;
 	r->exists = true;
-	if (ledger_request_status_parse(PQgetvalue(res, 0, 0), &r->status) != 0)
+	if (ledger_request_status_parse(PQgetvalue(res, row, 0), &r->status) != 0)
 		abort(); /* the table's CHECK allows nothing else */
-	r->first_delta_sent = store_bool(res, 0, 1);
-	r->delivered_output_tokens = store_int(res, 0, 2);
-	r->attempt_count = store_int(res, 0, 3);
-	r->max_attempts = store_int(res, 0, 4);
-	store_copy(res, 0, 5, r->model_revision, sizeof(r->model_revision));
-	store_copy(res, 0, 7, r->created_at, sizeof(r->created_at));
-	if (!PQgetisnull(res, 0, 6)) {
-		*client_error = store_dup(res, 0, 6, NULL);
+	r->first_delta_sent = store_bool(res, row, 1);
+	r->delivered_output_tokens = store_int(res, row, 2);
+	r->attempt_count = store_int(res, row, 3);
+	r->max_attempts = store_int(res, row, 4);
+	store_copy(res, row, 5, r->model_revision, sizeof(r->model_revision));
+	store_copy(res, row, 7, r->created_at, sizeof(r->created_at));
+	if (!PQgetisnull(res, row, 6)) {
+		*client_error = store_dup(res, row, 6, NULL);
 		if (*client_error == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
 	return LEDGER_OK;
 }
 
-static void parse_attempt(const PGresult *res, int row, struct ledger_attempt *a)
+void store_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->exists = true;
@@ -376,12 +371,12 @@ enum ledger_err store_lock_and_read(struct ledger_store_conn *conn, const char *
 		rc = LEDGER_ERR_CONFLICT;
 		goto out;
 	}
-	rc = parse_request(st.res[2], &lk->request, &lk->client_error);
+	rc = store_parse_request(st.res[2], 0, &lk->request, &lk->client_error);
 	n = PQntuples(st.res[3]);
 	for (int i = 0; i < n && rc == LEDGER_OK; i++) {
 		struct ledger_attempt a;
 
-		parse_attempt(st.res[3], i, &a);
+		store_parse_attempt(st.res[3], i, &a);
 		if (store_bool(st.res[3], i, 10))
 			lk->named = a;
 		if (store_bool(st.res[3], i, 11))

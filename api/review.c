@@ -1,0 +1,290 @@
+/*
+ * api/review.c: incident review: one request with its attempts, calls and
+ * history (GET /v1/requests/{rid}), and a tenant's requests, newest first
+ * (GET /v1/requests). Both only read.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/handlers.h"
+#include "api/server.h"
+#include "ledger/jsonw.h"
+#include "ledger/render.h"
+
+#define MAX_EVENTS 1000 /* events per page of a request's history */
+#define DEFAULT_LIMIT 50
+#define MAX_LIMIT 1000
+
+/* A non-negative decimal integer filling all of @p s. */
+static bool parse_int(const char *s, int64_t *out)
+{
+	char *end = NULL;
+	long long v;
+
+	if (!isdigit((unsigned char)s[0]))
+		return false;
+	v = strtoll(s, &end, 10);
+	if (*end != '\0' || v < 0)
+		return false;
+	*out = v;
+	return true;
+}
+
+static enum ledger_err limit_or_reply(struct api_request *req, unsigned *out)
+{
+	const char *limit = api_query(req, "limit");
+	int64_t v = 0;
+
+	*out = DEFAULT_LIMIT;
+	if (limit == NULL)
+		return LEDGER_OK;
+	if (!parse_int(limit, &v) || v < 1 || v > MAX_LIMIT) {
+		api_reply_invalid_field(req, "limit", "must be an integer from 1 to %d", MAX_LIMIT);
+		return LEDGER_ERR_INVALID;
+	}
+	*out = (unsigned)v;
+	return LEDGER_OK;
+}
+
+/* --- one request --- */
+
+static enum ledger_err view_prepare(struct api_request *req)
+{
+	const char *cursor = api_query(req, "events_cursor");
+	int64_t *after = api_input_or_reply(req, sizeof(*after));
+	char raw[32];
+
+	if (after == NULL)
+		return LEDGER_ERR_NOMEM;
+	if (cursor != NULL && (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || !parse_int(raw, after))) {
+		api_reply_invalid_field(req, "events_cursor", "is not a cursor this request gave");
+		return LEDGER_ERR_INVALID;
+	}
+	return LEDGER_OK;
+}
+
+static void write_attempt(struct ledger_jsonw *w, const struct ledger_attempt *a)
+{
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "attempt_id");
+	ledger_jsonw_string(w, a->attempt_id);
+	ledger_jsonw_key(w, "epoch");
+	ledger_jsonw_int(w, a->epoch);
+	ledger_jsonw_key(w, "replica");
+	ledger_jsonw_string(w, a->replica[0] != '\0' ? a->replica : NULL);
+	ledger_jsonw_key(w, "model_revision");
+	ledger_jsonw_string(w, a->model_revision[0] != '\0' ? a->model_revision : NULL);
+	ledger_jsonw_key(w, "state");
+	ledger_jsonw_string(w, ledger_attempt_state_name(a->state));
+	ledger_jsonw_key(w, "lease_ms_left");
+	ledger_jsonw_int(w, a->lease_ms_left);
+	ledger_jsonw_key(w, "delivered_output_tokens");
+	ledger_jsonw_int(w, a->delivered_output_tokens);
+	ledger_jsonw_key(w, "retry");
+	ledger_jsonw_bool(w, a->is_retry);
+	ledger_jsonw_key(w, "created_at");
+	ledger_jsonw_string(w, a->created_at);
+	ledger_jsonw_key(w, "ended_at");
+	ledger_jsonw_string(w, a->ended_at[0] != '\0' ? a->ended_at : NULL);
+	ledger_jsonw_object_end(w);
+}
+
+static void write_event(struct ledger_jsonw *w, const struct ledger_event *e)
+{
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "seq");
+	ledger_jsonw_int(w, e->seq);
+	ledger_jsonw_key(w, "at");
+	ledger_jsonw_string(w, e->at);
+	ledger_jsonw_key(w, "type");
+	ledger_jsonw_string(w, e->type);
+	if (e->attempt_id[0] != '\0') {
+		ledger_jsonw_key(w, "attempt_id");
+		ledger_jsonw_string(w, e->attempt_id);
+	}
+	if (e->tool_call_id[0] != '\0') {
+		ledger_jsonw_key(w, "tool_call_id");
+		ledger_jsonw_string(w, e->tool_call_id);
+	}
+	ledger_jsonw_key(w, "detail");
+	ledger_jsonw_raw(w, e->detail, strlen(e->detail));
+	ledger_jsonw_object_end(w);
+}
+
+static void view_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	const int64_t *after = req->input;
+	struct ledger_request_view v;
+	struct ledger_jsonw w;
+	enum ledger_err rc;
+
+	rc = ledger_store_request_view(conn, req->tenant, req->params[0], *after, MAX_EVENTS, &v);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		return;
+	}
+	if (!v.request.exists) {
+		api_reply_error(req, 404, "not_found", "no such request");
+		goto out;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "request");
+	ledger_render_request(&w, req->params[0], &v.request, v.client_error);
+	ledger_jsonw_key(&w, "attempts");
+	ledger_jsonw_array_begin(&w);
+	for (size_t i = 0; i < v.nattempts; i++)
+		write_attempt(&w, &v.attempts[i]);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_key(&w, "tool_calls");
+	ledger_jsonw_array_begin(&w);
+	for (size_t i = 0; i < v.ncalls; i++)
+		api_write_call(&w, v.calls[i].request_id, v.calls[i].tool_call_id, &v.calls[i].call,
+			       false);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_key(&w, "events");
+	ledger_jsonw_array_begin(&w);
+	for (size_t i = 0; i < v.nevents; i++)
+		write_event(&w, &v.events[i]);
+	ledger_jsonw_array_end(&w);
+	if (v.more_events) {
+		char seq[24], cursor[40];
+
+		snprintf(seq, sizeof(seq), "%lld", (long long)v.events[v.nevents - 1].seq);
+		api_cursor_encode(seq, strlen(seq), cursor, sizeof(cursor));
+		ledger_jsonw_key(&w, "next_events_cursor");
+		ledger_jsonw_string(&w, cursor);
+	}
+	ledger_jsonw_object_end(&w);
+out:
+	ledger_request_view_clear(&v);
+}
+
+const struct api_handler api_review_request = {view_prepare, view_execute};
+
+/* --- a tenant's requests --- */
+
+struct list_input {
+	struct ledger_request_filter filter;
+	char status[16];
+	char since[40];
+	char cursor_id[LEDGER_ID_MAX + 1];
+};
+
+/* RFC 3339 with a zone: 2026-11-30T01:29:43Z, with seconds' fraction and offsets. */
+static bool is_rfc3339(const char *s)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:dd";
+	size_t i;
+
+	for (i = 0; shape[i] != '\0'; i++) {
+		if (shape[i] == 'd' ? !isdigit((unsigned char)s[i])
+				    : (s[i] != shape[i] && !(shape[i] == 'T' && s[i] == 't')))
+			return false;
+	}
+	if (s[i] == '.') {
+		if (!isdigit((unsigned char)s[++i]))
+			return false;
+		while (isdigit((unsigned char)s[i]))
+			i++;
+	}
+	if ((s[i] == 'Z' || s[i] == 'z') && s[i + 1] == '\0')
+		return true;
+	return (s[i] == '+' || s[i] == '-') && isdigit((unsigned char)s[i + 1]) &&
+	       isdigit((unsigned char)s[i + 2]) && s[i + 3] == ':' &&
+	       isdigit((unsigned char)s[i + 4]) && isdigit((unsigned char)s[i + 5]) &&
+	       s[i + 6] == '\0';
+}
+
+static enum ledger_err list_prepare(struct api_request *req)
+{
+	const char *status = api_query(req, "status");
+	const char *since = api_query(req, "since");
+	const char *cursor = api_query(req, "cursor");
+	struct list_input *in = api_input_or_reply(req, sizeof(*in));
+	enum ledger_request_status parsed;
+
+	if (in == NULL)
+		return LEDGER_ERR_NOMEM;
+	if (status != NULL) {
+		if (ledger_request_status_parse(status, &parsed) != 0) {
+			api_reply_invalid_field(req, "status",
+						"must be open, completed, failed, terminated or "
+						"abandoned");
+			return LEDGER_ERR_INVALID;
+		}
+		snprintf(in->status, sizeof(in->status), "%s", status);
+		in->filter.status = in->status;
+	}
+	if (since != NULL) {
+		if (strlen(since) >= sizeof(in->since) || !is_rfc3339(since)) {
+			api_reply_invalid_field(req, "since",
+						"must be an RFC 3339 time, e.g. 2026-11-30T01:29:43Z");
+			return LEDGER_ERR_INVALID;
+		}
+		snprintf(in->since, sizeof(in->since), "%s", since);
+		in->filter.since = in->since;
+	}
+	if (cursor != NULL) {
+		char raw[LEDGER_ID_MAX + 32];
+		char *colon = NULL;
+
+		if (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || (colon = strchr(raw, ':')) == NULL) {
+			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
+			return LEDGER_ERR_INVALID;
+		}
+		*colon = '\0';
+		if (!parse_int(raw, &in->filter.cursor_created_us) ||
+		    !ledger_id_valid(colon + 1, strlen(colon + 1))) {
+			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
+			return LEDGER_ERR_INVALID;
+		}
+		snprintf(in->cursor_id, sizeof(in->cursor_id), "%s", colon + 1);
+		in->filter.cursor_request_id = in->cursor_id;
+		in->filter.has_cursor = true;
+	}
+	return limit_or_reply(req, &in->filter.limit);
+}
+
+static void list_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct list_input *in = req->input;
+	struct ledger_request_filter f = in->filter;
+	struct ledger_listed_request *items = NULL;
+	unsigned limit = f.limit;
+	struct ledger_jsonw w;
+	size_t n = 0;
+	enum ledger_err rc;
+
+	f.limit = limit + 1; /* one more tells whether a next page exists */
+	rc = ledger_store_list_requests(conn, req->tenant, &f, &items, &n);
+	if (rc != LEDGER_OK) {
+		api_reply_store_error(req, rc);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "items");
+	ledger_jsonw_array_begin(&w);
+	for (size_t i = 0; i < n && i < limit; i++)
+		ledger_render_request(&w, items[i].request_id, &items[i].request,
+				      items[i].client_error);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_key(&w, "next_cursor");
+	if (n > limit) {
+		char raw[LEDGER_ID_MAX + 32], cursor[2 * (LEDGER_ID_MAX + 32)];
+		int len = snprintf(raw, sizeof(raw), "%lld:%s", (long long)items[limit - 1].created_us,
+				   items[limit - 1].request_id);
+
+		api_cursor_encode(raw, (size_t)len, cursor, sizeof(cursor));
+		ledger_jsonw_string(&w, cursor);
+	} else {
+		ledger_jsonw_null(&w);
+	}
+	ledger_jsonw_object_end(&w);
+	ledger_store_free_requests(items, n);
+}
+
+const struct api_handler api_review_list = {list_prepare, list_execute};
