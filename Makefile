@@ -8,7 +8,7 @@ SANITIZE  ?=
 BUILD     := build$(if $(SANITIZE),/sanitize)
 
 CC        ?= cc
-PKGS      := libmicrohttpd libpq libcrypto yaml-0.1
+PKGS      := libmicrohttpd libpq libcrypto yaml-0.1 libcurl
 WARNINGS  := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
              -Wpointer-arith -Wformat=2 -Wundef -Werror
 CFLAGS    ?= -O2 -g
@@ -26,15 +26,17 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
 LEDGER_SRC := $(wildcard ledger/*.c)
 API_SRC    := $(wildcard api/*.c)
+CTL_SRC    := $(wildcard sdk/ledgerctl/*.c)
 SQL        := $(sort $(wildcard sql/*.sql))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
+CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps run test unit format lint clean
-all: $(BUILD)/ledgerd
+all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl)
 
 deps:
 	@scripts/deps.sh test
@@ -58,6 +60,10 @@ $(BUILD)/ledgerd: $(API_OBJ) $(BUILD)/libledger.a
 
 # Unit tests link every object but main(), archive last.
 TEST_OBJ := $(filter-out $(BUILD)/api/main.o,$(API_OBJ)) $(BUILD)/libledger.a
+# The operator's client: libcurl, and the JSON reader of ledger/.
+$(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(shell pkg-config --cflags cmocka) \
@@ -79,15 +85,15 @@ run:
 
 format:
 	@scripts/deps.sh dev
-	clang-format -i $(LEDGER_SRC) $(API_SRC) $(wildcard ledger/*.h api/*.h) $(UNIT_SRC)
+	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*.h api/*.h sdk/*/*.h) $(UNIT_SRC)
 
 lint:
 	@scripts/deps.sh dev
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -I. -I$(BUILD)/gen \
-		--suppress=missingIncludeSystem ledger api
+		--suppress=missingIncludeSystem ledger api sdk
 
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path '$(BUILD)/tools' -prune -o -name '*.d' -type f -print 2>/dev/null)

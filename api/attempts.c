@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/handlers.h"
+#include "api/metrics.h"
 #include "api/server.h"
 #include "ledger/jsonw.h"
 #include "ledger/log.h"
@@ -77,9 +78,17 @@ static void reply_attempt_not_found(struct api_request *req, const char *attempt
 	api_reply_error_end(req, &w);
 }
 
-static void reply_fenced(struct api_request *req, const struct ledger_attempt *a)
+static void reply_fenced(struct api_request *req, const struct ledger_attempt_call *call,
+			 const struct ledger_attempt *a)
 {
 	struct ledger_jsonw w;
+
+	if (call->op == LEDGER_OP_RENEW)
+		api_metrics_fenced(API_FENCED_ATTEMPT_RENEW);
+	else if (call->op == LEDGER_OP_DELIVER)
+		api_metrics_fenced(API_FENCED_DELIVER);
+	else
+		api_metrics_fenced(API_FENCED_FINISH);
 
 	api_reply_error_begin(req, &w, 409, "attempt_fenced",
 			      "the attempt has no rights any more: it must neither publish nor "
@@ -349,7 +358,7 @@ static void call_execute(struct api_request *req, struct ledger_store_conn *conn
 	else if (!res.found)
 		reply_attempt_not_found(req, req->params[1]);
 	else if (res.outcome.op == LEDGER_ATTEMPT_OP_FENCED)
-		reply_fenced(req, &res.attempt);
+		reply_fenced(req, call, &res.attempt);
 	else
 		reply_call_done(req, call, &res);
 	ledger_attempt_result_clear(&res);
@@ -437,6 +446,9 @@ static void failover_execute(struct api_request *req, struct ledger_store_conn *
 		api_reply_store_error(req, rc);
 		goto out;
 	}
+	if ((res.status == LEDGER_FAILOVER_ANSWERED && !res.replayed) ||
+	    res.status == LEDGER_FAILOVER_REFUSED)
+		api_metrics_failover(res.decision.action);
 	switch (res.status) {
 	case LEDGER_FAILOVER_ANSWERED:
 		api_reply_begin(req, &w, 200);

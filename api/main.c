@@ -11,6 +11,7 @@
 #include "api/server.h"
 #include "ledger/config.h"
 #include "ledger/log.h"
+#include "ledger/maintenance.h"
 #include "ledger/migrate.h"
 #include "ledger/policy.h"
 #include "ledger/store.h"
@@ -20,8 +21,8 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ledgerd [serve | migrate | token create --tenant T --role R | version"
-		   " | help] [flags]\n\n"
+	fprintf(f, "usage: ledgerd [serve | migrate | token create --tenant T --role R | gc | "
+		   "version | help] [flags]\n\n"
 		   "flags (each also an environment variable; the flag wins):\n");
 	ledger_config_usage(f);
 }
@@ -95,6 +96,37 @@ static int cmd_token_create(const struct ledger_config *cfg)
 	return 0;
 }
 
+static int cmd_gc(const struct ledger_config *cfg)
+{
+	struct ledger_store_conn *conn = NULL;
+	struct ledger_gc_stats stats;
+	bool done = false;
+	char err[512];
+	enum ledger_err rc = LEDGER_OK;
+
+	if (ledger_store_connect(cfg->database_url, &conn, err, sizeof(err)) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
+		return 1;
+	}
+	memset(&stats, 0, sizeof(stats));
+	while (!done && rc == LEDGER_OK)
+		rc = ledger_store_gc_batch(conn, cfg->retention_ms, cfg->tombstone_ms,
+					   (unsigned)cfg->gc_batch, &stats, &done);
+	ledger_store_disconnect(conn);
+	printf("removed %lld settled requests older than the retention period, with %lld tool "
+	       "calls, %lld attempts and %lld events; left %lld tombstones; removed %lld expired "
+	       "tombstones\n",
+	       (long long)stats.requests, (long long)stats.tool_calls, (long long)stats.attempts,
+	       (long long)stats.events, (long long)stats.tombstones,
+	       (long long)stats.expired_tombstones);
+	if (rc != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: gc stopped: the database failed (see the log); what is "
+				"counted above was removed\n");
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_serve(const struct ledger_config *cfg)
 {
 	struct ledger_store_config scfg = {
@@ -102,6 +134,14 @@ static int cmd_serve(const struct ledger_config *cfg)
 		.workers = (unsigned)cfg->workers,
 		.reconnect_ms = 200,
 	};
+	struct ledger_maintenance_config mcfg = {
+		.database_url = cfg->database_url,
+		.retention_ms = cfg->retention_ms,
+		.tombstone_ms = cfg->tombstone_ms,
+		.gc_interval_ms = cfg->gc_interval_ms,
+		.gc_batch = (unsigned)cfg->gc_batch,
+	};
+	struct ledger_maintenance *maintenance = NULL;
 	struct ledger_store *store = NULL;
 	struct ledger_policy policy;
 	char bound[300], err[300];
@@ -125,7 +165,14 @@ static int cmd_serve(const struct ledger_config *cfg)
 		close(fd);
 		return 1;
 	}
+	if (ledger_maintenance_start(&mcfg, &maintenance) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot start the maintenance thread\n");
+		ledger_store_close(store);
+		close(fd);
+		return 1;
+	}
 	rc = api_server_run(cfg, &policy, store, fd, bound);
+	ledger_maintenance_stop(maintenance);
 	ledger_store_close(store);
 	return rc;
 }
@@ -170,6 +217,10 @@ int main(int argc, char **argv)
 		rc = need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_token_create(&cfg);
+	} else if (strcmp(words[0], "gc") == 0 && nwords == 1) {
+		rc = need_database(&cfg);
+		if (rc == 0)
+			rc = cmd_gc(&cfg);
 	} else if (strcmp(words[0], "version") == 0 && nwords == 1) {
 		printf("ledgerd %s (schema %d)\n", LEDGER_VERSION,
 		       ledger_migrate_expected_version());

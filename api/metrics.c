@@ -1,6 +1,7 @@
 /*
  * api/metrics.c: fixed tables of atomic counters, one cell per label set,
- * so that counting never allocates or locks.
+ * and the Prometheus text exposition of them. Names follow the Prometheus
+ * conventions: a ledger_ prefix, base units (seconds), _total on counters.
  */
 #include "api/metrics.h"
 
@@ -8,15 +9,30 @@
 #include <stdint.h>
 
 #include "api/server.h"
+#include "ledger/maintenance.h"
+#include "ledger/store.h"
 
 #define MAX_ROUTES 32
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The statuses ledgerd answers; anything else lands in "other". */
 static const unsigned statuses[] = {200, 201, 400, 401, 403, 404, 405,
 				    409, 410, 413, 422, 500, 503};
-#define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
+#define NSTATUS COUNT(statuses)
 
 static atomic_ullong http[MAX_ROUTES + 1][NSTATUS + 1];
+
+/* Latency buckets, in seconds: 0.5 ms to 5 s, where a durable commit lives. */
+static const double bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+				0.05,   0.1,   0.25,   0.5,   1,    2.5,   5};
+#define NBOUNDS COUNT(bounds)
+
+struct histogram {
+	atomic_ullong buckets[NBOUNDS + 1]; /* the last is +Inf */
+	atomic_ullong sum_us;               /* microseconds: an integer sum stays exact */
+};
+
+static struct histogram latency[MAX_ROUTES + 1];
 
 static const char *const claim_names[] = {
 	[LEDGER_CLAIM_ATTEMPT_NOT_FOUND] = "attempt_not_found",
@@ -31,70 +47,188 @@ static const char *const claim_names[] = {
 	[LEDGER_CLAIM_NEW] = "claimed",
 	[LEDGER_CLAIM_RECLAIM] = "reclaimed",
 };
-#define NCLAIM (sizeof(claim_names) / sizeof(claim_names[0]))
+static atomic_ullong claims[COUNT(claim_names)];
 
-static atomic_ullong claims[NCLAIM];
+#define NACTIONS (LEDGER_FAILOVER_RETRY_PREFILL + 1)
+static atomic_ullong failovers[NACTIONS];
 
-void api_metrics_http(size_t route_index, unsigned status)
+static const char *const fenced_names[] = {
+	[API_FENCED_CLAIM] = "claim",
+	[API_FENCED_CLAIM_RENEW] = "claim_renew",
+	[API_FENCED_ATTEMPT_RENEW] = "attempt_renew",
+	[API_FENCED_DELIVER] = "deliver",
+	[API_FENCED_FINISH] = "finish",
+};
+static atomic_ullong fenced[COUNT(fenced_names)];
+
+static atomic_ullong late_completions, conflicting_completions;
+
+static void add(atomic_ullong *cell)
 {
-	size_t r = route_index < api_route_count && route_index < MAX_ROUTES ? route_index
-									     : MAX_ROUTES;
-	size_t s = NSTATUS;
+	atomic_fetch_add_explicit(cell, 1, memory_order_relaxed);
+}
+
+static unsigned long long get(atomic_ullong *cell)
+{
+	return atomic_load_explicit(cell, memory_order_relaxed);
+}
+
+static size_t route_slot(size_t route_index)
+{
+	return route_index < api_route_count && route_index < MAX_ROUTES ? route_index
+									 : MAX_ROUTES;
+}
+
+void api_metrics_http(size_t route_index, unsigned status, double seconds)
+{
+	size_t r = route_slot(route_index), s = NSTATUS, b = 0;
 
 	for (size_t i = 0; i < NSTATUS; i++) {
-		if (statuses[i] == status) {
+		if (statuses[i] == status)
 			s = i;
-			break;
-		}
 	}
-	atomic_fetch_add_explicit(&http[r][s], 1, memory_order_relaxed);
+	add(&http[r][s]);
+	while (b < NBOUNDS && seconds > bounds[b])
+		b++;
+	add(&latency[r].buckets[b]);
+	atomic_fetch_add_explicit(&latency[r].sum_us, (unsigned long long)(seconds * 1e6),
+				  memory_order_relaxed);
 }
 
 void api_metrics_claim(enum ledger_claim_outcome o)
 {
-	if ((size_t)o < NCLAIM)
-		atomic_fetch_add_explicit(&claims[o], 1, memory_order_relaxed);
+	if ((size_t)o < COUNT(claim_names))
+		add(&claims[o]);
+}
+
+void api_metrics_failover(enum ledger_failover_action a)
+{
+	if ((size_t)a < NACTIONS)
+		add(&failovers[a]);
+}
+
+void api_metrics_fenced(enum api_fenced_op op)
+{
+	if ((size_t)op < COUNT(fenced_names))
+		add(&fenced[op]);
+}
+
+void api_metrics_late_completion(void)
+{
+	add(&late_completions);
+}
+
+void api_metrics_conflicting_completion(void)
+{
+	add(&conflicting_completions);
+}
+
+static const char *route_name(size_t r)
+{
+	return r < api_route_count ? api_routes[r].name : "unmatched";
+}
+
+static void header(struct ledger_buf *out, const char *name, const char *type, const char *help)
+{
+	ledger_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_http(struct ledger_buf *out)
+{
+	header(out, "ledger_http_requests_total", "counter", "HTTP responses by route and status.");
+	for (size_t r = 0; r <= MAX_ROUTES; r++) {
+		for (size_t s = 0; s <= NSTATUS; s++) {
+			unsigned long long n = get(&http[r][s]);
+
+			if (n == 0)
+				continue;
+			if (s < NSTATUS)
+				ledger_buf_printf(out,
+						  "ledger_http_requests_total{route=\"%s\","
+						  "status=\"%u\"} %llu\n",
+						  route_name(r), statuses[s], n);
+			else
+				ledger_buf_printf(out,
+						  "ledger_http_requests_total{route=\"%s\","
+						  "status=\"other\"} %llu\n",
+						  route_name(r), n);
+		}
+	}
+	header(out, "ledger_http_request_duration_seconds", "histogram",
+	       "Time from a request's first byte to its reply being queued, by route.");
+	for (size_t r = 0; r <= MAX_ROUTES; r++) {
+		unsigned long long cumulative = 0;
+
+		if (r >= api_route_count && r != MAX_ROUTES)
+			continue;
+		for (size_t b = 0; b <= NBOUNDS; b++) {
+			cumulative += get(&latency[r].buckets[b]);
+			if (b < NBOUNDS)
+				ledger_buf_printf(out,
+						  "ledger_http_request_duration_seconds_bucket{"
+						  "route=\"%s\",le=\"%g\"} %llu\n",
+						  route_name(r), bounds[b], cumulative);
+			else
+				ledger_buf_printf(out,
+						  "ledger_http_request_duration_seconds_bucket{"
+						  "route=\"%s\",le=\"+Inf\"} %llu\n",
+						  route_name(r), cumulative);
+		}
+		ledger_buf_printf(out,
+				  "ledger_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
+				  "ledger_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+				  route_name(r), (double)get(&latency[r].sum_us) / 1e6, route_name(r),
+				  cumulative);
+	}
 }
 
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight)
 {
-	ledger_buf_puts(out,
-			"# HELP ledger_http_requests_total HTTP responses by route and status.\n"
-			"# TYPE ledger_http_requests_total counter\n");
-	for (size_t r = 0; r <= MAX_ROUTES; r++) {
-		const char *route = r < api_route_count ? api_routes[r].name : "unmatched";
+	static const struct {
+		enum ledger_err kind;
+		const char *name;
+	} db_errors[] = {
+		{LEDGER_ERR_UNAVAILABLE, "unavailable"},
+		{LEDGER_ERR_CONFLICT, "conflict"},
+		{LEDGER_ERR_INTERNAL, "internal"},
+	};
+	int64_t unknown = ledger_maintenance_unknown();
 
-		if (r >= api_route_count && r != MAX_ROUTES)
-			continue;
-		for (size_t s = 0; s <= NSTATUS; s++) {
-			unsigned long long n =
-				atomic_load_explicit(&http[r][s], memory_order_relaxed);
-			if (n == 0)
-				continue;
-			if (s < NSTATUS)
-				ledger_buf_printf(
-					out,
-					"ledger_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
-					route, statuses[s], n);
-			else
-				ledger_buf_printf(
-					out,
-					"ledger_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
-					route, n);
-		}
-	}
-	ledger_buf_puts(out, "# HELP ledger_claim_outcomes_total Tool-call claims by outcome.\n"
-			     "# TYPE ledger_claim_outcomes_total counter\n");
-	for (size_t i = 0; i < NCLAIM; i++)
+	render_http(out);
+	header(out, "ledger_claim_outcomes_total", "counter", "Tool-call claims by outcome.");
+	for (size_t i = 0; i < COUNT(claim_names); i++)
 		ledger_buf_printf(out, "ledger_claim_outcomes_total{outcome=\"%s\"} %llu\n",
-				  claim_names[i],
-				  atomic_load_explicit(&claims[i], memory_order_relaxed));
-	ledger_buf_printf(out,
-			  "# HELP ledger_store_queue_depth Calls waiting for a database worker.\n"
-			  "# TYPE ledger_store_queue_depth gauge\n"
-			  "ledger_store_queue_depth %zu\n"
-			  "# HELP ledger_http_in_flight HTTP calls being served.\n"
-			  "# TYPE ledger_http_in_flight gauge\n"
-			  "ledger_http_in_flight %ld\n",
-			  queue_depth, in_flight);
+				  claim_names[i], get(&claims[i]));
+	header(out, "ledger_failover_actions_total", "counter",
+	       "Failover decisions taken (not replayed), by action.");
+	for (size_t i = 0; i < NACTIONS; i++)
+		ledger_buf_printf(out, "ledger_failover_actions_total{action=\"%s\"} %llu\n",
+				  ledger_failover_action_name((enum ledger_failover_action)i),
+				  get(&failovers[i]));
+	header(out, "ledger_fenced_refusals_total", "counter",
+	       "Calls refused because their attempt had no rights, by operation.");
+	for (size_t i = 0; i < COUNT(fenced_names); i++)
+		ledger_buf_printf(out, "ledger_fenced_refusals_total{operation=\"%s\"} %llu\n",
+				  fenced_names[i], get(&fenced[i]));
+	header(out, "ledger_late_completions_total", "counter",
+	       "Final outcomes accepted from an older holder or after the lease.");
+	ledger_buf_printf(out, "ledger_late_completions_total %llu\n", get(&late_completions));
+	header(out, "ledger_conflicting_completions_total", "counter",
+	       "Completions refused because another one was stored.");
+	ledger_buf_printf(out, "ledger_conflicting_completions_total %llu\n",
+			  get(&conflicting_completions));
+	if (unknown >= 0) {
+		header(out, "ledger_unknown_outcomes", "gauge",
+		       "Tool calls whose outcome is unknown, all tenants (counted every 15 s).");
+		ledger_buf_printf(out, "ledger_unknown_outcomes %lld\n", (long long)unknown);
+	}
+	header(out, "ledger_database_errors_total", "counter", "Database failures by kind.");
+	for (size_t i = 0; i < COUNT(db_errors); i++)
+		ledger_buf_printf(out, "ledger_database_errors_total{kind=\"%s\"} %llu\n",
+				  db_errors[i].name,
+				  (unsigned long long)ledger_store_errors(db_errors[i].kind));
+	header(out, "ledger_store_queue_depth", "gauge", "Calls waiting for a database worker.");
+	ledger_buf_printf(out, "ledger_store_queue_depth %zu\n", queue_depth);
+	header(out, "ledger_http_in_flight", "gauge", "HTTP calls being served.");
+	ledger_buf_printf(out, "ledger_http_in_flight %ld\n", in_flight);
 }

@@ -1,6 +1,7 @@
 /*
- * api/metrics.h: ledgerd's counters, exposed on /metrics in the Prometheus
- * text format. Counting is a relaxed atomic add: free on the hot path.
+ * api/metrics.h: ledgerd's counters, gauges and histograms, exposed on
+ * /metrics in the Prometheus text format. Counting is a relaxed atomic
+ * add into fixed tables: free on the hot path, never a lock.
  */
 #ifndef API_METRICS_H
 #define API_METRICS_H
@@ -9,12 +10,28 @@
 
 #include "ledger/buf.h"
 #include "ledger/decide.h"
+#include "ledger/failover.h"
 
-/** Counts one HTTP response. @p route_index is SIZE_MAX when unrouted. */
-void api_metrics_http(size_t route_index, unsigned status);
+/* Calls refused because their attempt has no rights. */
+enum api_fenced_op {
+	API_FENCED_CLAIM,
+	API_FENCED_CLAIM_RENEW,
+	API_FENCED_ATTEMPT_RENEW,
+	API_FENCED_DELIVER,
+	API_FENCED_FINISH,
+};
 
-/** Counts one claim outcome. */
+/**
+ * Counts one HTTP response and its latency.
+ * @param route_index SIZE_MAX when unrouted
+ */
+void api_metrics_http(size_t route_index, unsigned status, double seconds);
+
 void api_metrics_claim(enum ledger_claim_outcome o);
+void api_metrics_failover(enum ledger_failover_action a);
+void api_metrics_fenced(enum api_fenced_op op);
+void api_metrics_late_completion(void);
+void api_metrics_conflicting_completion(void);
 
 /** Appends the exposition of every metric to @p out. */
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight);

@@ -146,7 +146,7 @@ static enum MHD_Result send_reply(struct api_request *req)
 	ret = MHD_queue_response(req->conn, r->status, resp);
 	MHD_destroy_response(resp);
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
-			 r->status);
+			 r->status, (double)(monotonic_ns() - req->started_ns) / 1e9);
 	log_reply(req);
 	return ret;
 }

@@ -27,6 +27,8 @@ struct ledger_config {
 	int64_t max_lease_ms;
 	int64_t unavailable_retry_ms; /* retry_after_ms of 503 store_unavailable */
 	int64_t drain_timeout_ms;     /* how long SIGTERM waits for calls in flight */
+	int64_t gc_interval_ms;       /* how often serve runs retention */
+	int64_t gc_batch;             /* requests (and tombstones) per retention transaction */
 	char *tenant;                 /* token create: --tenant */
 	char *role;                   /* token create: --role */
 };

@@ -29,6 +29,14 @@ struct ledger_store {
 	struct ledger_store_conn *conns; /* one per worker */
 };
 
+/* Failures by kind, indexed by enum ledger_err; /metrics reads them. */
+static atomic_ullong errors[LEDGER_ERR_INTERNAL + 1];
+
+uint64_t ledger_store_errors(enum ledger_err kind)
+{
+	return (unsigned)kind <= LEDGER_ERR_INTERNAL ? atomic_load(&errors[kind]) : 0;
+}
+
 static int64_t monotonic_ms(void)
 {
 	struct timespec ts;
@@ -105,6 +113,7 @@ bool store_conn_ready(struct ledger_store_conn *c)
 	if (monotonic_ms() - c->last_attempt_ms < c->reconnect_ms)
 		return false;
 	if (conn_open(c, err, sizeof(err)) != LEDGER_OK) {
+		atomic_fetch_add(&errors[LEDGER_ERR_UNAVAILABLE], 1);
 		if (!c->down_logged)
 			LOG_WARN("database unreachable: %s", err);
 		c->down_logged = true;
@@ -280,6 +289,7 @@ enum ledger_err store_step_run(struct store_step *st)
 out:
 	PQclear(res);
 	if (rc != LEDGER_OK) {
+		atomic_fetch_add(&errors[rc], 1);
 		what[strcspn(what, "\n")] = '\0';
 		if (rc == LEDGER_ERR_INTERNAL)
 			LOG_ERROR("database error: %s", what);

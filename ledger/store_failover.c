@@ -285,6 +285,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 	/* 1: a retried call gets the decision already taken, as it was */
 	if (f.recorded != NULL) {
 		out->status = LEDGER_FAILOVER_ANSWERED;
+		out->replayed = true;
 		out->body = f.recorded;
 		f.recorded = NULL;
 		rc = store_rollback(conn);

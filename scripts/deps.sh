@@ -19,11 +19,20 @@ case "${1:-run}" in
 	*) echo "usage: $0 [build|run|test|dev]" >&2; exit 2 ;;
 esac
 
+# The tests check /metrics with promtool, fetched (not installed) on first use.
+prefetch() {
+	[ "${1:-run}" = test ] && "$(dirname "$0")/promtool.sh" --version >/dev/null
+	return 0
+}
+
 missing=()
 for p in $want; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+	prefetch "${1:-run}"
+	exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "ledgerd: missing Debian packages: ${missing[*]}" >&2
@@ -37,3 +46,4 @@ if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; t
 	apt-get update -q >/dev/null
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
+prefetch "${1:-run}"

@@ -151,6 +151,7 @@ class Ledgerd:
             if not line:
                 raise RuntimeError("ledgerd exited: %s" % self.proc.wait())
             self.log.write(line)
+            self.log.flush()
             entry = json.loads(line)
             if "address" in entry:
                 self.host, port = entry["address"].rsplit(":", 1)

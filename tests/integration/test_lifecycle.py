@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +197,57 @@ def test_metrics_count_claims_and_statuses(service):
     assert 'ledger_http_requests_total{route="tool_call_claim",status="201"}' in text
     assert 'ledger_http_requests_total{route="tool_call_claim",status="409"}' in text
     assert "ledger_store_queue_depth " in text
+
+
+def metric_values(text):
+    """The samples of a Prometheus text exposition, by name and labels."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            values[key] = float(value)
+    return values
+
+
+def test_metrics_pass_promtool_and_count_what_operators_watch(service):
+    """After a failover, a fenced claim, a late and a conflicting completion, /metrics
+    counts each one and passes Prometheus's own checker."""
+    led = service.ledgerd
+    router = service.token("router")
+    before = metric_values(led.get("/metrics").body)
+    rid = new_id()
+    assert led.post("/v1/requests/%s/attempts" % rid, {"attempt_id": "a1", "max_attempts": 3},
+                    token=router).status == 201
+    path = "/v1/requests/%s/tool-calls/call_01" % rid
+    first = led.post(path + "/claim", {"claim_id": claim_id(), "attempt_id": "a1",
+                                       "lease_ms": 150}, token=router)
+    assert first.status == 201
+    time.sleep(0.2)
+    assert led.post(path + "/complete", {"fencing_token": 1, "outcome": "succeeded",
+                                         "result": 1}, token=router).json["late_completion"]
+    assert led.post(path + "/complete", {"fencing_token": 1, "outcome": "failed", "result": 2},
+                    token=router).code == "already_completed"
+    assert led.post("/v1/requests/%s/failover" % rid,
+                    {"attempt_id": "a1", "signal": "pod_lost",
+                     "next_attempt": {"attempt_id": "a2"}},
+                    token=router).json["action"] == "retry_prefill"
+    fenced = led.post("/v1/requests/%s/tool-calls/call_02/claim" % rid,
+                      {"claim_id": claim_id(), "attempt_id": "a1"}, token=router)
+    assert fenced.status == 409 and fenced.code == "attempt_fenced"
+
+    text = led.get("/metrics").body
+    promtool = Path(__file__).resolve().parents[2] / "scripts" / "promtool.sh"
+    check = subprocess.run([str(promtool), "check", "metrics"], input=text,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    after = metric_values(text)
+    for key in ('ledger_failover_actions_total{action="retry_prefill"}',
+                'ledger_fenced_refusals_total{operation="claim"}',
+                'ledger_late_completions_total',
+                'ledger_conflicting_completions_total',
+                'ledger_http_request_duration_seconds_count{route="failover"}',
+                'ledger_http_request_duration_seconds_bucket{route="failover",le="+Inf"}'):
+        assert after[key] - before.get(key, 0) == 1, key
+    for key in ('ledger_database_errors_total{kind="unavailable"}',
+                'ledger_store_queue_depth', 'ledger_http_in_flight'):
+        assert key in after, key
