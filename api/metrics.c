@@ -23,8 +23,8 @@ static const unsigned statuses[] = {200, 201, 400, 401, 403, 404, 405,
 static atomic_ullong http[MAX_ROUTES + 1][NSTATUS + 1];
 
 /* Latency buckets, in seconds: 0.5 ms to 5 s, where a durable commit lives. */
-static const double bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-				0.05,   0.1,   0.25,   0.5,   1,    2.5,   5};
+static const double bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+				0.1,    0.25,  0.5,    1,     2.5,  5};
 #define NBOUNDS COUNT(bounds)
 
 struct histogram {
@@ -75,8 +75,7 @@ static unsigned long long get(atomic_ullong *cell)
 
 static size_t route_slot(size_t route_index)
 {
-	return route_index < api_route_count && route_index < MAX_ROUTES ? route_index
-									 : MAX_ROUTES;
+	return route_index < api_route_count && route_index < MAX_ROUTES ? route_index : MAX_ROUTES;
 }
 
 void api_metrics_http(size_t route_index, unsigned status, double seconds)
@@ -177,8 +176,8 @@ static void render_http(struct ledger_buf *out)
 		ledger_buf_printf(out,
 				  "ledger_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
 				  "ledger_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
-				  route_name(r), (double)get(&latency[r].sum_us) / 1e6, route_name(r),
-				  cumulative);
+				  route_name(r), (double)get(&latency[r].sum_us) / 1e6,
+				  route_name(r), cumulative);
 	}
 }
 

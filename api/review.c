@@ -58,7 +58,8 @@ static enum ledger_err view_prepare(struct api_request *req)
 
 	if (after == NULL)
 		return LEDGER_ERR_NOMEM;
-	if (cursor != NULL && (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || !parse_int(raw, after))) {
+	if (cursor != NULL &&
+	    (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || !parse_int(raw, after))) {
 		api_reply_invalid_field(req, "events_cursor", "is not a cursor this request gave");
 		return LEDGER_ERR_INVALID;
 	}
@@ -220,8 +221,9 @@ static enum ledger_err list_prepare(struct api_request *req)
 	}
 	if (since != NULL) {
 		if (strlen(since) >= sizeof(in->since) || !is_rfc3339(since)) {
-			api_reply_invalid_field(req, "since",
-						"must be an RFC 3339 time, e.g. 2026-11-30T01:29:43Z");
+			api_reply_invalid_field(
+				req, "since",
+				"must be an RFC 3339 time, e.g. 2026-11-30T01:29:43Z");
 			return LEDGER_ERR_INVALID;
 		}
 		snprintf(in->since, sizeof(in->since), "%s", since);
@@ -231,7 +233,8 @@ static enum ledger_err list_prepare(struct api_request *req)
 		char raw[LEDGER_ID_MAX + 32];
 		char *colon = NULL;
 
-		if (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || (colon = strchr(raw, ':')) == NULL) {
+		if (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 ||
+		    (colon = strchr(raw, ':')) == NULL) {
 			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
 			return LEDGER_ERR_INVALID;
 		}
@@ -275,7 +278,8 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > limit) {
 		char raw[LEDGER_ID_MAX + 32], cursor[2 * (LEDGER_ID_MAX + 32)];
-		int len = snprintf(raw, sizeof(raw), "%lld:%s", (long long)items[limit - 1].created_us,
+		int len = snprintf(raw, sizeof(raw), "%lld:%s",
+				   (long long)items[limit - 1].created_us,
 				   items[limit - 1].request_id);
 
 		api_cursor_encode(raw, (size_t)len, cursor, sizeof(cursor));

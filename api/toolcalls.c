@@ -826,7 +826,8 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_jsonw_key(&w, "items");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < n && i < in->limit; i++)
-		api_write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call, false);
+		api_write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call,
+			       false);
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > in->limit) {

@@ -61,7 +61,7 @@ struct ledger_attempt {
 	bool is_retry;                            /* not the request's first attempt */
 	int64_t delivered_output_tokens;
 	char created_at[LEDGER_TIMESTAMP_MAX];
-	char ended_at[LEDGER_TIMESTAMP_MAX];       /* when it lost its rights; "" while live */
+	char ended_at[LEDGER_TIMESTAMP_MAX]; /* when it lost its rights; "" while live */
 };
 
 /* What the request's tool calls mean for a rerun. */

@@ -22,8 +22,9 @@ struct ledger_maintenance_config {
 struct ledger_maintenance;
 
 /** Starts the thread; it connects (and reconnects) by itself. */
-LEDGER_MUSTCHECK enum ledger_err ledger_maintenance_start(const struct ledger_maintenance_config *cfg,
-							  struct ledger_maintenance **out);
+LEDGER_MUSTCHECK enum ledger_err
+ledger_maintenance_start(const struct ledger_maintenance_config *cfg,
+			 struct ledger_maintenance **out);
 
 /** Stops the thread at its next pause and frees @p m. NULL-safe. */
 void ledger_maintenance_stop(struct ledger_maintenance *m);

@@ -285,7 +285,7 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn 
 
 /* One event of a request's history. */
 struct ledger_event {
-	int64_t seq;                          /* orders a request's events */
+	int64_t seq; /* orders a request's events */
 	char at[LEDGER_TIMESTAMP_MAX];
 	char type[64];
 	char attempt_id[LEDGER_ID_MAX + 1];   /* "" none */
@@ -295,15 +295,15 @@ struct ledger_event {
 
 /* A request with everything under it, read in one snapshot. */
 struct ledger_request_view {
-	struct ledger_request request;  /* request.exists false: no such request */
-	char *client_error;             /* owned, or NULL */
+	struct ledger_request request;   /* request.exists false: no such request */
+	char *client_error;              /* owned, or NULL */
 	struct ledger_attempt *attempts; /* owned, by epoch */
 	size_t nattempts;
 	struct ledger_listed_call *calls; /* owned, by tool_call_id */
 	size_t ncalls;
-	struct ledger_event *events;    /* owned, by seq */
+	struct ledger_event *events; /* owned, by seq */
 	size_t nevents;
-	bool more_events;               /* the history goes on after the last one */
+	bool more_events; /* the history goes on after the last one */
 };
 
 void ledger_request_view_clear(struct ledger_request_view *v);
@@ -312,24 +312,25 @@ void ledger_request_view_clear(struct ledger_request_view *v);
  * Reads request @p request_id with its attempts, its calls and up to
  * @p max_events events after seq @p after_seq, all from one snapshot.
  */
-LEDGER_MUSTCHECK enum ledger_err
-ledger_store_request_view(struct ledger_store_conn *conn, const char *tenant,
-			  const char *request_id, int64_t after_seq, unsigned max_events,
-			  struct ledger_request_view *out);
+LEDGER_MUSTCHECK enum ledger_err ledger_store_request_view(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   int64_t after_seq, unsigned max_events,
+							   struct ledger_request_view *out);
 
 /* One listed request. */
 struct ledger_listed_request {
 	char request_id[LEDGER_ID_MAX + 1];
-	int64_t created_us;           /* created_at in microseconds: the page cursor */
+	int64_t created_us; /* created_at in microseconds: the page cursor */
 	struct ledger_request request;
-	char *client_error;           /* owned, or NULL */
+	char *client_error; /* owned, or NULL */
 };
 
 /* Which requests to list; NULL or 0 fields do not filter. */
 struct ledger_request_filter {
-	const char *status;           /* a status name */
-	const char *since;            /* RFC 3339: created at or after */
-	bool has_cursor;              /* after the last of the previous page: */
+	const char *status; /* a status name */
+	const char *since;  /* RFC 3339: created at or after */
+	bool has_cursor;    /* after the last of the previous page: */
 	int64_t cursor_created_us;
 	const char *cursor_request_id;
 	unsigned limit;
@@ -350,9 +351,9 @@ void ledger_store_free_requests(struct ledger_listed_request *items, size_t coun
 /* --- retention (ledger/store_gc.c) --- */
 
 struct ledger_gc_stats {
-	int64_t requests;    /* settled requests removed */
-	int64_t tool_calls;  /* their calls */
-	int64_t tombstones;  /* tombstones left for their settled calls */
+	int64_t requests;   /* settled requests removed */
+	int64_t tool_calls; /* their calls */
+	int64_t tombstones; /* tombstones left for their settled calls */
 	int64_t attempts;
 	int64_t events;
 	int64_t expired_tombstones; /* tombstones whose period ended, removed */
@@ -366,10 +367,9 @@ struct ledger_gc_stats {
  * others hold. Adds what it removed to @p stats.
  * @param done_out true when neither batch was full: nothing is left to do
  */
-LEDGER_MUSTCHECK enum ledger_err ledger_store_gc_batch(struct ledger_store_conn *conn,
-						       int64_t retention_ms, int64_t tombstone_ms,
-						       unsigned batch, struct ledger_gc_stats *stats,
-						       bool *done_out);
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_gc_batch(struct ledger_store_conn *conn, int64_t retention_ms, int64_t tombstone_ms,
+		      unsigned batch, struct ledger_gc_stats *stats, bool *done_out);
 
 /** Counts the unknown outcomes outstanding, all tenants (for /metrics). */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_count_unknown(struct ledger_store_conn *conn,

@@ -26,15 +26,17 @@
  * no router closes) with every call settled before it. Over "r", $1 the
  * retention period in ms.
  */
-#define SETTLED                                                                                   \
-	"((r.status <> 'open' AND r.closed_at < clock_timestamp() - " MS("$1") ")"                  \
-	" OR (r.status = 'open' AND r.attempt_count = 0"                                            \
-	"     AND r.created_at < clock_timestamp() - " MS("$1")                                     \
-	"     AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"                 \
-	"       AND c.request_id = r.request_id"                                                    \
-	"       AND coalesce(c.completed_at, c.created_at) >= clock_timestamp() - " MS("$1") ")))" \
-	" AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"                     \
-	"   AND c.request_id = r.request_id AND c.state = 'in_progress')"
+#define SETTLED                                                                                                           \
+	"((r.status <> 'open' AND r.closed_at < clock_timestamp() - " MS(                                                 \
+		"$1") ")"                                                                                                 \
+		      " OR (r.status = 'open' AND r.attempt_count = 0"                                                    \
+		      "     AND r.created_at < clock_timestamp() - " MS(                                                  \
+			      "$1") "     AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"           \
+				    "       AND c.request_id = r.request_id"                                              \
+				    "       AND coalesce(c.completed_at, c.created_at) >= clock_timestamp() - " MS(       \
+					    "$1") ")))"                                                                   \
+						  " AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant" \
+						  "   AND c.request_id = r.request_id AND c.state = 'in_progress')"
 
 /* clang-format off */
 static const struct store_stmt gc_lock = {

@@ -163,8 +163,7 @@ enum store_call_col {
 
 /** Reads the request at @p row (none there: exists false). @return OK or NOMEM */
 LEDGER_MUSTCHECK enum ledger_err store_parse_request(const PGresult *res, int row,
-						     struct ledger_request *r,
-						     char **client_error);
+						     struct ledger_request *r, char **client_error);
 
 /** Reads the attempt at @p row, deriving EXPIRED from its lease. */
 void store_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
