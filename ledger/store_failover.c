@@ -261,6 +261,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 	struct ledger_failover_decision *d = &out->decision;
 	struct ledger_buf client_error = LEDGER_BUF_INIT;
 	struct ledger_attempt next, *created = NULL;
+	struct store_locked before;
 	struct decision_events ev;
 	struct store_locked lk;
 	struct store_step st;
@@ -322,6 +323,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		created = &next;
 	}
 	out->status = LEDGER_FAILOVER_ANSWERED;
+	before = lk; /* the inputs, as the event records them */
 
 	/* The source loses its rights in this very transaction. */
 	if (d->source_after != lk.named.state) {
@@ -350,7 +352,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		lk.request.attempt_count = created->epoch;
 	}
 	store_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
-	decision_event(&ev.decision, a, &lk, &f, d, created);
+	decision_event(&ev.decision, a, &before, &f, d, created);
 	store_event_add(&st, &key, &ev.decision);
 	out->body = render_answer(a, d, d->client_error != NULL ? lk.client_error : NULL, created,
 				  &lk.request, f.settled);
