@@ -35,7 +35,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps run test unit format lint clean
+.PHONY: all deps run test unit bench format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl)
 
 deps:
@@ -77,6 +77,12 @@ test:
 	@scripts/deps.sh test
 	$(MAKE) all unit
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration
+
+# Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
+bench:
+	@scripts/deps.sh bench
+	$(MAKE) all
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/bench/bench.py
 
 run:
 	@scripts/deps.sh run

@@ -226,7 +226,8 @@ static void create_execute(struct api_request *req, struct ledger_store_conn *co
 	ledger_attempt_result_clear(&res);
 }
 
-const struct api_handler api_attempts_create = {create_prepare, create_execute};
+const struct api_handler api_attempts_create = {.prepare = create_prepare,
+						.execute = create_execute};
 
 /* --- an attempt's own calls --- */
 
@@ -314,6 +315,10 @@ static void reply_call_done(struct api_request *req, const struct ledger_attempt
 	ledger_jsonw_object_begin(&w);
 	switch (call->op) {
 	case LEDGER_OP_DELIVER:
+		ledger_jsonw_key(&w, "request_id");
+		ledger_jsonw_string(&w, req->params[0]);
+		ledger_jsonw_key(&w, "attempt_id");
+		ledger_jsonw_string(&w, res->attempt.attempt_id);
 		ledger_jsonw_key(&w, "first_delta_sent");
 		ledger_jsonw_bool(&w, res->request.first_delta_sent);
 		ledger_jsonw_key(&w, "phase");
@@ -364,11 +369,13 @@ static void call_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_attempt_result_clear(&res);
 }
 
-const struct api_handler api_attempts_renew = {renew_prepare, call_execute};
-const struct api_handler api_attempts_deliver = {deliver_prepare, call_execute};
-const struct api_handler api_attempts_cancel = {cancel_prepare, call_execute};
-const struct api_handler api_attempts_cancel_ack = {cancel_ack_prepare, call_execute};
-const struct api_handler api_attempts_finish = {finish_prepare, call_execute};
+const struct api_handler api_attempts_renew = {.prepare = renew_prepare, .execute = call_execute};
+const struct api_handler api_attempts_deliver = {.prepare = deliver_prepare,
+						 .execute = call_execute};
+const struct api_handler api_attempts_cancel = {.prepare = cancel_prepare, .execute = call_execute};
+const struct api_handler api_attempts_cancel_ack = {.prepare = cancel_ack_prepare,
+						    .execute = call_execute};
+const struct api_handler api_attempts_finish = {.prepare = finish_prepare, .execute = call_execute};
 
 /* --- failover --- */
 
@@ -485,4 +492,5 @@ out:
 	ledger_failover_result_clear(&res);
 }
 
-const struct api_handler api_attempts_failover = {failover_prepare, failover_execute};
+const struct api_handler api_attempts_failover = {.prepare = failover_prepare,
+						  .execute = failover_execute};

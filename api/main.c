@@ -132,6 +132,7 @@ static int cmd_serve(const struct ledger_config *cfg)
 	struct ledger_store_config scfg = {
 		.database_url = cfg->database_url,
 		.workers = (unsigned)cfg->workers,
+		.batch_max = (unsigned)cfg->batch_max,
 		.reconnect_ms = 200,
 	};
 	struct ledger_maintenance_config mcfg = {
@@ -221,6 +222,15 @@ int main(int argc, char **argv)
 		rc = need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_gc(&cfg);
+	} else if (strcmp(words[0], "sql") == 0 && nwords == 2) {
+		/* Undocumented in help: for benchmarks, which must run ledgerd's own SQL. */
+		const char *sql = ledger_store_sql(words[1]);
+
+		rc = sql != NULL ? 0 : 1;
+		if (sql != NULL)
+			printf("%s\n", sql);
+		else
+			fprintf(stderr, "ledgerd: no statement called %s\n", words[1]);
 	} else if (strcmp(words[0], "version") == 0 && nwords == 1) {
 		printf("ledgerd %s (schema %d)\n", LEDGER_VERSION,
 		       ledger_migrate_expected_version());

@@ -30,7 +30,7 @@ static void no_execute(struct api_request *req, struct ledger_store_conn *conn)
 	(void)conn;
 }
 
-const struct api_handler api_ops_healthz = {healthz_prepare, no_execute};
+const struct api_handler api_ops_healthz = {.prepare = healthz_prepare, .execute = no_execute};
 
 static enum ledger_err readyz_prepare(struct api_request *req)
 {
@@ -69,7 +69,7 @@ static void readyz_execute(struct api_request *req, struct ledger_store_conn *co
 	ledger_jsonw_object_end(&w);
 }
 
-const struct api_handler api_ops_readyz = {readyz_prepare, readyz_execute};
+const struct api_handler api_ops_readyz = {.prepare = readyz_prepare, .execute = readyz_execute};
 
 static enum ledger_err metrics_prepare(struct api_request *req)
 {
@@ -82,4 +82,4 @@ static enum ledger_err metrics_prepare(struct api_request *req)
 	return LEDGER_OK;
 }
 
-const struct api_handler api_ops_metrics = {metrics_prepare, no_execute};
+const struct api_handler api_ops_metrics = {.prepare = metrics_prepare, .execute = no_execute};

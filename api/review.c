@@ -163,7 +163,7 @@ out:
 	ledger_request_view_clear(&v);
 }
 
-const struct api_handler api_review_request = {view_prepare, view_execute};
+const struct api_handler api_review_request = {.prepare = view_prepare, .execute = view_execute};
 
 /* --- a tenant's requests --- */
 
@@ -291,4 +291,4 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_store_free_requests(items, n);
 }
 
-const struct api_handler api_review_list = {list_prepare, list_execute};
+const struct api_handler api_review_list = {.prepare = list_prepare, .execute = list_execute};

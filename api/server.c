@@ -172,18 +172,23 @@ static void authenticate(struct api_request *req, struct ledger_store_conn *conn
 		}
 		ledger_token_cache_put(req->token_sha256, req->tenant, req->role);
 	}
+	req->authenticated = true;
 	if ((req->route->roles & LEDGER_ROLE_BIT(req->role)) == 0)
 		api_reply_error(req, 403, "forbidden", "the role %s may not call %s %s",
 				ledger_role_name(req->role), req->route->method,
 				req->route->pattern);
 }
 
+static struct api_request *request_of(struct ledger_job *job)
+{
+	return (struct api_request *)(void *)((char *)job - offsetof(struct api_request, job));
+}
+
 static void run_job(struct ledger_job *job, struct ledger_store_conn *conn)
 {
-	struct api_request *req =
-		(struct api_request *)(void *)((char *)job - offsetof(struct api_request, job));
+	struct api_request *req = request_of(job);
 
-	if (req->route->roles != 0)
+	if (req->route->roles != 0 && !req->authenticated)
 		authenticate(req, conn);
 	if (req->reply.status == 0)
 		req->route->handler->execute(req, conn);
@@ -192,6 +197,43 @@ static void run_job(struct ledger_job *job, struct ledger_store_conn *conn)
 		abort();
 	}
 	/* The last touch: once resumed, the polling thread may free req. */
+	MHD_resume_connection(req->conn);
+}
+
+/* A worker offers the call a place in a batch: only after its token passed. */
+static enum ledger_offer offer_job(struct ledger_job *job, struct ledger_store_conn *conn,
+				   struct ledger_batch_op *op)
+{
+	struct api_request *req = request_of(job);
+
+	if (req->route->roles != 0 && !req->authenticated)
+		authenticate(req, conn);
+	if (req->reply.status != 0) {
+		MHD_resume_connection(req->conn);
+		return LEDGER_OFFER_DONE;
+	}
+	if (!req->route->handler->offer(req, op))
+		return LEDGER_OFFER_ALONE;
+	return LEDGER_OFFER_BATCH;
+}
+
+static void settle_job(struct ledger_job *job, struct ledger_store_conn *conn,
+		       struct ledger_batch_op *op, enum ledger_err rc)
+{
+	struct api_request *req = request_of(job);
+
+	if (rc == LEDGER_ERR_UNAVAILABLE)
+		api_reply_store_error(req,
+				      rc); /* the batch's commit may or may not have happened */
+	else if (rc == LEDGER_OK && op->done)
+		req->route->handler->answer(req, &op->out);
+	else
+		req->route->handler->execute(req, conn); /* alone, from the start */
+	ledger_call_clear(&op->out.call);
+	if (req->reply.status == 0) {
+		LOG_ERROR("handler %s gave no reply", req->route->name);
+		abort();
+	}
 	MHD_resume_connection(req->conn);
 }
 
@@ -350,6 +392,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (req->reply.status != 0)
 		return send_reply(req);
 	req->job.run = run_job;
+	if (req->route->handler->offer != NULL) {
+		req->job.offer = offer_job;
+		req->job.settle = settle_job;
+	}
 	req->suspended = true;
 	MHD_suspend_connection(conn);
 	ledger_store_submit(srv->store, &req->job);

@@ -32,6 +32,13 @@ struct api_handler {
 	enum ledger_err (*prepare)(struct api_request *req);
 	/* Runs on a store worker, after authentication; must reply. */
 	void (*execute)(struct api_request *req, struct ledger_store_conn *conn);
+	/*
+	 * Optional, to share a transaction with other calls: fills @p op with
+	 * the call's one-statement fast path (false: the call runs alone) ...
+	 */
+	bool (*offer)(struct api_request *req, struct ledger_batch_op *op);
+	/* ... and replies from what the batch answered (when op->done). */
+	void (*answer)(struct api_request *req, const struct ledger_call_result *res);
 };
 
 #define API_MAX_PARAMS 3
@@ -70,7 +77,8 @@ struct api_request {
 	unsigned nquery;
 	struct ledger_buf body; /* the request body as received */
 	bool body_too_large;
-	bool has_token; /* an Authorization: Bearer header was given */
+	bool has_token;     /* an Authorization: Bearer header was given */
+	bool authenticated; /* tenant and role are known */
 	unsigned char token_sha256[32];
 	char tenant[LEDGER_ID_MAX + 1]; /* after authentication */
 	enum ledger_role role;

@@ -172,6 +172,7 @@ static const char *const claim_fields[] = {"claim_id",     "tool",       "args",
 struct claim_input {
 	struct ledger_claim_request req;
 	char args_sha256[LEDGER_SHA256_HEX + 1];
+	char args[]; /* the args kept (store_args), NUL-terminated for the store */
 };
 
 static bool is_lower_hex(const char *s, size_t len)
@@ -193,7 +194,10 @@ static enum ledger_err claim_prepare(struct api_request *req)
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	args = ledger_json_get(body, "args");
+	if (args != NULL && args->type == LEDGER_JSON_NULL)
+		args = NULL;
+	in = api_input_or_reply(req, sizeof(*in) + (args != NULL ? args->raw_len + 1 : 0));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	c = &in->req.claim;
@@ -217,8 +221,7 @@ static enum ledger_err claim_prepare(struct api_request *req)
 		}
 		memcpy(in->args_sha256, sha->u.str.s, LEDGER_SHA256_HEX + 1);
 	}
-	args = ledger_json_get(body, "args");
-	if (args != NULL && args->type != LEDGER_JSON_NULL) {
+	if (args != NULL) {
 		char computed[LEDGER_SHA256_HEX + 1];
 		enum ledger_err rc = ledger_jcs_fingerprint(args, computed);
 
@@ -238,7 +241,9 @@ static enum ledger_err claim_prepare(struct api_request *req)
 		}
 		memcpy(in->args_sha256, computed, sizeof(computed));
 		if (store_args) {
-			in->req.args = args->raw;
+			memcpy(in->args, args->raw, args->raw_len);
+			in->args[args->raw_len] = '\0';
+			in->req.args = in->args;
 			in->req.args_len = args->raw_len;
 		}
 	}
@@ -246,36 +251,13 @@ static enum ledger_err claim_prepare(struct api_request *req)
 	return LEDGER_OK;
 }
 
-/* args are kept as text: the copy must end where the value ends. */
-static enum ledger_err own_args(struct claim_input *in, char **copy)
+/* Replies a claim's outcome, however the store reached it. */
+static void claim_answer(struct api_request *req, const struct ledger_call_result *r)
 {
-	*copy = NULL;
-	if (in->req.args == NULL)
-		return LEDGER_OK;
-	*copy = strndup(in->req.args, in->req.args_len);
-	if (*copy == NULL)
-		return LEDGER_ERR_NOMEM;
-	in->req.args = *copy;
-	return LEDGER_OK;
-}
-
-static void claim_execute(struct api_request *req, struct ledger_store_conn *conn)
-{
-	struct claim_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
+	const struct ledger_call_result res = *r;
+	const struct claim_input *in = req->input;
 	struct ledger_jsonw w;
-	char *args_copy = NULL;
-	enum ledger_err rc;
 
-	memset(&res, 0, sizeof(res));
-	rc = own_args(in, &args_copy);
-	if (rc == LEDGER_OK)
-		rc = ledger_store_claim(conn, &key, &in->req, &res);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		goto out;
-	}
 	api_metrics_claim(res.outcome.claim);
 	if (res.outcome.claim == LEDGER_CLAIM_ATTEMPT_FENCED)
 		api_metrics_fenced(API_FENCED_CLAIM);
@@ -337,12 +319,42 @@ static void claim_execute(struct api_request *req, struct ledger_store_conn *con
 		req->reply.retry_after_ms = res.call.lease_ms_left;
 		break;
 	}
-out:
-	free(args_copy);
+}
+
+static void claim_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct claim_input *in = req->input;
+	struct ledger_call_key key = key_of(req);
+	struct ledger_call_result res;
+	enum ledger_err rc;
+
+	rc = ledger_store_claim(conn, &key, &in->req, &res);
+	if (rc != LEDGER_OK)
+		api_reply_store_error(req, rc);
+	else
+		claim_answer(req, &res);
 	ledger_call_clear(&res.call);
 }
 
-const struct api_handler api_toolcalls_claim = {claim_prepare, claim_execute};
+/* Only a claim outside attempts has a one-statement fast path to batch. */
+static bool claim_offer(struct api_request *req, struct ledger_batch_op *op)
+{
+	const struct claim_input *in = req->input;
+
+	if (in->req.claim.attempt_id != NULL)
+		return false;
+	op->kind = LEDGER_BATCH_CLAIM;
+	op->key = key_of(req);
+	op->claim = &in->req;
+	return true;
+}
+
+const struct api_handler api_toolcalls_claim = {
+	.prepare = claim_prepare,
+	.execute = claim_execute,
+	.offer = claim_offer,
+	.answer = claim_answer,
+};
 
 /* --- renew --- */
 
@@ -383,31 +395,50 @@ static void reply_renewed(struct api_request *req, const struct renew_input *in)
 	ledger_jsonw_object_end(&w);
 }
 
+static void renew_answer(struct api_request *req, const struct ledger_call_result *res)
+{
+	const char *code = ledger_renew_code(res->outcome.renew);
+
+	if (res->outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
+		api_metrics_fenced(API_FENCED_CLAIM_RENEW);
+	if (code != NULL)
+		reply_refusal(req, code, &res->call);
+	else
+		reply_renewed(req, req->input);
+}
+
 static void renew_execute(struct api_request *req, struct ledger_store_conn *conn)
 {
 	struct renew_input *in = req->input;
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
-	const char *code = NULL;
 	enum ledger_err rc;
 
 	rc = ledger_store_renew(conn, &key, in->fencing_token, in->lease_ms, &res);
-	if (rc != LEDGER_OK) {
+	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
-		goto out;
-	}
-	if (res.outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
-		api_metrics_fenced(API_FENCED_CLAIM_RENEW);
-	code = ledger_renew_code(res.outcome.renew);
-	if (code != NULL)
-		reply_refusal(req, code, &res.call);
 	else
-		reply_renewed(req, in);
-out:
+		renew_answer(req, &res);
 	ledger_call_clear(&res.call);
 }
 
-const struct api_handler api_toolcalls_renew = {renew_prepare, renew_execute};
+static bool renew_offer(struct api_request *req, struct ledger_batch_op *op)
+{
+	const struct renew_input *in = req->input;
+
+	op->kind = LEDGER_BATCH_RENEW;
+	op->key = key_of(req);
+	op->fencing_token = in->fencing_token;
+	op->lease_ms = in->lease_ms;
+	return true;
+}
+
+const struct api_handler api_toolcalls_renew = {
+	.prepare = renew_prepare,
+	.execute = renew_execute,
+	.offer = renew_offer,
+	.answer = renew_answer,
+};
 
 /* --- complete --- */
 
@@ -437,6 +468,11 @@ static enum ledger_err outcome_or_reply(struct api_request *req,
 	return LEDGER_ERR_INVALID;
 }
 
+struct complete_input {
+	struct ledger_completion c;
+	char result[]; /* the result's exact text, NUL-terminated for the store */
+};
+
 static enum ledger_err complete_prepare(struct api_request *req)
 {
 	static const char *const fields[] = {"fencing_token", "outcome", "result", "retryable",
@@ -444,14 +480,18 @@ static enum ledger_err complete_prepare(struct api_request *req)
 	static const char *const outcomes[] = {"succeeded", "failed", NULL};
 	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
 	const struct ledger_json_value *result = NULL;
+	struct complete_input *input = NULL;
 	struct ledger_completion *in = NULL;
 	int outcome = 0;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
-	if (in == NULL)
+	result = ledger_json_get(body, "result");
+	input = api_input_or_reply(req,
+				   sizeof(*input) + (result != NULL ? result->raw_len : 4) + 1);
+	if (input == NULL)
 		return LEDGER_ERR_NOMEM;
+	in = &input->c;
 	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
 	    outcome_or_reply(req, body, "outcome", outcomes, &outcome) ||
@@ -462,55 +502,61 @@ static enum ledger_err complete_prepare(struct api_request *req)
 		api_reply_invalid_field(req, "retryable", "only a failed outcome can be retryable");
 		return LEDGER_ERR_INVALID;
 	}
-	result = ledger_json_get(body, "result");
-	if (result != NULL) {
-		in->result = result->raw;
-		in->result_len = result->raw_len;
-	} else {
-		in->result = "null";
-		in->result_len = 4;
-	}
+	in->result_len = result != NULL ? result->raw_len : 4;
+	memcpy(input->result, result != NULL ? result->raw : "null", in->result_len);
+	input->result[in->result_len] = '\0';
+	in->result = input->result;
 	return LEDGER_OK;
+}
+
+static void complete_answer(struct api_request *req, const struct ledger_call_result *res)
+{
+	const char *code = ledger_complete_code(res->outcome.complete);
+
+	if (res->outcome.complete == LEDGER_COMPLETE_LATE)
+		api_metrics_late_completion();
+	else if (res->outcome.complete == LEDGER_COMPLETE_ALREADY_COMPLETED)
+		api_metrics_conflicting_completion();
+	if (code != NULL)
+		reply_refusal(req, code, &res->call);
+	else if (res->call.state == LEDGER_CALL_RELEASED)
+		reply_released(req, res->call.fencing_token);
+	else
+		reply_completed(req, &res->call, false,
+				res->call.completed_by == LEDGER_COMPLETED_LATE);
 }
 
 static void complete_execute(struct api_request *req, struct ledger_store_conn *conn)
 {
-	struct ledger_completion c = *(struct ledger_completion *)req->input;
+	const struct complete_input *in = req->input;
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
-	char *result = strndup(c.result, c.result_len);
-	const char *code = NULL;
 	enum ledger_err rc;
 
-	memset(&res, 0, sizeof(res));
-	if (result == NULL) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
-		return;
-	}
-	c.result = result; /* the store sends it as a NUL-terminated parameter */
-	rc = ledger_store_complete(conn, &key, &c, &res);
-	if (rc != LEDGER_OK) {
+	rc = ledger_store_complete(conn, &key, &in->c, &res);
+	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
-		goto out;
-	}
-	if (res.outcome.complete == LEDGER_COMPLETE_LATE)
-		api_metrics_late_completion();
-	else if (res.outcome.complete == LEDGER_COMPLETE_ALREADY_COMPLETED)
-		api_metrics_conflicting_completion();
-	code = ledger_complete_code(res.outcome.complete);
-	if (code != NULL)
-		reply_refusal(req, code, &res.call);
-	else if (res.call.state == LEDGER_CALL_RELEASED)
-		reply_released(req, res.call.fencing_token);
 	else
-		reply_completed(req, &res.call, false,
-				res.call.completed_by == LEDGER_COMPLETED_LATE);
-out:
-	free(result);
+		complete_answer(req, &res);
 	ledger_call_clear(&res.call);
 }
 
-const struct api_handler api_toolcalls_complete = {complete_prepare, complete_execute};
+static bool complete_offer(struct api_request *req, struct ledger_batch_op *op)
+{
+	const struct complete_input *in = req->input;
+
+	op->kind = LEDGER_BATCH_COMPLETE;
+	op->key = key_of(req);
+	op->completion = &in->c;
+	return true;
+}
+
+const struct api_handler api_toolcalls_complete = {
+	.prepare = complete_prepare,
+	.execute = complete_execute,
+	.offer = complete_offer,
+	.answer = complete_answer,
+};
 
 /* --- release --- */
 
@@ -559,7 +605,8 @@ out:
 	ledger_call_clear(&res.call);
 }
 
-const struct api_handler api_toolcalls_release = {release_prepare, release_execute};
+const struct api_handler api_toolcalls_release = {.prepare = release_prepare,
+						  .execute = release_execute};
 
 /* --- resolve --- */
 
@@ -636,7 +683,8 @@ out:
 	ledger_call_clear(&res.call);
 }
 
-const struct api_handler api_toolcalls_resolve = {resolve_prepare, resolve_execute};
+const struct api_handler api_toolcalls_resolve = {.prepare = resolve_prepare,
+						  .execute = resolve_execute};
 
 /* --- get and list --- */
 
@@ -723,7 +771,7 @@ static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
 	ledger_call_clear(&call);
 }
 
-const struct api_handler api_toolcalls_get = {get_prepare, get_execute};
+const struct api_handler api_toolcalls_get = {.prepare = get_prepare, .execute = get_execute};
 
 /* A page cursor is the last key of the page, "rid:cid": ids never hold ':'. */
 static void cursor_encode(const char *rid, const char *cid, char *out, size_t cap)
@@ -842,4 +890,4 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_store_free_list(items, n);
 }
 
-const struct api_handler api_toolcalls_list = {list_prepare, list_execute};
+const struct api_handler api_toolcalls_list = {.prepare = list_prepare, .execute = list_execute};

@@ -43,6 +43,8 @@ static const struct setting settings[] = {
 	 "failover policy file (YAML); default: the built-in policy"},
 	{"workers", "LEDGER_WORKERS", K_INT, "4", 1, 256, OFF(workers),
 	 "database workers, one connection each"},
+	{"batch-max", "LEDGER_BATCH_MAX", K_INT, "32", 1, 1024, OFF(batch_max),
+	 "calls a database worker may commit in one transaction (1: no batching)"},
 	{"http-threads", "LEDGER_HTTP_THREADS", K_INT, "2", 1, 64, OFF(http_threads),
 	 "HTTP polling threads"},
 	{"retention", "LEDGER_RETENTION", K_DURATION, "7d", 60 * 1000, 3650 * DAY_MS,

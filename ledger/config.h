@@ -18,6 +18,7 @@ struct ledger_config {
 	char *listen;         /* "host:port", "[v6]:port" or "unix:/path" */
 	char *policy_path;    /* NULL: the built-in policy */
 	int64_t workers;      /* store workers, one connection each */
+	int64_t batch_max;    /* calls a worker may commit together (1: no batching) */
 	int64_t http_threads; /* HTTP polling threads */
 	int64_t retention_ms; /* settled requests older than this are removed */
 	int64_t tombstone_ms; /* how long a removed call's tombstone stays */

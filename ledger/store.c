@@ -25,6 +25,7 @@ struct ledger_store {
 	atomic_size_t depth;
 	bool stopping;
 	unsigned nworkers;
+	unsigned batch_max;
 	pthread_t *threads;
 	struct ledger_store_conn *conns; /* one per worker */
 };
@@ -158,8 +159,41 @@ void ledger_store_disconnect(struct ledger_store_conn *c)
 
 void store_step_begin(struct store_step *st, struct ledger_store_conn *conn)
 {
-	memset(st, 0, sizeof(*st));
 	st->conn = conn;
+	st->n = st->nsent = st->nints = 0;
+	st->cap = STORE_MAX_STEP;
+	st->res = st->res_inline;
+	st->sent = st->sent_inline;
+	st->ints = st->ints_inline;
+	memset(st->res_inline, 0, sizeof(st->res_inline));
+}
+
+enum ledger_err store_step_begin_many(struct store_step *st, struct ledger_store_conn *conn,
+				      unsigned cap)
+{
+	store_step_begin(st, conn);
+	if (cap <= STORE_MAX_STEP)
+		return LEDGER_OK;
+	st->res = calloc(cap, sizeof(*st->res));
+	st->sent = calloc(2 * (size_t)cap, sizeof(*st->sent));
+	st->ints = calloc(4 * (size_t)cap, sizeof(*st->ints));
+	st->cap = cap;
+	if (st->res == NULL || st->sent == NULL || st->ints == NULL) {
+		store_step_free(st);
+		return LEDGER_ERR_NOMEM;
+	}
+	return LEDGER_OK;
+}
+
+void store_step_free(struct store_step *st)
+{
+	store_step_clear(st);
+	if (st->res != st->res_inline) {
+		free(st->res);
+		free(st->sent);
+		free(st->ints);
+	}
+	store_step_begin(st, st->conn);
 }
 
 static bool is_prepared(const struct ledger_store_conn *c, const struct store_stmt *stmt)
@@ -175,7 +209,7 @@ void store_step_add(struct store_step *st, const struct store_stmt *stmt, const 
 {
 	struct ledger_store_conn *c = st->conn;
 
-	if (st->n >= STORE_MAX_STEP)
+	if (st->n >= st->cap)
 		abort();
 	if (!is_prepared(c, stmt)) {
 		if (c->nprepared >= STORE_MAX_STMTS)
@@ -191,7 +225,7 @@ void store_step_add(struct store_step *st, const struct store_stmt *stmt, const 
 
 void store_step_add_simple(struct store_step *st, const char *sql)
 {
-	if (st->n >= STORE_MAX_STEP)
+	if (st->n >= st->cap)
 		abort();
 	PQsendQueryParams(st->conn->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
 	st->sent[st->nsent++] = NULL;
@@ -310,7 +344,7 @@ const char *store_step_int(struct store_step *st, int64_t v)
 {
 	char *slot = NULL;
 
-	if (st->nints >= sizeof(st->ints) / sizeof(st->ints[0]))
+	if (st->nints >= 4 * st->cap)
 		abort(); /* a step with this many integers is a bug */
 	slot = st->ints[st->nints++];
 	snprintf(slot, sizeof(st->ints[0]), "%lld", (long long)v);
@@ -319,7 +353,7 @@ const char *store_step_int(struct store_step *st, int64_t v)
 
 void store_step_clear(struct store_step *st)
 {
-	for (unsigned i = 0; i < STORE_MAX_STEP; i++) {
+	for (unsigned i = 0; i < st->cap; i++) {
 		PQclear(st->res[i]);
 		st->res[i] = NULL;
 	}
@@ -398,37 +432,86 @@ struct worker_arg {
 	struct ledger_store_conn *conn;
 };
 
-static struct ledger_job *queue_pop(struct ledger_store *s)
+/*
+ * Takes the first waiting job (waiting for one if there is none) and up to
+ * @p max - 1 more that are already there: a batch never waits to fill.
+ * @return how many, 0 when the store stops
+ */
+static size_t queue_pop(struct ledger_store *s, struct ledger_job **jobs, size_t max)
 {
-	struct ledger_job *job = NULL;
+	size_t n = 0;
 
 	pthread_mutex_lock(&s->lock);
 	while (s->head == NULL && !s->stopping)
 		pthread_cond_wait(&s->wake, &s->lock);
-	job = s->head;
-	if (job != NULL) {
-		s->head = job->next;
-		if (s->head == NULL)
-			s->tail = NULL;
-		atomic_fetch_sub(&s->depth, 1);
+	while (s->head != NULL && n < max) {
+		jobs[n++] = s->head;
+		s->head = s->head->next;
 	}
+	if (s->head == NULL)
+		s->tail = NULL;
+	atomic_fetch_sub(&s->depth, n);
 	pthread_mutex_unlock(&s->lock);
-	return job;
+	return n;
+}
+
+/*
+ * Runs a batch: each job that can joins with its fast path, they commit
+ * together, and each is settled from what it got; then the others run
+ * alone, one transaction each.
+ */
+static void run_batch(struct ledger_store_conn *conn, struct ledger_job **jobs, size_t n,
+		      struct ledger_batch_op *ops, struct ledger_job **joined)
+{
+	size_t k = 0, alone = 0;
+	enum ledger_err rc;
+
+	for (size_t i = 0; i < n; i++) {
+		enum ledger_offer o = LEDGER_OFFER_ALONE;
+
+		if (jobs[i]->offer != NULL)
+			o = jobs[i]->offer(jobs[i], conn, &ops[k]);
+		if (o == LEDGER_OFFER_BATCH)
+			joined[k++] = jobs[i];
+		else if (o == LEDGER_OFFER_ALONE)
+			jobs[alone++] = jobs[i];
+	}
+	if (k > 0) {
+		/* A batch of one gains nothing: it runs alone, fast path and all. */
+		rc = k == 1 ? LEDGER_ERR_CONFLICT : ledger_store_batch(conn, ops, k);
+		for (size_t i = 0; i < k; i++)
+			joined[i]->settle(joined[i], conn, &ops[i], rc);
+	}
+	for (size_t i = 0; i < alone; i++)
+		jobs[i]->run(jobs[i], conn);
 }
 
 static void *worker_main(void *arg)
 {
 	struct ledger_store *s = ((struct worker_arg *)arg)->store;
 	struct ledger_store_conn *conn = ((struct worker_arg *)arg)->conn;
-	struct ledger_job *job = NULL;
+	struct ledger_job **jobs = calloc(s->batch_max, sizeof(*jobs));
+	struct ledger_job **joined = calloc(s->batch_max, sizeof(*joined));
+	struct ledger_batch_op *ops = calloc(s->batch_max, sizeof(*ops));
+	size_t n;
 
 	free(arg);
+	if (jobs == NULL || joined == NULL || ops == NULL) {
+		LOG_ERROR("out of memory starting a database worker");
+		abort();
+	}
 	(void)store_conn_ready(conn); /* connect before the first call needs it */
-	while ((job = queue_pop(s)) != NULL) {
+	while ((n = queue_pop(s, jobs, s->batch_max)) > 0) {
 		(void)store_conn_ready(conn);
-		job->run(job, conn);
+		if (n == 1)
+			jobs[0]->run(jobs[0], conn);
+		else
+			run_batch(conn, jobs, n, ops, joined);
 	}
 	conn_drop(conn);
+	free(jobs);
+	free(joined);
+	free(ops);
 	return NULL;
 }
 
@@ -443,6 +526,7 @@ enum ledger_err ledger_store_open(const struct ledger_store_config *cfg, struct 
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	atomic_init(&s->depth, 0);
+	s->batch_max = cfg->batch_max > 0 ? cfg->batch_max : 1;
 	s->threads = calloc(cfg->workers, sizeof(*s->threads));
 	s->conns = calloc(cfg->workers, sizeof(*s->conns));
 	if (s->threads == NULL || s->conns == NULL)
@@ -505,4 +589,20 @@ void ledger_store_close(struct ledger_store *s)
 	free(s->threads);
 	free(s->conns);
 	free(s);
+}
+
+const char *ledger_store_sql(const char *name)
+{
+	const struct store_stmt *const *const files[] = {
+		store_admin_statements, store_calls_statements, store_failover_statements,
+		store_gc_statements,    store_reads_statements, store_rows_statements,
+	};
+
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		for (const struct store_stmt *const *s = files[f]; *s != NULL; s++) {
+			if (strcmp((*s)->name, name) == 0)
+				return (*s)->sql;
+		}
+	}
+	return NULL;
 }

@@ -30,16 +30,33 @@ struct ledger_store_conn; /* one connection; owned by one thread at a time */
 struct ledger_store_config {
 	const char *database_url; /* borrowed for the store's lifetime */
 	unsigned workers;
+	unsigned batch_max;   /* jobs a worker may take at once (1: no batching) */
 	int64_t reconnect_ms; /* least time between connection attempts */
+};
+
+struct ledger_batch_op;
+
+/* What a job says when a worker offers it a place in a batch. */
+enum ledger_offer {
+	LEDGER_OFFER_ALONE, /* it runs by itself: run() */
+	LEDGER_OFFER_BATCH, /* it joined: op is filled; settle() follows the batch */
+	LEDGER_OFFER_DONE,  /* it finished already (say, its token was refused) */
 };
 
 /*
  * A unit of work. The caller embeds it in its own state; a worker calls
  * run() with its connection, which may be down (then every store function
- * answers LEDGER_ERR_UNAVAILABLE at once).
+ * answers LEDGER_ERR_UNAVAILABLE at once). A job whose work may share a
+ * transaction with others also has offer() and settle(): when several jobs
+ * wait, a worker commits their fast paths together (ledger_store_batch()).
  */
 struct ledger_job {
 	void (*run)(struct ledger_job *job, struct ledger_store_conn *conn);
+	enum ledger_offer (*offer)(struct ledger_job *job, struct ledger_store_conn *conn,
+				   struct ledger_batch_op *op);
+	/* @param rc the batch's result: LEDGER_ERR_UNAVAILABLE, or else op says */
+	void (*settle)(struct ledger_job *job, struct ledger_store_conn *conn,
+		       struct ledger_batch_op *op, enum ledger_err rc);
 	struct ledger_job *next; /* private to the queue */
 };
 
@@ -64,6 +81,12 @@ size_t ledger_store_queue_depth(struct ledger_store *store);
  * Thread-safe.
  */
 uint64_t ledger_store_errors(enum ledger_err kind);
+
+/**
+ * The text of the statement called @p name, as ledgerd prepares it; NULL if
+ * there is none. Benchmarks run the very same SQL through pgbench.
+ */
+const char *ledger_store_sql(const char *name);
 
 /** Runs the jobs still queued, then stops the workers and frees @p store. */
 void ledger_store_close(struct ledger_store *store);
@@ -193,6 +216,38 @@ ledger_store_list_calls(struct ledger_store_conn *conn, const char *tenant,
 			struct ledger_listed_call **items_out, size_t *count_out);
 
 void ledger_store_free_list(struct ledger_listed_call *items, size_t count);
+
+/* --- batches (ledger/store_calls.c) --- */
+
+enum ledger_batch_kind {
+	LEDGER_BATCH_CLAIM,    /* a claim of a key nobody claimed, or a replay */
+	LEDGER_BATCH_COMPLETE, /* the current holder's completion */
+	LEDGER_BATCH_RENEW,    /* the current holder's renewal */
+};
+
+/* One call of a batch: its one-statement fast path, and what it answered. */
+struct ledger_batch_op {
+	enum ledger_batch_kind kind;
+	struct ledger_call_key key;
+	const struct ledger_claim_request *claim;   /* CLAIM; borrowed */
+	const struct ledger_completion *completion; /* COMPLETE; borrowed */
+	int64_t fencing_token, lease_ms;            /* RENEW */
+	bool done;                     /* the fast path answered; else run the operation alone */
+	struct ledger_call_result out; /* when done; owned: ledger_call_clear(&out.call) */
+};
+
+/**
+ * Runs the fast paths of @p n calls in one transaction and one round trip,
+ * their requests locked in one order. Each call's outcome is its own: a
+ * call whose fast path does not apply comes back not done, for its
+ * operation to run alone, and does not disturb the others.
+ * @return LEDGER_OK; LEDGER_ERR_UNAVAILABLE when the outcome of the commit
+ *         cannot be known (answer 503: every call is idempotent); any
+ *         other error when the transaction rolled back (every op not done:
+ *         run each alone)
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_batch(struct ledger_store_conn *conn,
+						    struct ledger_batch_op *ops, size_t n);
 
 /* --- attempts (ledger/store_attempts.c, ledger/store_failover.c) --- */
 

@@ -236,3 +236,11 @@ enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
 	store_step_clear(&st);
 	return rc;
 }
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_admin_statements[] = {
+	&schema_exists,
+	&token_lookup,
+	&token_insert,
+	NULL,
+};

@@ -200,53 +200,56 @@ static void set_claimed(struct ledger_call *call, const struct ledger_claim *c, 
  * One statement for a key nobody claimed; a replay from its snapshot.
  * @return LEDGER_OK with *done false when the general path must decide.
  */
-static enum ledger_err claim_fast_path(struct ledger_store_conn *conn,
-				       const struct ledger_call_key *key,
-				       const struct ledger_claim_request *req,
-				       struct ledger_call_result *out, bool *done)
+/*
+ * Queues the one-statement claim of a key nobody claimed into @p st; its
+ * event's detail lives in @p ev until the step ran.
+ */
+static void claim_fast_add(struct store_step *st, const struct ledger_call_key *key,
+			   const struct ledger_claim_request *req, struct store_event *ev)
 {
 	const struct ledger_claim *c = &req->claim;
-	char lease[24];
-	const char *params[11];
-	struct store_step st;
-	struct store_event ev;
+
+	store_event_start(ev, "claimed", NULL);
+	claimed_detail(ev, c, 1, NULL);
+	ledger_jsonw_object_end(&ev->w);
+	const char *params[11] = {
+		key->tenant,
+		key->request_id,
+		key->tool_call_id,
+		c->tool,
+		c->args_sha256,
+		req->args,
+		c->tool_dedupes ? "true" : "false",
+		c->claim_id,
+		c->owner,
+		store_step_int(st, c->lease_ms),
+		ev->detail.oom ? "{}" : ev->detail.data,
+	};
+	store_step_add(st, &claim_fast, params);
+}
+
+/*
+ * Reads what claim_fast answered: the key claimed now, or a settled call
+ * (or tombstone) to answer from the statement's snapshot.
+ * @return LEDGER_OK with *done false when the general path must decide
+ */
+static enum ledger_err claim_fast_read(const PGresult *res, const struct ledger_claim *c,
+				       struct ledger_call_result *out, bool *done)
+{
 	enum ledger_err rc;
 
 	*done = false;
-	store_fmt_int(lease, c->lease_ms);
-	store_event_start(&ev, "claimed", NULL);
-	claimed_detail(&ev, c, 1, NULL);
-	ledger_jsonw_object_end(&ev.w);
-	params[0] = key->tenant;
-	params[1] = key->request_id;
-	params[2] = key->tool_call_id;
-	params[3] = c->tool;
-	params[4] = c->args_sha256;
-	params[5] = req->args;
-	params[6] = c->tool_dedupes ? "true" : "false";
-	params[7] = c->claim_id;
-	params[8] = c->owner;
-	params[9] = lease;
-	params[10] = ev.detail.oom ? "{}" : ev.detail.data;
-
-	store_step_begin(&st, conn);
-	store_step_add(&st, &claim_fast, params);
-	rc = store_step_run(&st);
-	if (rc != LEDGER_OK)
-		goto out;
-	if (PQntuples(st.res[0]) != 1) {
-		rc = LEDGER_ERR_INTERNAL;
-		goto out;
-	}
-	if (store_int(st.res[0], 0, 0) == 1) {
+	if (PQntuples(res) != 1)
+		return LEDGER_ERR_INTERNAL;
+	if (store_int(res, 0, 0) == 1) {
 		out->outcome.claim = LEDGER_CLAIM_NEW;
 		set_claimed(&out->call, c, 1);
 		*done = true;
-		goto out;
+		return LEDGER_OK;
 	}
-	rc = store_parse_call(st.res[0], 0, 2, &out->call);
+	rc = store_parse_call(res, 0, 2, &out->call);
 	if (rc != LEDGER_OK)
-		goto out;
+		return rc;
 	/*
 	 * A settled call and a tombstone never change (but for retention), so
 	 * the snapshot is as good as a locked read for answering them. What
@@ -254,7 +257,7 @@ static enum ledger_err claim_fast_path(struct ledger_store_conn *conn,
 	 */
 	if (out->call.state == LEDGER_CALL_SUCCEEDED || out->call.state == LEDGER_CALL_FAILED ||
 	    out->call.state == LEDGER_CALL_TOMBSTONE) {
-		bool has_attempts = store_int(st.res[0], 0, 1) > 0;
+		bool has_attempts = store_int(res, 0, 1) > 0;
 		enum ledger_claim_outcome o = ledger_decide_claim(
 			c, &out->call, has_attempts, LEDGER_STANDING_NOT_GIVEN, &out->mismatch);
 		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_EXPIRED) {
@@ -262,7 +265,24 @@ static enum ledger_err claim_fast_path(struct ledger_store_conn *conn,
 			*done = true;
 		}
 	}
-out:
+	return LEDGER_OK;
+}
+
+static enum ledger_err claim_fast_path(struct ledger_store_conn *conn,
+				       const struct ledger_call_key *key,
+				       const struct ledger_claim_request *req,
+				       struct ledger_call_result *out, bool *done)
+{
+	struct store_step st;
+	struct store_event ev;
+	enum ledger_err rc;
+
+	*done = false;
+	store_step_begin(&st, conn);
+	claim_fast_add(&st, key, req, &ev);
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK)
+		rc = claim_fast_read(st.res[0], &req->claim, out, done);
 	store_step_clear(&st);
 	store_event_free(&ev);
 	return rc;
@@ -475,48 +495,59 @@ static enum ledger_err set_completed(struct ledger_call *call, const struct ledg
 	return LEDGER_OK;
 }
 
+static void complete_fast_add(struct store_step *st, const struct ledger_call_key *key,
+			      const struct ledger_completion *c, struct store_event *ev)
+{
+	store_event_start(ev, NULL, NULL);
+	completion_detail(ev, c);
+	ledger_jsonw_object_end(&ev->w);
+	const char *params[8] = {
+		key->tenant,
+		key->request_id,
+		key->tool_call_id,
+		store_step_int(st, c->fencing_token),
+		c->succeeded ? "succeeded" : "failed",
+		c->retryable ? "true" : "false",
+		c->retryable ? NULL : c->result,
+		ev->detail.oom ? "{}" : ev->detail.data,
+	};
+	store_step_add(st, &complete_fast, params);
+}
+
+/* @return LEDGER_OK with *done false when the holder's fast path did not apply */
+static enum ledger_err complete_fast_read(const PGresult *res, const struct ledger_completion *c,
+					  struct ledger_call_result *out, bool *done)
+{
+	*done = PQntuples(res) == 1;
+	if (!*done)
+		return LEDGER_OK;
+	ledger_call_clear(&out->call);
+	out->call.fencing_token = c->fencing_token;
+	store_copy(res, 0, 0, out->call.attempt_id, sizeof(out->call.attempt_id));
+	if (c->retryable) {
+		out->outcome.complete = LEDGER_COMPLETE_RELEASED;
+		out->call.state = LEDGER_CALL_RELEASED;
+		return LEDGER_OK;
+	}
+	out->outcome.complete = LEDGER_COMPLETE_STORED;
+	return set_completed(&out->call, c, res, 1, LEDGER_COMPLETED_HOLDER);
+}
+
 static enum ledger_err complete_fast_path(struct ledger_store_conn *conn,
 					  const struct ledger_call_key *key,
 					  const struct ledger_completion *c,
 					  struct ledger_call_result *out, bool *done)
 {
-	char token[24];
-	const char *params[8];
 	struct store_step st;
 	struct store_event ev;
 	enum ledger_err rc;
 
 	*done = false;
-	store_fmt_int(token, c->fencing_token);
-	store_event_start(&ev, NULL, NULL);
-	completion_detail(&ev, c);
-	ledger_jsonw_object_end(&ev.w);
-	params[0] = key->tenant;
-	params[1] = key->request_id;
-	params[2] = key->tool_call_id;
-	params[3] = token;
-	params[4] = c->succeeded ? "succeeded" : "failed";
-	params[5] = c->retryable ? "true" : "false";
-	params[6] = c->retryable ? NULL : c->result;
-	params[7] = ev.detail.oom ? "{}" : ev.detail.data;
-
 	store_step_begin(&st, conn);
-	store_step_add(&st, &complete_fast, params);
+	complete_fast_add(&st, key, c, &ev);
 	rc = store_step_run(&st);
-	if (rc != LEDGER_OK || PQntuples(st.res[0]) != 1)
-		goto out;
-	*done = true;
-	ledger_call_clear(&out->call);
-	out->call.fencing_token = c->fencing_token;
-	store_copy(st.res[0], 0, 0, out->call.attempt_id, sizeof(out->call.attempt_id));
-	if (c->retryable) {
-		out->outcome.complete = LEDGER_COMPLETE_RELEASED;
-		out->call.state = LEDGER_CALL_RELEASED;
-	} else {
-		out->outcome.complete = LEDGER_COMPLETE_STORED;
-		rc = set_completed(&out->call, c, st.res[0], 1, LEDGER_COMPLETED_HOLDER);
-	}
-out:
+	if (rc == LEDGER_OK)
+		rc = complete_fast_read(st.res[0], c, out, done);
 	store_step_clear(&st);
 	store_event_free(&ev);
 	return rc;
@@ -640,6 +671,19 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 
 /* --- renew --- */
 
+/* @return true when renew_fast renewed the holder's lease (and fills @p out). */
+static bool renew_fast_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
+			    struct ledger_call_result *out)
+{
+	if (store_int(res, 0, 0) != 1)
+		return false;
+	out->outcome.renew = LEDGER_RENEW_RENEWED;
+	out->call.state = LEDGER_CALL_IN_PROGRESS;
+	out->call.fencing_token = fencing_token;
+	out->call.lease_ms_left = lease_ms;
+	return true;
+}
+
 struct renew_arg {
 	const struct ledger_call_key *key;
 	int64_t fencing_token;
@@ -670,15 +714,8 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 
 	store_step_add(&st, &renew_fast, params);
 	rc = store_step_run(&st);
-	if (rc != LEDGER_OK)
+	if (rc != LEDGER_OK || renew_fast_read(st.res[0], fencing_token, lease_ms, out))
 		goto out;
-	if (store_int(st.res[0], 0, 0) == 1) {
-		out->outcome.renew = LEDGER_RENEW_RENEWED;
-		out->call.state = LEDGER_CALL_IN_PROGRESS;
-		out->call.fencing_token = fencing_token;
-		out->call.lease_ms_left = lease_ms;
-		goto out;
-	}
 	store_step_clear(&st);
 
 	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
@@ -921,3 +958,104 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 
 	return store_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
 }
+
+/* --- batches --- */
+
+static int by_request(const void *a, const void *b)
+{
+	const struct ledger_batch_op *x = *(struct ledger_batch_op *const *)a;
+	const struct ledger_batch_op *y = *(struct ledger_batch_op *const *)b;
+	int c = strcmp(x->key.tenant, y->key.tenant);
+
+	return c != 0 ? c : strcmp(x->key.request_id, y->key.request_id);
+}
+
+static enum ledger_err batch_read(struct ledger_batch_op *op, const PGresult *res)
+{
+	switch (op->kind) {
+	case LEDGER_BATCH_CLAIM:
+		return claim_fast_read(res, &op->claim->claim, &op->out, &op->done);
+	case LEDGER_BATCH_COMPLETE:
+		return complete_fast_read(res, op->completion, &op->out, &op->done);
+	case LEDGER_BATCH_RENEW:
+		op->done = renew_fast_read(res, op->fencing_token, op->lease_ms, &op->out);
+		return LEDGER_OK;
+	}
+	abort();
+}
+
+enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger_batch_op *ops,
+				   size_t n)
+{
+	struct ledger_batch_op **order = NULL;
+	struct store_event *ev = NULL;
+	struct store_step st;
+	enum ledger_err rc;
+
+	for (size_t i = 0; i < n; i++) {
+		memset(&ops[i].out, 0, sizeof(ops[i].out));
+		ops[i].done = false;
+	}
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	order = calloc(n, sizeof(*order));
+	ev = calloc(n, sizeof(*ev));
+	store_step_begin(&st, conn);
+	if (order == NULL || ev == NULL ||
+	    store_step_begin_many(&st, conn, (unsigned)n + 2) != LEDGER_OK) {
+		rc = LEDGER_ERR_NOMEM;
+		goto out;
+	}
+	/*
+	 * Every batch locks its requests in one order: two workers' batches
+	 * over the same requests then wait for each other, never deadlock.
+	 */
+	for (size_t i = 0; i < n; i++)
+		order[i] = &ops[i];
+	qsort(order, n, sizeof(*order), by_request);
+
+	store_step_add_simple(&st, "BEGIN");
+	for (size_t i = 0; i < n; i++) {
+		const struct ledger_batch_op *op = order[i];
+		const char *params[5] = {op->key.tenant, op->key.request_id, op->key.tool_call_id,
+					 NULL, NULL};
+
+		switch (op->kind) {
+		case LEDGER_BATCH_CLAIM:
+			claim_fast_add(&st, &op->key, op->claim, &ev[i]);
+			break;
+		case LEDGER_BATCH_COMPLETE:
+			complete_fast_add(&st, &op->key, op->completion, &ev[i]);
+			break;
+		case LEDGER_BATCH_RENEW:
+			params[3] = store_step_int(&st, op->fencing_token);
+			params[4] = store_step_int(&st, op->lease_ms);
+			store_step_add(&st, &renew_fast, params);
+			break;
+		}
+	}
+	/* One commit, one flush, for every call of the batch; none answers before it. */
+	rc = store_commit(&st);
+	for (size_t i = 0; i < n && rc == LEDGER_OK; i++)
+		rc = batch_read(order[i], st.res[i + 1]);
+	if (rc != LEDGER_OK) {
+		/* Nothing of a failed batch is kept, or may be believed. */
+		for (size_t i = 0; i < n; i++) {
+			ledger_call_clear(&ops[i].out.call);
+			ops[i].done = false;
+		}
+	}
+out:
+	for (size_t i = 0; ev != NULL && i < n; i++)
+		store_event_free(&ev[i]);
+	store_step_free(&st);
+	free(order);
+	free(ev);
+	return rc;
+}
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_calls_statements[] = {
+	&claim_fast, &complete_fast, &renew_fast,   &call_insert, &call_reclaim,
+	&call_renew, &call_settle,   &call_release, NULL,
+};

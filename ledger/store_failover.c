@@ -390,3 +390,11 @@ enum ledger_err ledger_store_failover(struct ledger_store_conn *conn, const char
 
 	return store_with_retries(conn, failover_op, &a, out, sizeof(*out), reset_failover_result);
 }
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_failover_statements[] = {
+	&decision_read,
+	&decision_insert,
+	&settled_calls,
+	NULL,
+};

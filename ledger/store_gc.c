@@ -206,3 +206,8 @@ enum ledger_err ledger_store_count_unknown(struct ledger_store_conn *conn, int64
 	store_step_clear(&st);
 	return rc;
 }
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_gc_statements[] = {
+	&gc_lock, &gc_delete, &gc_tombstones, &count_unknown, NULL,
+};

@@ -38,19 +38,45 @@ struct ledger_store_conn {
 	bool down_logged; /* "database unreachable" said once */
 };
 
-/* One step: statements queued, then sent and read together. */
+/*
+ * One step: statements queued, then sent and read together. A step holds up
+ * to STORE_MAX_STEP statements in place; a batch step (store_step_begin_many)
+ * holds more, in memory it allocates and store_step_free() returns.
+ */
 struct store_step {
 	struct ledger_store_conn *conn;
-	unsigned n;                    /* statements queued by the caller */
-	PGresult *res[STORE_MAX_STEP]; /* their results, after a run */
-	unsigned nsent;                /* messages sent: statements and prepares */
-	const struct store_stmt *sent[2 * STORE_MAX_STEP]; /* a prepare's statement, or NULL */
-	char ints[4 * STORE_MAX_STEP][24]; /* integer parameters, alive until the step is cleared */
+	unsigned n;                     /* statements queued by the caller */
+	unsigned cap;                   /* statements it can hold */
+	PGresult **res;                 /* their results, after a run */
+	unsigned nsent;                 /* messages sent: statements and prepares */
+	const struct store_stmt **sent; /* per message: a prepare's statement, or NULL */
+	char (*ints)[24];               /* integer parameters, alive until the step is cleared */
 	unsigned nints;
+	PGresult *res_inline[STORE_MAX_STEP];
+	const struct store_stmt *sent_inline[2 * STORE_MAX_STEP];
+	char ints_inline[4 * STORE_MAX_STEP][24];
 };
+
+/* Each store file's statements, NULL-terminated (for ledger_store_sql()). */
+extern const struct store_stmt *const store_admin_statements[];
+extern const struct store_stmt *const store_calls_statements[];
+extern const struct store_stmt *const store_failover_statements[];
+extern const struct store_stmt *const store_gc_statements[];
+extern const struct store_stmt *const store_reads_statements[];
+extern const struct store_stmt *const store_rows_statements[];
 
 /** Starts a step on @p conn; the connection must be up. */
 void store_step_begin(struct store_step *st, struct ledger_store_conn *conn);
+
+/**
+ * Starts a step for @p cap statements, a batch's.
+ * @return LEDGER_OK or LEDGER_ERR_NOMEM; end with store_step_free()
+ */
+LEDGER_MUSTCHECK enum ledger_err
+store_step_begin_many(struct store_step *st, struct ledger_store_conn *conn, unsigned cap);
+
+/** Clears the step and returns what store_step_begin_many() allocated. */
+void store_step_free(struct store_step *st);
 
 /**
  * Queues @p stmt with text parameters (NULL is SQL NULL); sent by
@@ -102,7 +128,12 @@ char *store_dup(const PGresult *res, int row, int col, size_t *len_out);
 /* --- tool-call rows (ledger/store_rows.c) --- */
 
 /* clang-format off */
-#define STORE_TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+/*
+ * RFC 3339 with milliseconds, in UTC. The colons are quoted literals of the
+ * pattern so that no ':' is followed by a letter: pgbench, which runs this
+ * same SQL in make bench, would read ":MI" as one of its variables.
+ */
+#define STORE_TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24\":\"MI\":\"SS.MS\"Z\"')"
 #define STORE_LEASE_FROM(now, ms) "(" now " + (" ms ")::bigint * interval '1 millisecond')"
 
 /*

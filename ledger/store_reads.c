@@ -309,3 +309,8 @@ out:
 	store_step_clear(&st);
 	return rc;
 }
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_reads_statements[] = {
+	&list_open, &list_any, &view_attempts, &view_calls, &view_events, &list_requests, NULL,
+};

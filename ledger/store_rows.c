@@ -538,3 +538,20 @@ enum ledger_err store_with_retries(struct ledger_store_conn *conn,
 		reset(out);
 	}
 }
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_rows_statements[] = {
+	&store_lock_request,
+	&store_lock_existing,
+	&store_read_call,
+	&store_read_request,
+	&store_read_attempts,
+	&request_set,
+	&attempt_set,
+	&calls_summary,
+	&budget_lock,
+	&budget_count,
+	&attempt_insert,
+	&event_insert,
+	NULL,
+};

@@ -9,6 +9,7 @@ BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-d
 RUN_PKGS="postgresql-15 python3"
 TEST_PKGS="libcmocka-dev python3-pytest curl"
 DEV_PKGS="cppcheck clang-format"
+BENCH_PKGS="wrk gnuplot-nox"
 
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
@@ -16,7 +17,8 @@ case "${1:-run}" in
 	test) want="$want $TEST_PKGS" ;;
 	build) want="$BUILD_PKGS" ;;
 	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|dev]" >&2; exit 2 ;;
+	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
+	*) echo "usage: $0 [build|run|test|dev|bench]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.

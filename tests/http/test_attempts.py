@@ -755,7 +755,8 @@ def test_deliver_sets_first_delta_and_decode_durably(rt):
     rid, aid, _ = rt.started()
     r = rt.deliver(rid, aid, 0)
     assert r.status == 200, r
-    assert r.json == {"first_delta_sent": True, "phase": "decode", "delivered_output_tokens": 0}
+    assert r.json == {"request_id": rid, "attempt_id": aid, "first_delta_sent": True,
+                      "phase": "decode", "delivered_output_tokens": 0}
     q = rt.request(rid)
     assert q["first_delta_sent"] is True and q["phase"] == "decode"
     assert q["status"] == "open"
@@ -768,7 +769,8 @@ def test_deliver_reports_the_largest_count_so_far(rt):
     assert rt.deliver(rid, aid, 25).json["delivered_output_tokens"] == 25
     r = rt.deliver(rid, aid, 7)
     assert r.status == 200, r
-    assert r.json == {"first_delta_sent": True, "phase": "decode", "delivered_output_tokens": 25}
+    assert r.json == {"request_id": rid, "attempt_id": aid, "first_delta_sent": True,
+                      "phase": "decode", "delivered_output_tokens": 25}
     assert rt.request(rid)["delivered_output_tokens"] == 25
     assert [e[0] for e in rt.events(rid)].count("first_delta") == 1
 

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""make bench: ledgerd side by side with PostgreSQL's own limit, in one run.
+
+Starts a PostgreSQL with fsync and synchronous_commit on, as in production,
+and ledgerd on it; runs pgbench on the very SQL ledgerd issues (scripts made
+by gen_pgbench.py from `ledgerd sql`) and wrk on ledgerd's HTTP API for the
+same work; repeats every point and keeps medians; prints a markdown table,
+writes build/bench/results.json and draws build/bench/bench.png.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "tests" / "bench"
+OUT = ROOT / "build" / "bench"
+LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd"))
+PGBIN = Path("/usr/lib/postgresql/15/bin")
+SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").split(",")]
+REPLAY_CONCURRENCY = 64
+REPLAY_KEYS = 20000
+
+SHA = None  # the fingerprint of the bench's args, computed below
+ARGS = {"to": "ana@example.com", "subject": "Your refund"}
+RESULT = ('{"message_id":"m-3f9c2a71","status":"sent","to":"ana@example.com",'
+          '"provider":"smtp-relay-3","queued_at":"2026-11-30T01:29:43.123Z",'
+          '"size_bytes":18234,"trace":"0123456789abcdef0123456789abcdef"}')
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fingerprint(obj):
+    import hashlib
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Postgres:
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="ledgerd-bench-pg-"))
+        self.root = os.getuid() == 0
+        self.user = "postgres" if self.root else os.environ.get("USER", "postgres")
+        if self.root:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.port = free_port()
+        self.run(PGBIN / "initdb", "-D", self.dir / "data", "-U", self.user, "-A", "trust",
+                 "-E", "UTF8", "--locale=C.UTF-8")
+        with open(self.dir / "data" / "postgresql.conf", "a") as f:
+            # Durable as in production: fsync and synchronous_commit stay on.
+            f.write("listen_addresses = ''\nunix_socket_directories = '%s'\nport = %d\n"
+                    "max_connections = 300\nshared_buffers = 256MB\n" % (self.dir, self.port))
+        self.run(PGBIN / "pg_ctl", "-D", self.dir / "data", "-l", self.dir / "log", "-w", "-s",
+                 "start")
+        self.run(PGBIN / "createdb", "-h", self.dir, "-p", self.port, "-U", self.user, "ledger")
+        self.url = "host=%s port=%d user=%s dbname=ledger" % (self.dir, self.port, self.user)
+
+    def run(self, *argv, **kw):
+        argv = [str(a) for a in argv]
+        if self.root:
+            argv = ["runuser", "-u", "postgres", "--"] + argv
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=self.dir, **kw)
+        if r.returncode != 0:
+            sys.exit("bench: %s failed:\n%s" % (" ".join(argv[:6]), r.stderr.strip()[-2000:]))
+        return r
+
+    def sql(self, query):
+        return self.run(PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
+                        "-d", "ledger", "-v", "ON_ERROR_STOP=1", "-qAtX", "-c", query).stdout
+
+    def checkpoint(self):
+        self.sql("CHECKPOINT")
+
+    def stop(self):
+        try:
+            self.run(PGBIN / "pg_ctl", "-D", self.dir / "data", "-m", "fast", "-w", "-s", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Ledgerd:
+    def __init__(self, url, *extra):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(LEDGERD), "serve", "--database-url", url, "--listen",
+             "127.0.0.1:%d" % self.port, "--log-level", "warn", "--gc-interval", "1d"]
+            + list(extra), stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError("ledgerd did not start")
+                time.sleep(0.05)
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def cpu_seconds(self):
+        fields = Path("/proc/%d/stat" % self.proc.pid).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_mib(self):
+        for line in Path("/proc/%d/status" % self.proc.pid).read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+
+
+def pgbench(pg, script, clients, variables):
+    """One pgbench run: (per second, p50 ms, p99 ms) of the script's transactions."""
+    logdir = Path(tempfile.mkdtemp(prefix="ledgerd-bench-log-"))
+    if pg.root:
+        shutil.chown(logdir, "postgres", "postgres")
+    argv = [PGBIN / "pgbench", "-n", "-M", "prepared", "-f", HERE / script, "-c", clients,
+            "-j", min(clients, 2), "-T", SECONDS, "-h", pg.dir, "-p", pg.port, "-U", pg.user,
+            "-l", "--log-prefix", logdir / "tx"]
+    for k, v in variables.items():
+        argv += ["-D", "%s=%s" % (k, v)]
+    out = pg.run(*(argv + ["ledger"])).stdout
+    tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
+    lat = []
+    for f in logdir.iterdir():
+        for line in f.read_text().splitlines():
+            lat.append(int(line.split()[2]) / 1000.0)  # microseconds
+    shutil.rmtree(logdir, ignore_errors=True)
+    lat.sort()
+    return tps, lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
+
+
+def wrk(url, script, connections, env):
+    """One wrk run: (responses per second, p50 ms, p99 ms, non-2xx count)."""
+    full_env = dict(os.environ, BENCH_DIR=str(HERE), **env)
+    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", "%ds" % SECONDS,
+                          "--latency", "-s", str(HERE / script), url],
+                         capture_output=True, text=True, env=full_env, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+    def pct(p):
+        m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % p, out, re.M)
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, pct(50), pct(99), int(bad.group(1)) if bad else 0
+
+
+def median_of(runs):
+    """Medians, field by field, of repeated runs."""
+    return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
+
+
+def main():
+    global SHA
+    SHA = fingerprint(ARGS)
+    for tool in ("wrk", "gnuplot"):
+        if shutil.which(tool) is None:
+            sys.exit("bench: %s is missing (make bench installs it)" % tool)
+    OUT.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, str(HERE / "gen_pgbench.py"), "--ledgerd", str(LEDGERD),
+                    "--check"], check=True)
+    cores = os.cpu_count()
+    log("%d cores; %d s per point, %d repeats, medians" % (cores, SECONDS, REPEATS))
+    pg = Postgres()
+    rows = []
+    try:
+        subprocess.run([str(LEDGERD), "migrate", "--database-url", pg.url], check=True,
+                       capture_output=True)
+        tokens = {}
+        for role in ("agent", "router"):
+            tokens[role] = subprocess.run(
+                [str(LEDGERD), "token", "create", "--tenant", "bench", "--role", role,
+                 "--database-url", pg.url], check=True, capture_output=True,
+                text=True).stdout.strip()
+        # Completed calls for the replay workload, as ledgerd would have stored them.
+        pg.sql("INSERT INTO requests (tenant, request_id) SELECT 'bench', g::text "
+               "FROM generate_series(1, %d) g" % REPLAY_KEYS)
+        pg.sql("INSERT INTO tool_calls (tenant, request_id, tool_call_id, tool, args_sha256, "
+               "tool_dedupes, state, fencing_token, outcome, result, completed_token, "
+               "completed_by, completed_at) SELECT 'bench', g::text, 'call_01', 'send_email', "
+               "'%s', false, 'succeeded', 1, 'succeeded', '%s', 1, 'holder', now() "
+               "FROM generate_series(1, %d) g" % (SHA, RESULT, REPLAY_KEYS))
+        variables = {
+            "tenant": "bench", "rtenant": "bench", "cid": "call_01", "tool": "send_email",
+            "sha": SHA, "dedupes": "false", "lease": "30000", "token": "1",
+            "outcome": "succeeded", "retryable": "false", "result": RESULT,
+            "claimdetail": json.dumps({"fencing_token": 1, "lease_ms": 30000,
+                                       "tool": "send_email", "args_sha256": SHA}),
+            "completedetail": json.dumps({"outcome": "succeeded", "fencing_token": 1}),
+            "replaykeys": str(REPLAY_KEYS), "aid": "a1", "replica": "gpu-a/3", "one": "1",
+            "two": "2", "zero": "0", "tokens": "64", "false": "false", "true": "true",
+            "open": "open", "live": "live", "finished": "finished", "completed": "completed",
+            "createdtype": "attempt_created", "deltatype": "first_delta",
+            "finishedtype": "attempt_finished", "statustype": "request_status",
+            "createddetail": json.dumps({"epoch": 1, "replica": "gpu-a/3", "lease_ms": 30000}),
+            "deltadetail": json.dumps({"delivered_output_tokens": 0}),
+            "finisheddetail": json.dumps({"outcome": "completed",
+                                          "delivered_output_tokens": 64}),
+            "statusdetail": json.dumps({"status": "completed"}),
+        }
+
+        def point(workload, conc, base_script, wrk_script, token, per_op, extra=()):
+            """Measures one row: the pgbench baseline, then ledgerd; medians of each."""
+            base = median_of([pgbench(pg, base_script, conc, variables)
+                              for _ in range(REPEATS)])
+            pg.checkpoint()
+            led = Ledgerd(pg.url, *extra)
+            runs, calls, cpu = [], 0, 0.0
+            try:
+                for i in range(REPEATS):
+                    before = led.cpu_seconds()
+                    r = wrk(led.url, wrk_script, conc,
+                            {"LEDGER_TOKEN": token, "BENCH_RUN": "%s-%d-%d-%d" % (
+                                workload, conc, i, time.time()),
+                             "BENCH_REPLAY_KEYS": str(REPLAY_KEYS)})
+                    cpu += led.cpu_seconds() - before
+                    calls += r[0] / per_op * SECONDS
+                    if r[3]:
+                        log("%s at %d: %d answers were not 2xx" % (workload, conc, r[3]))
+                    runs.append(r)
+                rss = led.peak_rss_mib()
+            finally:
+                led.stop()
+            pg.checkpoint()
+            rps, p50, p99, _ = median_of(runs)
+            row = {"workload": workload, "concurrency": conc,
+                   "ledgerd_per_s": round(rps / per_op, 1), "baseline_per_s": round(base[0], 1),
+                   "ratio": round(rps / per_op / base[0], 3), "p50_ms": round(p50, 3),
+                   "p99_ms": round(p99, 3), "rss_mib": round(rss, 1),
+                   "baseline_p50_ms": round(base[1], 3), "baseline_p99_ms": round(base[2], 3),
+                   "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3)}
+            log("%-20s %3d  ledgerd %8.1f/s  pgbench %8.1f/s  x%.2f  p99 %.2f ms"
+                % (workload, conc, row["ledgerd_per_s"], row["baseline_per_s"], row["ratio"],
+                   row["p99_ms"]))
+            rows.append(row)
+
+        for conc in CONCURRENCY:
+            point("tool_call", conc, "tool_call.sql", "tool_call.lua", tokens["agent"], 2)
+        for conc in CONCURRENCY:
+            point("tool_call_unbatched", conc, "tool_call.sql", "tool_call.lua", tokens["agent"],
+                  2, ("--batch-max", "1"))
+        point("replay", REPLAY_CONCURRENCY, "replay.sql", "replay.lua", tokens["agent"], 1)
+        for conc in CONCURRENCY:
+            point("attempt_cycle", conc, "attempt_cycle.sql", "attempt_cycle.lua",
+                  tokens["router"], 3)
+    finally:
+        pg.stop()
+    report(rows, cores)
+
+
+def report(rows, cores):
+    (OUT / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
+             "",
+             "| workload | conc. | ledgerd /s | pgbench /s | ratio | p50 ms | p99 ms "
+             "| pgbench p99 ms | CPU s / 1000 | peak RSS MiB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append("| %s | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.3f | %.1f |" % (
+            r["workload"], r["concurrency"], r["ledgerd_per_s"], r["baseline_per_s"],
+            r["ratio"], r["p50_ms"], r["p99_ms"], r["baseline_p99_ms"], r["cpu_s_per_1000"],
+            r["rss_mib"]))
+    table = "\n".join(lines) + "\n"
+    (OUT / "results.md").write_text(table)
+    print(table)
+    plot(rows)
+    print("results: %s, %s, %s" % (OUT / "results.json", OUT / "results.md",
+                                   OUT / "bench.png"))
+
+
+def plot(rows):
+    data = OUT / "plot.dat"
+    series = []
+    with open(data, "w") as f:
+        for workload in ("tool_call", "tool_call_unbatched", "attempt_cycle"):
+            pts = [r for r in rows if r["workload"] == workload]
+            if not pts:
+                continue
+            f.write("# %s\n" % workload)
+            for r in pts:
+                f.write("%d %f %f %f %f\n" % (r["concurrency"], r["ledgerd_per_s"],
+                                              r["baseline_per_s"], r["p99_ms"],
+                                              r["baseline_p99_ms"]))
+            f.write("\n\n")
+            series.append(workload)
+    tput = ", ".join(
+        "'%s' index %d using 1:2 with linespoints title '%s (ledgerd)', "
+        "'%s' index %d using 1:3 with linespoints dashtype 2 title '%s (pgbench)'"
+        % (data, i, s, data, i, s) for i, s in enumerate(series))
+    lat = ", ".join(
+        "'%s' index %d using 1:4 with linespoints title '%s (ledgerd)', "
+        "'%s' index %d using 1:5 with linespoints dashtype 2 title '%s (pgbench)'"
+        % (data, i, s, data, i, s) for i, s in enumerate(series))
+    script = """
+set terminal pngcairo size 1200,500 font ',10' noenhanced
+set output '%s'
+set multiplot layout 1,2
+set logscale x 2
+set xlabel 'concurrent clients'
+set key left top
+set title 'throughput (tool calls or attempt cycles per second)'
+set ylabel 'per second'
+plot %s
+set title 'p99 latency of a call'
+set ylabel 'ms'
+set logscale y
+plot %s
+unset multiplot
+""" % (OUT / "bench.png", tput, lat)
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+if __name__ == "__main__":
+    main()
