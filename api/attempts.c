@@ -14,6 +14,7 @@
 #include "ledger/jsonw.h"
 #include "ledger/log.h"
 #include "ledger/render.h"
+#include "ledger/replay_cache.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
@@ -215,6 +216,8 @@ static void create_execute(struct api_request *req, struct ledger_store_conn *co
 
 	rc = ledger_store_attempt_create(conn, req->tenant, req->params[0], &in->in,
 					 api_policy(req), &res);
+	/* Committed or not (503 cannot tell), claims must now name an attempt. */
+	ledger_replay_cache_invalidate(req->tenant, req->params[0]);
 	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
 	else if (res.outcome.create == LEDGER_CREATE_CREATED)
@@ -449,6 +452,7 @@ static void failover_execute(struct api_request *req, struct ledger_store_conn *
 
 	rc = ledger_store_failover(conn, req->tenant, req->params[0], &in->in, api_policy(req),
 				   &res);
+	ledger_replay_cache_invalidate(req->tenant, req->params[0]); /* it may start one */
 	if (rc != LEDGER_OK) {
 		api_reply_store_error(req, rc);
 		goto out;

@@ -14,6 +14,7 @@
 #include "ledger/maintenance.h"
 #include "ledger/migrate.h"
 #include "ledger/policy.h"
+#include "ledger/replay_cache.h"
 #include "ledger/store.h"
 #include "ledger/tokens.h"
 
@@ -155,6 +156,10 @@ static int cmd_serve(const struct ledger_config *cfg)
 		fprintf(stderr, "ledgerd: --policy: %s\n", err);
 		return EXIT_USAGE;
 	}
+	if (!ledger_replay_cache_init((size_t)cfg->replay_cache_bytes, cfg->retention_ms)) {
+		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
+		return 1;
+	}
 	/* A malformed or taken address fails before anything else starts. */
 	fd = api_server_listen(cfg->listen, bound, sizeof(bound), err, sizeof(err));
 	if (fd < 0) {
@@ -175,6 +180,7 @@ static int cmd_serve(const struct ledger_config *cfg)
 	rc = api_server_run(cfg, &policy, store, fd, bound);
 	ledger_maintenance_stop(maintenance);
 	ledger_store_close(store);
+	ledger_replay_cache_free();
 	return rc;
 }
 

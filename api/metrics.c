@@ -10,6 +10,7 @@
 
 #include "api/server.h"
 #include "ledger/maintenance.h"
+#include "ledger/replay_cache.h"
 #include "ledger/store.h"
 
 #define MAX_ROUTES 32
@@ -61,7 +62,7 @@ static const char *const fenced_names[] = {
 };
 static atomic_ullong fenced[COUNT(fenced_names)];
 
-static atomic_ullong late_completions, conflicting_completions;
+static atomic_ullong late_completions, conflicting_completions, replay_cache_hits;
 
 static void add(atomic_ullong *cell)
 {
@@ -120,6 +121,11 @@ void api_metrics_late_completion(void)
 void api_metrics_conflicting_completion(void)
 {
 	add(&conflicting_completions);
+}
+
+void api_metrics_replay_cache_hit(void)
+{
+	add(&replay_cache_hits);
 }
 
 static const char *route_name(size_t r)
@@ -192,6 +198,8 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flig
 		{LEDGER_ERR_INTERNAL, "internal"},
 	};
 	int64_t unknown = ledger_maintenance_unknown();
+	size_t cache_entries = 0, cache_bytes = 0;
+	uint64_t batches = 0, batched = 0;
 
 	render_http(out);
 	header(out, "ledger_claim_outcomes_total", "counter", "Tool-call claims by outcome.");
@@ -221,11 +229,28 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flig
 		       "Tool calls whose outcome is unknown, all tenants (counted every 15 s).");
 		ledger_buf_printf(out, "ledger_unknown_outcomes %lld\n", (long long)unknown);
 	}
+	ledger_replay_cache_stats(&cache_entries, &cache_bytes);
+	header(out, "ledger_replay_cache_hits_total", "counter",
+	       "Replays answered from memory, without the database.");
+	ledger_buf_printf(out, "ledger_replay_cache_hits_total %llu\n", get(&replay_cache_hits));
+	header(out, "ledger_replay_cache_entries", "gauge",
+	       "Settled calls held by the replay cache.");
+	ledger_buf_printf(out, "ledger_replay_cache_entries %zu\n", cache_entries);
+	header(out, "ledger_replay_cache_bytes", "gauge", "Memory held by the replay cache.");
+	ledger_buf_printf(out, "ledger_replay_cache_bytes %zu\n", cache_bytes);
 	header(out, "ledger_database_errors_total", "counter", "Database failures by kind.");
 	for (size_t i = 0; i < COUNT(db_errors); i++)
 		ledger_buf_printf(out, "ledger_database_errors_total{kind=\"%s\"} %llu\n",
 				  db_errors[i].name,
 				  (unsigned long long)ledger_store_errors(db_errors[i].kind));
+	ledger_store_batch_stats(&batches, &batched);
+	header(out, "ledger_store_batches_total", "counter",
+	       "Transactions that committed several calls together.");
+	ledger_buf_printf(out, "ledger_store_batches_total %llu\n", (unsigned long long)batches);
+	header(out, "ledger_store_batched_calls_total", "counter",
+	       "Calls committed in those transactions.");
+	ledger_buf_printf(out, "ledger_store_batched_calls_total %llu\n",
+			  (unsigned long long)batched);
 	header(out, "ledger_store_queue_depth", "gauge", "Calls waiting for a database worker.");
 	ledger_buf_printf(out, "ledger_store_queue_depth %zu\n", queue_depth);
 	header(out, "ledger_http_in_flight", "gauge", "HTTP calls being served.");

@@ -32,6 +32,8 @@ void api_metrics_failover(enum ledger_failover_action a);
 void api_metrics_fenced(enum api_fenced_op op);
 void api_metrics_late_completion(void);
 void api_metrics_conflicting_completion(void);
+/* A replay answered from the replay cache, without the database. */
+void api_metrics_replay_cache_hit(void);
 
 /** Appends the exposition of every metric to @p out. */
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight);

@@ -39,6 +39,12 @@ struct api_handler {
 	bool (*offer)(struct api_request *req, struct ledger_batch_op *op);
 	/* ... and replies from what the batch answered (when op->done). */
 	void (*answer)(struct api_request *req, const struct ledger_call_result *res);
+	/*
+	 * Optional: answers from memory on the HTTP thread, once the token is
+	 * known from its cache and its role may call the route. Returns true
+	 * after replying; false sends the call to a worker as usual.
+	 */
+	bool (*answer_now)(struct api_request *req);
 };
 
 #define API_MAX_PARAMS 3

@@ -14,6 +14,7 @@
 #include "ledger/jcs.h"
 #include "ledger/jsonw.h"
 #include "ledger/log.h"
+#include "ledger/replay_cache.h"
 
 #define DEFAULT_LEASE_MS 30000
 #define DEFAULT_LIMIT 50
@@ -163,6 +164,19 @@ static void reply_refusal(struct api_request *req, const char *code, const struc
 	}
 }
 
+/*
+ * Offers the replay cache a call the store answered with, when it is
+ * settled and its request had no attempts (the cache checks the state).
+ * @p stamp is the request's stamp read before the store was.
+ */
+static void keep_for_replay(const struct api_request *req, const struct ledger_call_result *res,
+			    uint32_t stamp)
+{
+	if (res->no_attempts)
+		ledger_replay_cache_put(req->tenant, req->params[0], req->params[1], &res->call,
+					stamp);
+}
+
 /* --- claim --- */
 
 static const char *const claim_fields[] = {"claim_id",     "tool",       "args",  "args_sha256",
@@ -171,6 +185,7 @@ static const char *const claim_fields[] = {"claim_id",     "tool",       "args",
 
 struct claim_input {
 	struct ledger_claim_request req;
+	uint32_t cache_stamp; /* the request's replay-cache stamp before the store read */
 	char args_sha256[LEDGER_SHA256_HEX + 1];
 	char args[]; /* the args kept (store_args), NUL-terminated for the store */
 };
@@ -321,6 +336,15 @@ static void claim_answer(struct api_request *req, const struct ledger_call_resul
 	}
 }
 
+/* Replies what the store decided, keeping a settled call for the replay cache. */
+static void claim_answer_stored(struct api_request *req, const struct ledger_call_result *res)
+{
+	const struct claim_input *in = req->input;
+
+	keep_for_replay(req, res, in->cache_stamp);
+	claim_answer(req, res);
+}
+
 static void claim_execute(struct api_request *req, struct ledger_store_conn *conn)
 {
 	struct claim_input *in = req->input;
@@ -328,32 +352,63 @@ static void claim_execute(struct api_request *req, struct ledger_store_conn *con
 	struct ledger_call_result res;
 	enum ledger_err rc;
 
+	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
 	rc = ledger_store_claim(conn, &key, &in->req, &res);
 	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
 	else
-		claim_answer(req, &res);
+		claim_answer_stored(req, &res);
 	ledger_call_clear(&res.call);
 }
 
 /* Only a claim outside attempts has a one-statement fast path to batch. */
 static bool claim_offer(struct api_request *req, struct ledger_batch_op *op)
 {
-	const struct claim_input *in = req->input;
+	struct claim_input *in = req->input;
 
 	if (in->req.claim.attempt_id != NULL)
 		return false;
+	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
 	op->kind = LEDGER_BATCH_CLAIM;
 	op->key = key_of(req);
 	op->claim = &in->req;
 	return true;
 }
 
+/*
+ * The replay of a settled call, from the replay cache, on the HTTP thread.
+ * Only outside attempts: under one, whether the attempt exists decides
+ * first, and only the database knows. Anything but a replay (args that
+ * differ: a refusal the history records) goes to the store.
+ */
+static bool claim_answer_now(struct api_request *req)
+{
+	const struct claim_input *in = req->input;
+	struct ledger_call_result res;
+	bool answered = false;
+
+	if (in->req.claim.attempt_id != NULL)
+		return false;
+	memset(&res, 0, sizeof(res));
+	if (!ledger_replay_cache_get(req->tenant, req->params[0], req->params[1], &res.call))
+		return false;
+	res.outcome.claim = ledger_decide_claim(&in->req.claim, &res.call, false,
+						LEDGER_STANDING_NOT_GIVEN, &res.mismatch);
+	if (res.outcome.claim == LEDGER_CLAIM_REPLAY) {
+		api_metrics_replay_cache_hit();
+		claim_answer(req, &res);
+		answered = true;
+	}
+	ledger_call_clear(&res.call);
+	return answered;
+}
+
 const struct api_handler api_toolcalls_claim = {
 	.prepare = claim_prepare,
 	.execute = claim_execute,
 	.offer = claim_offer,
-	.answer = claim_answer,
+	.answer = claim_answer_stored,
+	.answer_now = claim_answer_now,
 };
 
 /* --- renew --- */
@@ -470,7 +525,8 @@ static enum ledger_err outcome_or_reply(struct api_request *req,
 
 struct complete_input {
 	struct ledger_completion c;
-	char result[]; /* the result's exact text, NUL-terminated for the store */
+	uint32_t cache_stamp; /* the request's replay-cache stamp before the store read */
+	char result[];        /* the result's exact text, NUL-terminated for the store */
 };
 
 static enum ledger_err complete_prepare(struct api_request *req)
@@ -526,25 +582,37 @@ static void complete_answer(struct api_request *req, const struct ledger_call_re
 				res->call.completed_by == LEDGER_COMPLETED_LATE);
 }
 
-static void complete_execute(struct api_request *req, struct ledger_store_conn *conn)
+/* The completion just stored is what a replay will answer: kept from now. */
+static void complete_answer_stored(struct api_request *req, const struct ledger_call_result *res)
 {
 	const struct complete_input *in = req->input;
+
+	if (res->outcome.complete == LEDGER_COMPLETE_STORED)
+		keep_for_replay(req, res, in->cache_stamp);
+	complete_answer(req, res);
+}
+
+static void complete_execute(struct api_request *req, struct ledger_store_conn *conn)
+{
+	struct complete_input *in = req->input;
 	struct ledger_call_key key = key_of(req);
 	struct ledger_call_result res;
 	enum ledger_err rc;
 
+	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
 	rc = ledger_store_complete(conn, &key, &in->c, &res);
 	if (rc != LEDGER_OK)
 		api_reply_store_error(req, rc);
 	else
-		complete_answer(req, &res);
+		complete_answer_stored(req, &res);
 	ledger_call_clear(&res.call);
 }
 
 static bool complete_offer(struct api_request *req, struct ledger_batch_op *op)
 {
-	const struct complete_input *in = req->input;
+	struct complete_input *in = req->input;
 
+	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
 	op->kind = LEDGER_BATCH_COMPLETE;
 	op->key = key_of(req);
 	op->completion = &in->c;
@@ -555,7 +623,7 @@ const struct api_handler api_toolcalls_complete = {
 	.prepare = complete_prepare,
 	.execute = complete_execute,
 	.offer = complete_offer,
-	.answer = complete_answer,
+	.answer = complete_answer_stored,
 };
 
 /* --- release --- */

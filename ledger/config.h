@@ -14,14 +14,15 @@
 #include "ledger/log.h"
 
 struct ledger_config {
-	char *database_url;   /* libpq connection string or URI; NULL: unset */
-	char *listen;         /* "host:port", "[v6]:port" or "unix:/path" */
-	char *policy_path;    /* NULL: the built-in policy */
-	int64_t workers;      /* store workers, one connection each */
-	int64_t batch_max;    /* calls a worker may commit together (1: no batching) */
-	int64_t http_threads; /* HTTP polling threads */
-	int64_t retention_ms; /* settled requests older than this are removed */
-	int64_t tombstone_ms; /* how long a removed call's tombstone stays */
+	char *database_url;         /* libpq connection string or URI; NULL: unset */
+	char *listen;               /* "host:port", "[v6]:port" or "unix:/path" */
+	char *policy_path;          /* NULL: the built-in policy */
+	int64_t workers;            /* store workers, one connection each */
+	int64_t batch_max;          /* calls a worker may commit together (1: no batching) */
+	int64_t replay_cache_bytes; /* budget of the replay cache; 0: off */
+	int64_t http_threads;       /* HTTP polling threads */
+	int64_t retention_ms;       /* settled requests older than this are removed */
+	int64_t tombstone_ms;       /* how long a removed call's tombstone stays */
 	enum ledger_log_level log_level;
 	int64_t max_body_bytes; /* larger bodies: 413 body_too_large */
 	int64_t min_lease_ms;   /* lease_ms bounds; outside: 400 invalid_field */

@@ -32,6 +32,13 @@ struct ledger_store {
 
 /* Failures by kind, indexed by enum ledger_err; /metrics reads them. */
 static atomic_ullong errors[LEDGER_ERR_INTERNAL + 1];
+static atomic_ullong batches, batched_calls; /* committed together */
+
+void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls)
+{
+	*transactions = atomic_load(&batches);
+	*calls = atomic_load(&batched_calls);
+}
 
 uint64_t ledger_store_errors(enum ledger_err kind)
 {
@@ -479,6 +486,10 @@ static void run_batch(struct ledger_store_conn *conn, struct ledger_job **jobs, 
 	if (k > 0) {
 		/* A batch of one gains nothing: it runs alone, fast path and all. */
 		rc = k == 1 ? LEDGER_ERR_CONFLICT : ledger_store_batch(conn, ops, k);
+		if (k > 1 && rc == LEDGER_OK) {
+			atomic_fetch_add(&batches, 1);
+			atomic_fetch_add(&batched_calls, k);
+		}
 		for (size_t i = 0; i < k; i++)
 			joined[i]->settle(joined[i], conn, &ops[i], rc);
 	}

@@ -83,6 +83,12 @@ size_t ledger_store_queue_depth(struct ledger_store *store);
 uint64_t ledger_store_errors(enum ledger_err kind);
 
 /**
+ * Batches committed (transactions of two calls or more) and the calls they
+ * carried, since start. Thread-safe.
+ */
+void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls);
+
+/**
  * The text of the statement called @p name, as ledgerd prepares it; NULL if
  * there is none. Benchmarks run the very same SQL through pgbench.
  */
@@ -148,6 +154,7 @@ struct ledger_call_result {
 		enum ledger_resolve_outcome resolve;
 	} outcome;
 	const char *mismatch;    /* claim ARGS_MISMATCH: the field that differs */
+	bool no_attempts;        /* known: the request had no attempts (replay cache) */
 	struct ledger_call call; /* owned: ledger_call_clear() when done */
 };
 

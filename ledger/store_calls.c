@@ -75,7 +75,7 @@ static const struct store_stmt claim_fast = {
 static const struct store_stmt complete_fast = {
 	"complete_fast",
 	"WITH req AS MATERIALIZED ("
-	"  SELECT 1 FROM requests WHERE tenant = $1 AND request_id = $2 FOR UPDATE"
+	"  SELECT attempt_count FROM requests WHERE tenant = $1 AND request_id = $2 FOR UPDATE"
 	"), clk AS MATERIALIZED (SELECT clock_timestamp() AS now FROM req"
 	"), upd AS ("
 	"  UPDATE tool_calls c SET"
@@ -88,12 +88,13 @@ static const struct store_stmt complete_fast = {
 	"  FROM clk"
 	"  WHERE c.tenant = $1 AND c.request_id = $2 AND c.tool_call_id = $3"
 	"    AND c.state = 'in_progress' AND c.fencing_token = $4::bigint AND c.lease_until > clk.now"
-	"  RETURNING c.attempt_id, " STORE_TS("c.completed_at")
+	"  RETURNING c.attempt_id, " STORE_TS("c.completed_at") ", c.tool, c.args_sha256,"
+	"    c.tool_dedupes"
 	"), ev AS ("
 	"  INSERT INTO events (tenant, request_id, at, type, attempt_id, tool_call_id, detail)"
 	"  SELECT $1, $2, clk.now, CASE WHEN $6::boolean THEN 'released' ELSE 'completed' END,"
 	"    upd.attempt_id, $3, $8::jsonb FROM upd, clk"
-	") SELECT * FROM upd",
+	") SELECT upd.*, req.attempt_count FROM upd, req",
 	8,
 };
 
@@ -262,6 +263,7 @@ static enum ledger_err claim_fast_read(const PGresult *res, const struct ledger_
 			c, &out->call, has_attempts, LEDGER_STANDING_NOT_GIVEN, &out->mismatch);
 		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_EXPIRED) {
 			out->outcome.claim = o;
+			out->no_attempts = !has_attempts;
 			*done = true;
 		}
 	}
@@ -349,6 +351,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 	o = ledger_decide_claim(c, &out->call, lk.request.attempt_count > 0, attempt,
 				&out->mismatch);
 	out->outcome.claim = o;
+	out->no_attempts = lk.request.attempt_count == 0;
 	store_fmt_int(lease, c->lease_ms);
 
 	switch (o) {
@@ -530,6 +533,10 @@ static enum ledger_err complete_fast_read(const PGresult *res, const struct ledg
 		return LEDGER_OK;
 	}
 	out->outcome.complete = LEDGER_COMPLETE_STORED;
+	store_copy(res, 0, 2, out->call.tool, sizeof(out->call.tool));
+	store_copy(res, 0, 3, out->call.args_sha256, sizeof(out->call.args_sha256));
+	out->call.tool_dedupes = store_bool(res, 0, 4);
+	out->no_attempts = store_int(res, 0, 5) == 0;
 	return set_completed(&out->call, c, res, 1, LEDGER_COMPLETED_HOLDER);
 }
 

@@ -226,14 +226,14 @@ class Ledgerd:
 class Service:
     """What a test module works with: its database, its tokens, its ledgerd."""
 
-    def __init__(self, cluster, name, tmp):
+    def __init__(self, cluster, name, tmp, extra_args=()):
         self.cluster = cluster
         self.dbname = name
         self.database_url = cluster.create_db(name)
         ledgerd_cmd("migrate", "--database-url", self.database_url)
         self.tmp = tmp
         self._tokens = {}
-        self.ledgerd = Ledgerd(self.database_url, tmp / "ledgerd.log")
+        self.ledgerd = Ledgerd(self.database_url, tmp / "ledgerd.log", extra_args=extra_args)
 
     def token(self, role="agent", tenant="t1"):
         """A token of @role in @tenant (created once, then reused)."""
@@ -264,8 +264,10 @@ def cluster():
 @pytest.fixture(scope="module")
 def service(cluster, request, tmp_path_factory):
     name = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.split(".")[-1].lower())
+    # A module may start its ledgerd with flags of its own: LEDGERD_ARGS.
     svc = Service(cluster, "%s_%s" % (name, secrets.token_hex(3)),
-                  tmp_path_factory.mktemp(name))
+                  tmp_path_factory.mktemp(name),
+                  extra_args=getattr(request.module, "LEDGERD_ARGS", ()))
     yield svc
     svc.close()
 
