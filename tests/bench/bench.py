@@ -29,6 +29,8 @@ PGBIN = Path("/usr/lib/postgresql/15/bin")
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").split(",")]
+WORKLOADS = os.environ.get("BENCH_WORKLOADS",
+                           "tool_call,tool_call_unbatched,replay,attempt_cycle").split(",")
 REPLAY_CONCURRENCY = 64
 REPLAY_KEYS = 20000
 
@@ -257,13 +259,14 @@ def main():
                    row["p99_ms"]))
             rows.append(row)
 
-        for conc in CONCURRENCY:
+        for conc in CONCURRENCY if "tool_call" in WORKLOADS else ():
             point("tool_call", conc, "tool_call.sql", "tool_call.lua", tokens["agent"], 2)
-        for conc in CONCURRENCY:
+        for conc in CONCURRENCY if "tool_call_unbatched" in WORKLOADS else ():
             point("tool_call_unbatched", conc, "tool_call.sql", "tool_call.lua", tokens["agent"],
                   2, ("--batch-max", "1"))
-        point("replay", REPLAY_CONCURRENCY, "replay.sql", "replay.lua", tokens["agent"], 1)
-        for conc in CONCURRENCY:
+        if "replay" in WORKLOADS:
+            point("replay", REPLAY_CONCURRENCY, "replay.sql", "replay.lua", tokens["agent"], 1)
+        for conc in CONCURRENCY if "attempt_cycle" in WORKLOADS else ():
             point("attempt_cycle", conc, "attempt_cycle.sql", "attempt_cycle.lua",
                   tokens["router"], 3)
     finally:
@@ -306,6 +309,8 @@ def plot(rows):
                                               r["baseline_p99_ms"]))
             f.write("\n\n")
             series.append(workload)
+    if not series:
+        return
     tput = ", ".join(
         "'%s' index %d using 1:2 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:3 with linespoints dashtype 2 title '%s (pgbench)'"
