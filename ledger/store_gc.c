@@ -24,16 +24,19 @@
  * Settled: closed (completed, failed, terminated, abandoned) before the
  * period; or never attempted (a client of the ledger alone, whose requests
  * no router closes) with every call settled before it. Over "r", $1 the
- * retention period in ms.
+ * retention period in ms. The period ends at the transaction's start,
+ * now(): a stable time, which lets the partial indexes on closed_at and
+ * on unattempted requests' created_at find the candidates (with the
+ * volatile clock_timestamp() every pass read every request).
  */
 #define SETTLED                                                                                                           \
-	"((r.status <> 'open' AND r.closed_at < clock_timestamp() - " MS(                                                 \
+	"((r.status <> 'open' AND r.closed_at < now() - " MS(                                                             \
 		"$1") ")"                                                                                                 \
 		      " OR (r.status = 'open' AND r.attempt_count = 0"                                                    \
-		      "     AND r.created_at < clock_timestamp() - " MS(                                                  \
+		      "     AND r.created_at < now() - " MS(                                                              \
 			      "$1") "     AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"           \
 				    "       AND c.request_id = r.request_id"                                              \
-				    "       AND coalesce(c.completed_at, c.created_at) >= clock_timestamp() - " MS(       \
+				    "       AND coalesce(c.completed_at, c.created_at) >= now() - " MS(                   \
 					    "$1") ")))"                                                                   \
 						  " AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant" \
 						  "   AND c.request_id = r.request_id AND c.state = 'in_progress')"
@@ -83,7 +86,7 @@ static const struct store_stmt gc_delete = {
 static const struct store_stmt gc_tombstones = {
 	"gc_tombstones",
 	"WITH gone AS (DELETE FROM tool_call_tombstones WHERE ctid IN ("
-	"  SELECT ctid FROM tool_call_tombstones WHERE expires_at <= clock_timestamp()"
+	"  SELECT ctid FROM tool_call_tombstones WHERE expires_at <= now()"
 	"  LIMIT $1::integer) RETURNING 1)"
 	" SELECT count(*) FROM gone",
 	1,
