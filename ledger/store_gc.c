@@ -100,14 +100,6 @@ static const struct store_stmt count_unknown = {
 };
 /* clang-format on */
 
-/* Appends @p s to a text[] literal, quoted: ids hold no quote or backslash. */
-static void array_add(struct ledger_buf *b, const char *s)
-{
-	ledger_buf_puts(b, b->len > 1 ? ",\"" : "\"");
-	ledger_buf_puts(b, s);
-	ledger_buf_putc(b, '"');
-}
-
 static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t retention_ms,
 				    int64_t tombstone_ms, unsigned batch,
 				    struct ledger_gc_stats *stats, bool *full)
@@ -133,14 +125,12 @@ static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t rete
 		goto out;
 	}
 	*full = (unsigned)n == batch;
-	ledger_buf_putc(&tenants, '{');
-	ledger_buf_putc(&ids, '{');
 	for (int i = 0; i < n; i++) {
-		array_add(&tenants, PQgetvalue(st.res[2], i, 0));
-		array_add(&ids, PQgetvalue(st.res[2], i, 1));
+		store_array_add(&tenants, PQgetvalue(st.res[2], i, 0));
+		store_array_add(&ids, PQgetvalue(st.res[2], i, 1));
 	}
-	ledger_buf_putc(&tenants, '}');
-	ledger_buf_putc(&ids, '}');
+	store_array_end(&tenants);
+	store_array_end(&ids);
 	if (tenants.oom || ids.oom) {
 		store_abort(conn);
 		rc = LEDGER_ERR_NOMEM;

@@ -119,6 +119,16 @@ void store_copy(const PGresult *res, int row, int col, char *dst, size_t cap);
 /** Reads an int8 column; 0 for NULL. */
 int64_t store_int(const PGresult *res, int row, int col);
 
+/**
+ * Appends @p s to the text of a PostgreSQL array literal in @p b (empty
+ * before the first element), quoted and escaped; NULL appends an SQL NULL.
+ * Finish with store_array_end().
+ */
+void store_array_add(struct ledger_buf *b, const char *s);
+
+/** Closes the literal: "{}" when nothing was added. */
+void store_array_end(struct ledger_buf *b);
+
 /** Reads a boolean column ("t"). */
 bool store_bool(const PGresult *res, int row, int col);
 

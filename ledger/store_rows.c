@@ -539,6 +539,27 @@ enum ledger_err store_with_retries(struct ledger_store_conn *conn,
 	}
 }
 
+void store_array_add(struct ledger_buf *b, const char *s)
+{
+	ledger_buf_putc(b, b->len == 0 ? '{' : ',');
+	if (s == NULL) {
+		ledger_buf_puts(b, "NULL");
+		return;
+	}
+	ledger_buf_putc(b, '"');
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			ledger_buf_putc(b, '\\');
+		ledger_buf_putc(b, *s);
+	}
+	ledger_buf_putc(b, '"');
+}
+
+void store_array_end(struct ledger_buf *b)
+{
+	ledger_buf_puts(b, b->len == 0 ? "{}" : "}");
+}
+
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_rows_statements[] = {
 	&store_lock_request,

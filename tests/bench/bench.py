@@ -32,6 +32,7 @@ CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").
 WORKLOADS = os.environ.get("BENCH_WORKLOADS",
                            "tool_call,tool_call_unbatched,replay,attempt_cycle").split(",")
 REPLAY_CONCURRENCY = 64
+BATCH = 16  # calls per transaction in tool_call_batch.sql (gen_pgbench.py)
 REPLAY_KEYS = 20000
 
 SHA = None  # the fingerprint of the bench's args, computed below
@@ -187,7 +188,7 @@ def main():
     cores = os.cpu_count()
     log("%d cores; %d s per point, %d repeats, medians" % (cores, SECONDS, REPEATS))
     pg = Postgres()
-    rows = []
+    rows, meta = [], {}
     try:
         subprocess.run([str(LEDGERD), "migrate", "--database-url", pg.url], check=True,
                        capture_output=True)
@@ -248,17 +249,32 @@ def main():
                 led.stop()
             pg.checkpoint()
             rps, p50, p99, _ = median_of(runs)
+            extra_fields = {}
+            if workload == "tool_call" and "batch_ceiling_per_s" in meta:
+                extra_fields["batch_ceiling_per_s"] = meta["batch_ceiling_per_s"]
             row = {"workload": workload, "concurrency": conc,
                    "ledgerd_per_s": round(rps / per_op, 1), "baseline_per_s": round(base[0], 1),
                    "ratio": round(rps / per_op / base[0], 3), "p50_ms": round(p50, 3),
                    "p99_ms": round(p99, 3), "rss_mib": round(rss, 1),
                    "baseline_p50_ms": round(base[1], 3), "baseline_p99_ms": round(base[2], 3),
-                   "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3)}
+                   "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3), **extra_fields}
             log("%-20s %3d  ledgerd %8.1f/s  pgbench %8.1f/s  x%.2f  p99 %.2f ms"
                 % (workload, conc, row["ledgerd_per_s"], row["baseline_per_s"], row["ratio"],
                    row["p99_ms"]))
             rows.append(row)
 
+        if "tool_call" in WORKLOADS:
+            # What batching can give at most here: the same SQL, 16 calls per
+            # commit in one round trip, from as many clients as ledgerd has
+            # store workers.
+            usage = subprocess.run([str(LEDGERD), "help"], capture_output=True, text=True)
+            workers = int(re.search(r"--workers .*\(default (\d+)\)", usage.stdout).group(1))
+            ceiling = median_of([pgbench(pg, "tool_call_batch.sql", workers, variables)
+                                 for _ in range(REPEATS)])[0] * BATCH
+            log("batched SQL ceiling: %.1f tool calls/s (%d per commit, %d clients)"
+                % (ceiling, BATCH, workers))
+            meta["batch_ceiling_per_s"] = round(ceiling, 1)
+            meta["batch_ceiling_clients"] = workers
         for conc in CONCURRENCY if "tool_call" in WORKLOADS else ():
             point("tool_call", conc, "tool_call.sql", "tool_call.lua", tokens["agent"], 2)
         for conc in CONCURRENCY if "tool_call_unbatched" in WORKLOADS else ():
@@ -271,10 +287,10 @@ def main():
                   tokens["router"], 3)
     finally:
         pg.stop()
-    report(rows, cores)
+    report(rows, cores, meta)
 
 
-def report(rows, cores):
+def report(rows, cores, meta):
     (OUT / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
              "",
@@ -286,6 +302,15 @@ def report(rows, cores):
             r["workload"], r["concurrency"], r["ledgerd_per_s"], r["baseline_per_s"],
             r["ratio"], r["p50_ms"], r["p99_ms"], r["baseline_p99_ms"], r["cpu_s_per_1000"],
             r["rss_mib"]))
+    if "batch_ceiling_per_s" in meta:
+        lines += ["", "Ceiling of batching here: pgbench running the same statements %d "
+                  "claims and %d completions per commit, %d clients (ledgerd's store "
+                  "workers): %.0f tool calls/s, %.2fx the per-call pgbench at 32."
+                  % (BATCH, BATCH, meta["batch_ceiling_clients"], meta["batch_ceiling_per_s"],
+                     meta["batch_ceiling_per_s"] / next(
+                         (r["baseline_per_s"] for r in rows
+                          if r["workload"] == "tool_call" and r["concurrency"] == 32),
+                         meta["batch_ceiling_per_s"]))]
     table = "\n".join(lines) + "\n"
     (OUT / "results.md").write_text(table)
     print(table)

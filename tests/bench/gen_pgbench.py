@@ -25,6 +25,35 @@ TOOL_CALL = [
                         ":result", ":completedetail"])],
 ]
 
+# A full batch as a store worker sends it: BATCH claims and BATCH
+# completions in one transaction and one round trip, each kind in one
+# statement over arrays (in ledgerd the completions are of keys claimed in
+# earlier batches; the work is the same).
+BATCH = 16
+
+
+def array(var, cast):
+    """An array parameter: BATCH values of @var (one per call, or %d-numbered)."""
+    items = [var % i if "%d" in var else var for i in range(BATCH)]
+    return "ARRAY[%s]::%s" % (", ".join(items), cast)
+
+
+RIDS = array(":rid%d", "text[]")
+TENANTS = array(":tenant", "text[]")
+CIDS = array(":cid", "text[]")
+TOOL_CALL_BATCH = [
+    [("BEGIN", []),
+     ("SET LOCAL plan_cache_mode = force_generic_plan", []),
+     ("batch_lock", [TENANTS, RIDS]),
+     ("claim_many", [TENANTS, RIDS, CIDS, array(":tool", "text[]"), array(":sha", "text[]"),
+                     "NULL", array(":dedupes", "boolean[]"), array(":claim%d", "text[]"),
+                     "NULL", array(":lease", "bigint[]"), array(":claimdetail", "text[]")]),
+     ("complete_many", [TENANTS, RIDS, CIDS, array(":token", "bigint[]"),
+                        array(":outcome", "text[]"), array(":retryable", "boolean[]"),
+                        array(":result", "text[]"), array(":completedetail", "text[]")]),
+     ("COMMIT", [])],
+]
+
 REPLAY = [
     [("claim_fast", [":rtenant", ":rkey", ":cid", ":tool", ":sha", "NULL", ":dedupes", ":claim",
                      "NULL", ":lease", ":claimdetail"])],
@@ -63,6 +92,10 @@ ATTEMPT_CYCLE = [
 SCRIPTS = {
     "tool_call.sql": (TOOL_CALL, ["\\set rid random(1, 4000000000000000)",
                                   "\\set claim random(1000000000000000, 9000000000000000)"]),
+    "tool_call_batch.sql": (TOOL_CALL_BATCH,
+                            ["\\set rid%d random(1, 4000000000000000)" % i for i in range(BATCH)]
+                            + ["\\set claim%d random(1000000000000000, 9000000000000000)" % i
+                               for i in range(BATCH)]),
     "replay.sql": (REPLAY, ["\\set rkey random(1, :replaykeys)",
                             "\\set claim random(1000000000000000, 9000000000000000)"]),
     "attempt_cycle.sql": (ATTEMPT_CYCLE, ["\\set rid random(1, 4000000000000000)"]),
@@ -70,7 +103,7 @@ SCRIPTS = {
 
 
 def statement(ledgerd, name, params):
-    if name in ("BEGIN", "COMMIT"):
+    if name in ("BEGIN", "COMMIT") or name.startswith("SET "):
         return name + ";"
     sql = subprocess.run([ledgerd, "sql", name], check=True, capture_output=True,
                          text=True).stdout.strip()

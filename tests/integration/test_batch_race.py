@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import claim_id, new_id
+from conftest import Ledgerd, claim_id, new_id
 
 CLIENTS = 64
 REQUESTS = 4
@@ -139,3 +139,135 @@ def test_every_key_runs_once_under_batched_commits(service):
     # It was the batching store that served them, and the replay cache helped.
     assert metric(led, "ledger_store_batched_calls_total") > batched_before
     assert metric(led, "ledger_replay_cache_hits_total") > hits_before
+
+
+def test_each_call_of_a_batch_gets_the_answer_it_would_get_alone(service, tmp_path):
+    """Calls of every kind and outcome arrive together, so that they share
+    transactions; each must still get exactly its own answer.
+
+    The one store worker of the ledgerd under test is held on a row lock
+    while they arrive, so that they queue and go as full batches (over
+    arrays, for claims and completions), not one by one."""
+    led = Ledgerd(service.database_url, tmp_path / "batched.log", extra_args=["--workers", "1"])
+    token = service.token("agent")
+    router = service.token("router")
+    # Calls settled through a ledgerd without a replay cache, so that their
+    # replays here go to the store, in batches, not to memory.
+    other = Ledgerd(service.database_url, tmp_path / "other.log",
+                    extra_args=["--replay-cache", "0"])
+    args = {"to": "a@example.com"}
+
+    def claim_body(**extra):
+        return dict({"claim_id": claim_id(), "tool": "mail", "args": args}, **extra)
+
+    def settle(rid):
+        path = "/v1/requests/%s/tool-calls/call_01/" % rid
+        assert other.post(path + "claim", claim_body(), token=token).status == 201
+        assert other.post(path + "complete", {"fencing_token": 1, "outcome": "succeeded",
+                                              "result": {"rid": rid}}, token=token).status == 200
+
+    def held(rid, lease_ms=60000):
+        r = other.post("/v1/requests/%s/tool-calls/call_01/claim" % rid,
+                       claim_body(lease_ms=lease_ms), token=token)
+        assert r.status == 201, r
+        return r.json["fencing_token"]
+
+    cases = []  # (path, body, expected status, expected code or status word)
+    for _ in range(6):
+        rid = new_id()
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), 201, "claimed"))
+        rid = new_id()
+        settle(rid)
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), 200, "completed"))
+        rid = new_id()
+        settle(rid)
+        cases.append(("%s/tool-calls/call_01/claim" % rid,
+                      claim_body(args={"to": "b@example.com"}), 422, "args_mismatch"))
+        rid = new_id()
+        held(rid)
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), 409, "in_progress"))
+        rid = new_id()
+        assert other.post("/v1/requests/%s/attempts" % rid, {"attempt_id": "a1"},
+                          token=router).status == 201
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), 409,
+                      "attempt_required"))
+        rid = new_id()
+        tok = held(rid)
+        cases.append(("%s/tool-calls/call_01/complete" % rid,
+                      {"fencing_token": tok, "outcome": "succeeded", "result": [rid]}, 200,
+                      "completed"))
+        rid = new_id()
+        tok = held(rid)
+        cases.append(("%s/tool-calls/call_01/complete" % rid,
+                      {"fencing_token": tok + 1, "outcome": "succeeded", "result": 1}, 409,
+                      "stale_token"))
+        rid = new_id()
+        tok = held(rid)
+        cases.append(("%s/tool-calls/call_01/complete" % rid,
+                      {"fencing_token": tok, "outcome": "failed", "retryable": True}, 200,
+                      "released"))
+        rid = new_id()
+        tok = held(rid)
+        cases.append(("%s/tool-calls/call_01/renew" % rid,
+                      {"fencing_token": tok, "lease_ms": 5000}, 200, None))
+        # Two claims of one new key, together: one is claimed, one waits.
+        rid = new_id()
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), "pair", rid))
+        cases.append(("%s/tool-calls/call_01/claim" % rid, claim_body(), "pair", rid))
+    other.stop()
+
+    # Hold the worker: a claim under a request another session has locked.
+    blocker = new_id()
+    assert led.post("/v1/requests/%s/tool-calls/call_01/claim" % blocker, claim_body(),
+                    token=token).status == 201
+    lock = threading.Thread(target=service.sql, args=(
+        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
+        "SELECT pg_sleep(1.5); COMMIT;" % blocker,))
+    lock.start()
+    time.sleep(0.3)
+    held_call = threading.Thread(target=led.post, args=(
+        "/v1/requests/%s/tool-calls/call_02/claim" % blocker, claim_body()),
+        kwargs={"token": token})
+    held_call.start()
+    time.sleep(0.2)
+
+    batched_before = metric(led, "ledger_store_batched_calls_total")
+    answers = [None] * len(cases)
+    clients = [Client(led, token) for _ in cases]
+    start = threading.Barrier(len(cases))
+
+    def send(i):
+        start.wait()
+        path, body = cases[i][0], cases[i][1]
+        answers[i] = clients[i].post("/v1/requests/" + path, body)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.close()
+    lock.join()
+    held_call.join()
+    batches = metric(led, "ledger_store_batched_calls_total") - batched_before
+    led.stop()
+
+    pairs = Counter()
+    for (path, body, status, what), (got, doc, replayed) in zip(cases, answers):
+        if status == "pair":
+            pairs[(what, got)] += 1
+            continue
+        assert got == status, (path, body, got, doc)
+        if what is None:  # a renewal
+            assert doc["lease_ms"] == 5000, (path, doc)
+        elif status < 300:
+            assert doc["status"] == what, (path, doc)
+        else:
+            assert doc["error"]["code"] == what, (path, doc)
+        if what == "completed" and path.endswith("/claim"):
+            assert replayed == "true"
+            assert doc["result"] == {"rid": path.split("/")[0]}
+    for rid in {what for (_, _, status, what) in cases if status == "pair"}:
+        assert pairs[(rid, 201)] == 1 and pairs[(rid, 409)] == 1, pairs
+    assert batches >= len(cases) / 2, batches  # most went in batches
