@@ -715,16 +715,19 @@ def test_process_survives_a_burst_of_bad_input(service):
     assert r.status == 201, r
 
 
-def test_eight_kib_of_headers_are_served_and_a_huge_head_is_431(service):
-    """A connection's memory is bounded: proxies' usual 8 KiB of headers fit,
-    a head several times larger is refused as too large, not served."""
+def test_eight_kib_of_headers_are_served_and_a_huge_head_is_not(service):
+    """A connection's memory is bounded: proxies' usual 8 KiB of headers fit;
+    a head several times larger is refused (431, or the connection closed
+    before the client finished sending it), and the server goes on."""
     led = service.ledgerd
     token = service.token("agent")
     path = "/v1/requests/%s/tool-calls/call_01/claim" % new_id()
     pad = {"X-Pad-%d" % i: "p" * 1000 for i in range(8)}
     r = led.post(path, {"claim_id": claim_id()}, token=token, headers=pad)
     assert r.status == 201, r
-    r = led.post(path, {"claim_id": claim_id()}, token=token, headers={"X-Pad": "p" * 40000})
-    assert r.status == 431, r
-    # The connection was refused, not the server: it serves the next one.
+    try:
+        r = led.get("/healthz", headers={"X-Pad": "p" * 40000})
+        assert r.status == 431, r
+    except (BrokenPipeError, ConnectionResetError):
+        pass
     assert led.get("/healthz").status == 200
