@@ -12,10 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/err.h>
-#include <openssl/evp.h>
-
 #include "ledger/jsonw.h"
+#include "ledger/sha256.h"
 
 /* A double never needs more significant digits than this to round-trip. */
 #define MAX_DIGITS 17
@@ -376,8 +374,7 @@ enum ledger_err ledger_jcs_fingerprint(const struct ledger_json_value *v, char h
 {
 	static const char hex[] = "0123456789abcdef";
 	struct ledger_buf b = LEDGER_BUF_INIT;
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int md_len = 0;
+	unsigned char md[32];
 	enum ledger_err rc;
 	unsigned int i;
 
@@ -389,17 +386,11 @@ enum ledger_err ledger_jcs_fingerprint(const struct ledger_json_value *v, char h
 		rc = LEDGER_ERR_NOMEM;
 		goto out;
 	}
-	/*
-	 * libcrypto fails here only when it cannot allocate. Its error queue
-	 * is per thread and shared with libpq's TLS code, which must not find
-	 * our stale entry there later.
-	 */
-	if (EVP_Digest(b.data, b.len, md, &md_len, EVP_sha256(), NULL) != 1 || md_len != 32) {
-		ERR_clear_error();
+	if (!ledger_sha256(b.data, b.len, md)) {
 		rc = LEDGER_ERR_NOMEM;
 		goto out;
 	}
-	for (i = 0; i < md_len; i++) {
+	for (i = 0; i < sizeof(md); i++) {
 		hex_out[2 * i] = hex[md[i] >> 4];
 		hex_out[2 * i + 1] = hex[md[i] & 0xf];
 	}

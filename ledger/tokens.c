@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "ledger/sha256.h"
+
 #define CACHE_SLOTS 1024 /* a power of two */
 
 struct cache_slot {
@@ -60,10 +62,8 @@ enum ledger_err ledger_token_generate(char out[LEDGER_TOKEN_LEN + 1])
 
 void ledger_token_hash(const char *token, size_t len, unsigned char out[32])
 {
-	unsigned int n = 32;
-
-	if (EVP_Digest(token, len, out, &n, EVP_sha256(), NULL) != 1)
-		abort(); /* SHA-256 of memory cannot fail */
+	if (!ledger_sha256(token, len, out))
+		abort(); /* only out of memory, at a size that cannot be short */
 }
 
 static struct cache_slot *slot_for(const unsigned char sha256[32])
