@@ -41,7 +41,7 @@ static const struct setting settings[] = {
 	 "HOST:PORT, [V6]:PORT or unix:/path/to.sock"},
 	{"policy", "LEDGER_POLICY", K_STRING, NULL, 0, 0, OFF(policy_path),
 	 "failover policy file (YAML); default: the built-in policy"},
-	{"workers", "LEDGER_WORKERS", K_INT, "2", 1, 256, OFF(workers),
+	{"workers", "LEDGER_WORKERS", K_INT, "4", 1, 256, OFF(workers),
 	 "database workers, one connection each"},
 	{"batch-max", "LEDGER_BATCH_MAX", K_INT, "32", 1, 1024, OFF(batch_max),
 	 "calls a database worker may commit in one transaction (1: no batching)"},
