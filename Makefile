@@ -29,14 +29,26 @@ API_SRC    := $(wildcard api/*.c)
 CTL_SRC    := $(wildcard sdk/ledgerctl/*.c)
 SQL        := $(sort $(wildcard sql/*.sql))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+# The C SDK carries ledgerd's own JSON and JCS code, so the fingerprint a
+# client computes is the server's by construction.
+SDK_SRC    := $(wildcard sdk/c/*.c) ledger/buf.c ledger/json.c ledger/jsonw.c ledger/jcs.c \
+              ledger/sha256.c
+SDK_OBJ    := $(SDK_SRC:%.c=$(BUILD)/pic/%.o)
+SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
+SDK_TEST   := $(BUILD)/tests/test_c_client
+SDK_EXAMPLE := $(BUILD)/examples/send_email
+PREFIX     ?= /usr/local
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps run test unit bench format lint clean
-all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl)
+.PHONY: all sdk install-sdk deps run test unit bench format lint clean
+all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
+
+sdk: $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
+     $(BUILD)/ledger_client-uninstalled.pc $(SDK_TEST) $(SDK_EXAMPLE)
 
 deps:
 	@scripts/deps.sh test
@@ -69,6 +81,51 @@ $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(shell pkg-config --cflags cmocka) \
 		-o $@ $< $(TEST_OBJ) $(PKG_LIBS) $(shell pkg-config --libs cmocka) $(LDLIBS)
 
+# The SDK: position-independent objects with only the public API visible.
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libledger_client.so: $(SDK_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libledger_client.so -o $@ $^ $(SDK_LIBS)
+
+# One relocatable object whose hidden symbols are made local, so the static
+# library's copy of the JSON code never clashes with a program's own.
+$(BUILD)/libledger_client.a: $(SDK_OBJ)
+	$(LD) -r -o $(BUILD)/pic/ledger_client.o $^
+	objcopy --localize-hidden $(BUILD)/pic/ledger_client.o
+	rm -f $@ && $(AR) rcs $@ $(BUILD)/pic/ledger_client.o
+
+$(BUILD)/ledger_client.pc: scripts/ledger_client.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@INCLUDEDIR@|$${prefix}/include|' -e 's|@LIBDIR@|$${prefix}/lib|' $< > $@
+
+# pkg-config prefers NAME-uninstalled.pc when it is on PKG_CONFIG_PATH: the build tree.
+$(BUILD)/ledger_client-uninstalled.pc: scripts/ledger_client.pc.in Makefile
+	sed -e 's|@PREFIX@|$(CURDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@INCLUDEDIR@|$(CURDIR)/sdk/c|' -e 's|@LIBDIR@|$(CURDIR)/$(BUILD)|' $< > $@
+
+# The SDK's own test links the static library; the example, like a user's
+# program, the shared one through pkg-config.
+$(SDK_TEST): tests/sdk/test_c_client.c $(BUILD)/libledger_client.a
+	@mkdir -p $(dir $@)
+	$(CC) -D_GNU_SOURCE $(CFLAGS) -Isdk/c $(shell pkg-config --cflags cmocka) -o $@ $< \
+		$(BUILD)/libledger_client.a $(shell pkg-config --libs cmocka) $(SDK_LIBS) $(LDFLAGS)
+
+$(SDK_EXAMPLE): sdk/examples/send_email.c $(BUILD)/libledger_client.so \
+		$(BUILD)/ledger_client-uninstalled.pc
+	@mkdir -p $(dir $@)
+	$(CC) -D_GNU_SOURCE $(CFLAGS) $$(PKG_CONFIG_PATH=$(BUILD) pkg-config --cflags ledger_client) -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(BUILD) pkg-config --libs ledger_client) \
+		-Wl,-rpath,$(CURDIR)/$(BUILD) $(LDFLAGS)
+
+install-sdk: $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libledger_client.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/ledger_client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do $$t; done
 
@@ -76,7 +133,7 @@ unit: $(UNIT_BIN)
 test:
 	@scripts/deps.sh test
 	$(MAKE) all unit
-	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
 bench:
@@ -91,7 +148,8 @@ run:
 
 format:
 	@scripts/deps.sh dev
-	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*.h api/*.h sdk/*/*.h) $(UNIT_SRC)
+	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
+		$(wildcard sdk/c/*.c sdk/examples/*.c tests/sdk/*.c)
 
 lint:
 	@scripts/deps.sh dev

@@ -1,0 +1,617 @@
+/*
+ * sdk/c/client.c: the C client's transport. A pool of libcurl handles lets
+ * any number of threads share one client while each handle keeps its
+ * connection alive between calls. A call that gets no answer, or a 503, is
+ * re-sent unchanged until its time runs out: the API makes every POST
+ * idempotent under such a retry, so a lost answer is never a lost call.
+ */
+#include "sdk/c/client_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#ifndef LEDGER_VERSION
+#define LEDGER_VERSION "unknown"
+#endif
+
+#define DEFAULT_TIMEOUT_MS 10000u
+#define DEFAULT_RETRY_MS 30000u
+#define DEFAULT_COMPLETE_RETRY_MS 300000u
+#define CONNECT_TIMEOUT_MS 3000L
+#define BACKOFF_FIRST_MS 50u
+#define BACKOFF_CAP_MS 1000u
+#define ANSWER_MAX_DEPTH 64
+
+struct client_conn {
+	CURL *curl;
+	struct client_conn *next;
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+/* The answer body as it arrives; refused past the limit. */
+struct sink {
+	struct ledger_buf buf;
+	bool too_large;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+/* libcurl's global state is set up once per process and kept: a library
+ * cannot know when its last user is gone, and cleanup is not thread-safe. */
+static void init_curl(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+const char *ledger_client_strerror(enum ledger_client_err err)
+{
+	switch (err) {
+	case LEDGER_CLIENT_OK:
+		return "ok";
+	case LEDGER_CLIENT_ERR_INVALID:
+		return "invalid argument";
+	case LEDGER_CLIENT_ERR_NOMEM:
+		return "out of memory";
+	case LEDGER_CLIENT_ERR_UNAVAILABLE:
+		return "ledgerd unavailable";
+	case LEDGER_CLIENT_ERR_REFUSED:
+		return "refused by ledgerd";
+	case LEDGER_CLIENT_ERR_PROTOCOL:
+		return "unexpected answer from ledgerd";
+	case LEDGER_CLIENT_ERR_INTERNAL:
+		return "internal error";
+	}
+	return "unknown error";
+}
+
+void ledger_client_error_clear(struct ledger_client_error *e)
+{
+	if (e == NULL)
+		return;
+	free(e->body);
+	memset(e, 0, sizeof(*e));
+}
+
+void client_error_set(struct ledger_client_error *e, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (e == NULL)
+		return;
+	ledger_client_error_clear(e);
+	snprintf(e->code, sizeof(e->code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+}
+
+/* Wipes every header before freeing, since one of them carries the token. */
+static void free_headers(struct curl_slist *list)
+{
+	for (struct curl_slist *n = list; n != NULL; n = n->next)
+		explicit_bzero(n->data, strlen(n->data));
+	curl_slist_free_all(list);
+}
+
+static bool add_header(struct curl_slist **list, const char *line)
+{
+	struct curl_slist *next = curl_slist_append(*list, line);
+
+	if (next == NULL)
+		return false;
+	*list = next;
+	return true;
+}
+
+enum ledger_client_err ledger_client_open(const struct ledger_client_options *opts,
+					  struct ledger_client **out)
+{
+	struct ledger_client *c = NULL;
+	struct ledger_buf auth = LEDGER_BUF_INIT;
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
+	size_t len;
+
+	if (out == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	*out = NULL;
+	if (opts == NULL || opts->url == NULL || opts->token == NULL || opts->token[0] == '\0' ||
+	    strpbrk(opts->token, "\r\n") != NULL ||
+	    (strncasecmp(opts->url, "http://", 7) != 0 &&
+	     strncasecmp(opts->url, "https://", 8) != 0))
+		return LEDGER_CLIENT_ERR_INVALID;
+	pthread_once(&curl_once, init_curl);
+	if (curl_init_rc != CURLE_OK)
+		return LEDGER_CLIENT_ERR_INTERNAL;
+
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		goto out;
+	pthread_mutex_init(&c->lock, NULL);
+	len = strlen(opts->url);
+	while (len > 0 && opts->url[len - 1] == '/')
+		len--;
+	c->base = strndup(opts->url, len);
+	if (c->base == NULL)
+		goto out;
+	c->timeout_ms = opts->timeout_ms != 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+	c->retry_ms = opts->retry_ms != 0 ? opts->retry_ms : DEFAULT_RETRY_MS;
+	c->complete_retry_ms =
+		opts->complete_retry_ms != 0 ? opts->complete_retry_ms : DEFAULT_COMPLETE_RETRY_MS;
+
+	ledger_buf_puts(&auth, "Authorization: Bearer ");
+	ledger_buf_puts(&auth, opts->token);
+	if (auth.oom)
+		goto out;
+	/* Expect: empty, so a large body is not held back waiting for 100-continue. */
+	if (!add_header(&c->headers, auth.data) ||
+	    !add_header(&c->headers, "Accept: application/json") ||
+	    !add_header(&c->headers, "Content-Type: application/json") ||
+	    !add_header(&c->headers, "Expect:"))
+		goto out;
+	*out = c;
+	c = NULL;
+	rc = LEDGER_CLIENT_OK;
+out:
+	if (auth.data != NULL)
+		explicit_bzero(auth.data, auth.len);
+	ledger_buf_free(&auth);
+	ledger_client_close(c);
+	return rc;
+}
+
+void ledger_client_close(struct ledger_client *c)
+{
+	struct client_conn *next = NULL;
+
+	if (c == NULL)
+		return;
+	for (struct client_conn *k = c->idle; k != NULL; k = next) {
+		next = k->next;
+		curl_easy_cleanup(k->curl);
+		free(k);
+	}
+	free_headers(c->headers);
+	free(c->base);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static size_t on_data(char *data, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	size_t len = size * n;
+
+	if (len > CLIENT_MAX_ANSWER - s->buf.len) {
+		s->too_large = true;
+		return 0; /* libcurl stops with CURLE_WRITE_ERROR */
+	}
+	ledger_buf_append(&s->buf, data, len);
+	return s->buf.oom ? 0 : len;
+}
+
+/* Takes an idle handle, or makes one. NULL when libcurl cannot. */
+static struct client_conn *conn_get(struct ledger_client *c)
+{
+	struct client_conn *k = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	k = c->idle;
+	if (k != NULL)
+		c->idle = k->next;
+	pthread_mutex_unlock(&c->lock);
+	if (k != NULL)
+		return k;
+
+	k = calloc(1, sizeof(*k));
+	if (k == NULL)
+		return NULL;
+	k->curl = curl_easy_init();
+	if (k->curl == NULL || curl_easy_setopt(k->curl, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_PATH_AS_IS, 1L) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)CLIENT_MAX_ANSWER) !=
+		    CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_USERAGENT, "ledger_client/" LEDGER_VERSION) !=
+		    CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_ERRORBUFFER, k->errbuf) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK) {
+		if (k->curl != NULL)
+			curl_easy_cleanup(k->curl);
+		free(k);
+		return NULL;
+	}
+	/* Redirects stay off (the default): the token must not follow one elsewhere. */
+	return k;
+}
+
+static void conn_put(struct ledger_client *c, struct client_conn *k)
+{
+	pthread_mutex_lock(&c->lock);
+	k->next = c->idle;
+	c->idle = k;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Failures after which the same request may simply be sent again. */
+static bool transient(CURLcode code)
+{
+	switch (code) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+void client_answer_clear(struct client_answer *a)
+{
+	if (a == NULL)
+		return;
+	ledger_json_free(a->doc);
+	free(a->body);
+	memset(a, 0, sizeof(*a));
+}
+
+/* Fills @p err from an error answer; its envelope when it has one. */
+static enum ledger_client_err error_from_answer(long status, char *body, size_t len,
+						struct ledger_client_error *err)
+{
+	struct ledger_json_doc *doc = NULL;
+	const struct ledger_json_value *e = NULL, *v = NULL;
+
+	if (err == NULL) {
+		free(body);
+		return LEDGER_CLIENT_ERR_REFUSED;
+	}
+	ledger_client_error_clear(err);
+	err->status = status;
+	err->body = body;
+	if (ledger_json_parse(body, len, ANSWER_MAX_DEPTH, &doc, NULL) == LEDGER_OK)
+		e = ledger_json_get(ledger_json_root(doc), "error");
+	if (e == NULL || e->type != LEDGER_JSON_OBJECT) {
+		/* Not ledgerd's envelope: a proxy's page, say. */
+		snprintf(err->message, sizeof(err->message), "HTTP %ld without an error envelope",
+			 status);
+		ledger_json_free(doc);
+		return LEDGER_CLIENT_ERR_PROTOCOL;
+	}
+	v = ledger_json_get(e, "code");
+	if (v != NULL && v->type == LEDGER_JSON_STRING)
+		snprintf(err->code, sizeof(err->code), "%s", v->u.str.s);
+	v = ledger_json_get(e, "message");
+	if (v != NULL && v->type == LEDGER_JSON_STRING)
+		snprintf(err->message, sizeof(err->message), "%s", v->u.str.s);
+	if (!client_get_u64(e, "retry_after_ms", &err->retry_after_ms))
+		err->retry_after_ms = 0;
+	ledger_json_free(doc);
+	return LEDGER_CLIENT_ERR_REFUSED;
+}
+
+enum ledger_client_err client_call(struct ledger_client *c, const char *path,
+				   const struct ledger_buf *body, uint32_t retry_ms,
+				   struct client_answer *ans, struct ledger_client_error *err)
+{
+	struct ledger_buf url = LEDGER_BUF_INIT;
+	struct sink s = {LEDGER_BUF_INIT, false};
+	struct client_conn *k = NULL;
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
+	uint64_t start = client_now_ms();
+	uint32_t delay = BACKOFF_FIRST_MS;
+	long status = 0;
+	CURLcode code;
+
+	memset(ans, 0, sizeof(*ans));
+	ledger_buf_puts(&url, c->base);
+	ledger_buf_puts(&url, path);
+	if (url.oom || (body != NULL && body->oom))
+		goto out;
+	k = conn_get(c);
+	if (k == NULL) {
+		rc = LEDGER_CLIENT_ERR_INTERNAL;
+		client_error_set(err, "", "libcurl could not make a handle");
+		goto out;
+	}
+	if (curl_easy_setopt(k->curl, CURLOPT_URL, url.data) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, &s) != CURLE_OK ||
+	    (body == NULL ? curl_easy_setopt(k->curl, CURLOPT_HTTPGET, 1L) != CURLE_OK
+			  : (curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS,
+					      body->data != NULL ? body->data : "") != CURLE_OK ||
+			     curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+					      (curl_off_t)body->len) != CURLE_OK))) {
+		rc = LEDGER_CLIENT_ERR_INTERNAL;
+		client_error_set(err, "", "libcurl refused an option");
+		goto out;
+	}
+
+	for (;;) {
+		uint64_t elapsed, hint = 0;
+
+		ledger_buf_free(&s.buf);
+		s.too_large = false;
+		k->errbuf[0] = '\0';
+		code = curl_easy_perform(k->curl);
+		if (s.buf.oom)
+			goto out;
+		status = 0;
+		if (code == CURLE_OK &&
+		    curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
+			status = 0;
+		if (code == CURLE_OK && status != 502 && status != 503 && status != 504)
+			break;
+		if (code != CURLE_OK && !transient(code)) {
+			rc = s.too_large || code == CURLE_FILESIZE_EXCEEDED
+				     ? LEDGER_CLIENT_ERR_PROTOCOL
+				     : LEDGER_CLIENT_ERR_UNAVAILABLE;
+			client_error_set(err, "", "%s",
+					 k->errbuf[0] != '\0' ? k->errbuf
+							      : curl_easy_strerror(code));
+			goto out;
+		}
+		if (code == CURLE_OK) {
+			/* A 503 says how long to back off; keep its body for the caller. */
+			size_t len = s.buf.len;
+			char *text = ledger_buf_steal(&s.buf, &len);
+
+			if (text == NULL)
+				goto out;
+			(void)error_from_answer(status, text, len, err);
+			if (err != NULL)
+				hint = err->retry_after_ms;
+		} else {
+			client_error_set(err, "", "%s",
+					 k->errbuf[0] != '\0' ? k->errbuf
+							      : curl_easy_strerror(code));
+		}
+		elapsed = client_now_ms() - start;
+		if (elapsed >= retry_ms) {
+			rc = LEDGER_CLIENT_ERR_UNAVAILABLE;
+			goto out;
+		}
+		client_backoff(&delay, hint, retry_ms - elapsed);
+	}
+
+	ans->status = status;
+	ans->body = ledger_buf_steal(&s.buf, &ans->len);
+	if (ans->body == NULL) {
+		ans->body = strdup("");
+		if (ans->body == NULL)
+			goto out;
+	}
+	if (status < 200 || status > 299) {
+		rc = error_from_answer(status, ans->body, ans->len, err);
+		ans->body = NULL; /* now err's */
+		goto out;
+	}
+	if (ledger_json_parse(ans->body, ans->len, ANSWER_MAX_DEPTH, &ans->doc, NULL) !=
+		    LEDGER_OK ||
+	    ledger_json_root(ans->doc)->type != LEDGER_JSON_OBJECT) {
+		client_error_set(err, "", "HTTP %ld with a body that is not a JSON object", status);
+		rc = LEDGER_CLIENT_ERR_PROTOCOL;
+		goto out;
+	}
+	ans->root = ledger_json_root(ans->doc);
+	rc = LEDGER_CLIENT_OK;
+out:
+	if (k != NULL) {
+		/* Unhook the stack buffer and the body before the handle is reused. */
+		(void)curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, NULL);
+		(void)curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, NULL);
+		conn_put(c, k);
+	}
+	if (rc != LEDGER_CLIENT_OK)
+		client_answer_clear(ans);
+	ledger_buf_free(&url);
+	ledger_buf_free(&s.buf);
+	return rc;
+}
+
+static bool id_char(unsigned char ch)
+{
+	return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '_' || ch == '~' || ch == '-';
+}
+
+bool client_valid_id(const char *id)
+{
+	size_t n = 0;
+
+	if (id == NULL)
+		return false;
+	for (; id[n] != '\0'; n++)
+		if (n >= LEDGER_CLIENT_ID_MAX || !id_char((unsigned char)id[n]))
+			return false;
+	return n > 0;
+}
+
+/* "." and ".." are valid ids but dot segments of a path: never sent bare. */
+static void put_segment(struct ledger_buf *b, const char *seg)
+{
+	ledger_buf_putc(b, '/');
+	if (strcmp(seg, ".") == 0)
+		ledger_buf_puts(b, "%2E");
+	else if (strcmp(seg, "..") == 0)
+		ledger_buf_puts(b, "%2E%2E");
+	else
+		ledger_buf_puts(b, seg);
+}
+
+void client_path(struct ledger_buf *b, const char *rid, ...)
+{
+	va_list ap;
+	const char *seg;
+
+	ledger_buf_puts(b, "/v1/requests");
+	put_segment(b, rid);
+	va_start(ap, rid);
+	while ((seg = va_arg(ap, const char *)) != NULL)
+		put_segment(b, seg);
+	va_end(ap);
+}
+
+char *client_dup_string(const struct ledger_json_value *obj, const char *key)
+{
+	const struct ledger_json_value *v = ledger_json_get(obj, key);
+
+	if (v == NULL || v->type != LEDGER_JSON_STRING)
+		return NULL;
+	return strndup(v->u.str.s, v->u.str.len);
+}
+
+char *client_dup_raw(const struct ledger_json_value *obj, const char *key)
+{
+	const struct ledger_json_value *v = ledger_json_get(obj, key);
+
+	if (v == NULL)
+		return NULL;
+	return strndup(v->raw, v->raw_len);
+}
+
+bool client_get_u64(const struct ledger_json_value *obj, const char *key, uint64_t *out)
+{
+	const struct ledger_json_value *v = ledger_json_get(obj, key);
+
+	return v != NULL && ledger_json_number_uint(v, UINT64_MAX, out) == LEDGER_OK;
+}
+
+uint64_t client_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+void client_backoff(uint32_t *delay_ms, uint64_t hint_ms, uint64_t left_ms)
+{
+	uint32_t r = 0;
+	uint64_t d = *delay_ms;
+
+	if (hint_ms > d)
+		d = hint_ms;
+	if (d > BACKOFF_CAP_MS)
+		d = BACKOFF_CAP_MS;
+	/* Full jitter over the upper half keeps clients that failed together apart. */
+	if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		r = (uint32_t)client_now_ms();
+	d = d / 2 + (d > 1 ? r % (d / 2 + 1) : 0);
+	if (d > left_ms)
+		d = left_ms;
+	sleep_ms(d);
+	*delay_ms = *delay_ms >= BACKOFF_CAP_MS / 2 ? BACKOFF_CAP_MS : *delay_ms * 2;
+}
+
+bool client_random_hex(char *hex, size_t bytes)
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char raw[64];
+	size_t got = 0;
+
+	if (bytes > sizeof(raw))
+		return false;
+	while (got < bytes) {
+		ssize_t n = getrandom(raw + got, bytes - got, 0);
+
+		if (n < 0 && errno != EINTR)
+			return false;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	for (size_t i = 0; i < bytes; i++) {
+		hex[2 * i] = digits[raw[i] >> 4];
+		hex[2 * i + 1] = digits[raw[i] & 0xf];
+	}
+	hex[2 * bytes] = '\0';
+	explicit_bzero(raw, sizeof(raw));
+	return true;
+}
+
+static void *ticker_main(void *arg)
+{
+	struct client_ticker *t = arg;
+	struct timespec at;
+
+	pthread_mutex_lock(&t->lock);
+	while (!t->stop) {
+		clock_gettime(CLOCK_MONOTONIC, &at);
+		at.tv_sec += (time_t)(t->interval_ms / 1000u);
+		at.tv_nsec += (long)(t->interval_ms % 1000u) * 1000000L;
+		if (at.tv_nsec >= 1000000000L) {
+			at.tv_sec++;
+			at.tv_nsec -= 1000000000L;
+		}
+		while (!t->stop && pthread_cond_timedwait(&t->wake, &t->lock, &at) != ETIMEDOUT)
+			;
+		if (t->stop)
+			break;
+		pthread_mutex_unlock(&t->lock);
+		bool more = t->tick(t->arg);
+		pthread_mutex_lock(&t->lock);
+		if (!more)
+			break;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return NULL;
+}
+
+bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*tick)(void *),
+			 void *arg)
+{
+	pthread_condattr_t attr;
+
+	memset(t, 0, sizeof(*t));
+	t->interval_ms = interval_ms;
+	t->tick = tick;
+	t->arg = arg;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&t->wake, &attr);
+	pthread_condattr_destroy(&attr);
+	if (pthread_create(&t->thread, NULL, ticker_main, t) != 0) {
+		pthread_cond_destroy(&t->wake);
+		pthread_mutex_destroy(&t->lock);
+		return false;
+	}
+	t->running = true;
+	return true;
+}
+
+void client_ticker_stop(struct client_ticker *t)
+{
+	if (!t->running)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->stop = true;
+	pthread_cond_signal(&t->wake);
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->thread, NULL);
+	pthread_cond_destroy(&t->wake);
+	pthread_mutex_destroy(&t->lock);
+	t->running = false;
+}

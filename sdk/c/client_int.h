@@ -1,0 +1,105 @@
+/*
+ * sdk/c/client_int.h: what the C client's files share and users never see:
+ * the client's insides, one HTTP exchange with its retry rule, reading an
+ * answer, and a ticker thread for heartbeats and claim renewals.
+ */
+#ifndef LEDGER_CLIENT_INT_H
+#define LEDGER_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ledger/buf.h"
+#include "ledger/json.h"
+#include "sdk/c/ledger_client.h"
+
+#define CLIENT_MAX_ANSWER (16u << 20) /* the largest answer read, in bytes */
+
+struct client_conn; /* one pooled libcurl handle */
+
+struct ledger_client {
+	char *base;                 /* the URL without its trailing '/' */
+	struct curl_slist *headers; /* Authorization (wiped on close), Content-Type, ... */
+	uint32_t timeout_ms;        /* one exchange */
+	uint32_t retry_ms;          /* re-sending a call that got no answer or a 503 */
+	uint32_t complete_retry_ms; /* the same for recording what a tool did */
+	pthread_mutex_t lock;       /* guards idle */
+	struct client_conn *idle;   /* handles not in use, each keeping its connection */
+};
+
+/* A 2xx answer, parsed. */
+struct client_answer {
+	long status;
+	char *body; /* owned, NUL-terminated */
+	size_t len;
+	struct ledger_json_doc *doc;          /* owned; borrows body */
+	const struct ledger_json_value *root; /* an object, borrowed from doc */
+};
+
+void client_answer_clear(struct client_answer *a);
+
+/**
+ * POSTs @p body (GET when NULL) to @p path and re-sends the very same
+ * request while no answer comes or the answer is 502/503/504, with capped,
+ * jittered back-off, for up to @p retry_ms. Every POST of the API is
+ * idempotent under such a retry.
+ * @param ans on LEDGER_CLIENT_OK the 2xx answer, a JSON object
+ * @param err on failure why (may be NULL); the caller clears it
+ * @return LEDGER_CLIENT_OK, _ERR_REFUSED (an API error), _ERR_UNAVAILABLE,
+ *         _ERR_PROTOCOL, _ERR_NOMEM or _ERR_INTERNAL
+ */
+enum ledger_client_err client_call(struct ledger_client *c, const char *path,
+				   const struct ledger_buf *body, uint32_t retry_ms,
+				   struct client_answer *ans, struct ledger_client_error *err);
+
+/** True if @p id is 1..128 bytes of [A-Za-z0-9._~-], as the API requires. */
+bool client_valid_id(const char *id);
+
+/** Appends "/v1/requests/{rid}" and, when @p tail is not NULL, "/" tail
+ *  and further id segments given as NULL-terminated varargs: ids are
+ *  escaped where the path could misread them ("." and ".."). */
+void client_path(struct ledger_buf *b, const char *rid, ...);
+
+/** A new copy of the string member @p key of @p obj, or NULL if absent. */
+char *client_dup_string(const struct ledger_json_value *obj, const char *key);
+/** A new copy of the exact JSON text of member @p key, or NULL if absent. */
+char *client_dup_raw(const struct ledger_json_value *obj, const char *key);
+/** Reads the non-negative integer member @p key; false if absent or not one. */
+bool client_get_u64(const struct ledger_json_value *obj, const char *key, uint64_t *out);
+
+/** Records an error the client itself decided (nothing was answered). */
+void client_error_set(struct ledger_client_error *e, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/** Milliseconds on the monotonic clock. */
+uint64_t client_now_ms(void);
+/** Sleeps for a jittered back-off: between half and all of *delay_ms (raised to
+ *  @p hint_ms when larger, capped at 1 s and at @p left_ms), then doubles it. */
+void client_backoff(uint32_t *delay_ms, uint64_t hint_ms, uint64_t left_ms);
+/** Fills @p hex with 2 * @p bytes random hex digits and a NUL. */
+bool client_random_hex(char *hex, size_t bytes);
+
+/* A thread that calls @c tick every @c interval_ms until stopped or tick
+ * returns false: attempt heartbeats and claim renewals. */
+struct client_ticker {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	bool running; /* started and not yet joined */
+	bool stop;    /* asked to stop; guarded by lock */
+	uint32_t interval_ms;
+	bool (*tick)(void *arg);
+	void *arg;
+};
+
+/** Starts @p t; false if the thread could not be made. */
+bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*tick)(void *),
+			 void *arg);
+/** Stops @p t and joins its thread; safe on a ticker never started. */
+void client_ticker_stop(struct client_ticker *t);
+
+/** Marks @p a revoked (tool-call wrapper, failover). */
+void client_attempt_revoke(struct ledger_attempt *a);
+
+#endif

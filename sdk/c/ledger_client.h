@@ -1,0 +1,378 @@
+/*
+ * sdk/c/ledger_client.h: the C client of ledgerd. An agent runtime wraps a
+ * tool's side effect in ledger_client_tool_call() so a retried or
+ * failed-over tool call gets the stored result instead of running twice; a
+ * router drives an inference attempt's life (begin, heartbeat, deliver,
+ * finish) and asks ledgerd what to do when a replica fails.
+ *
+ * Link with `pkg-config --cflags --libs ledger_client`.
+ *
+ * Threads: a client may be shared by any number of threads. It keeps a
+ * small pool of HTTP connections, one per call in flight, reused across
+ * calls. An attempt handle may be used from several threads as well; its
+ * heartbeat runs on a thread of its own.
+ *
+ * Errors: every fallible function returns enum ledger_client_err and fills
+ * a struct ledger_client_error when ledgerd refused or could not be reached.
+ * Out-parameters own their memory and have a clear or free function, all
+ * NULL-safe. No function aborts on bad input or on a bad answer.
+ */
+#ifndef LEDGER_CLIENT_H
+#define LEDGER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LEDGER_CLIENT_API __attribute__((visibility("default")))
+#define LEDGER_CLIENT_MUSTCHECK __attribute__((warn_unused_result))
+
+/** The longest id the API accepts (request, tool call, attempt), in bytes. */
+#define LEDGER_CLIENT_ID_MAX 128
+
+/** The largest integer the API accepts (token counts, leases): 2^53 - 1. */
+#define LEDGER_CLIENT_MAX_INT 9007199254740991ULL
+
+enum ledger_client_err {
+	LEDGER_CLIENT_OK = 0,
+	LEDGER_CLIENT_ERR_INVALID,     /* a bad argument: nothing was sent */
+	LEDGER_CLIENT_ERR_NOMEM,       /* an allocation failed */
+	LEDGER_CLIENT_ERR_UNAVAILABLE, /* no answer, or 503, for as long as the call was retried */
+	LEDGER_CLIENT_ERR_REFUSED,  /* ledgerd answered with an API error: see the error's code */
+	LEDGER_CLIENT_ERR_PROTOCOL, /* an answer that is not what the API says */
+	LEDGER_CLIENT_ERR_INTERNAL, /* libcurl or a thread could not be started */
+};
+
+/** A short English name of @p err ("refused", ...); never NULL, static. */
+LEDGER_CLIENT_API const char *ledger_client_strerror(enum ledger_client_err err);
+
+/* Why a call did not succeed. Zeroed means "nothing to report". */
+struct ledger_client_error {
+	long status;             /* the HTTP status; 0 when no answer came */
+	char code[48];           /* the API's error code ("in_progress", ...); "" if none */
+	char message[256];       /* the API's message, or libcurl's reason */
+	uint64_t retry_after_ms; /* the API's retry_after_ms, 0 if none */
+	char *body;              /* the whole answer body, owned; NULL if none */
+};
+
+/** Frees @p e->body and zeroes @p e. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_error_clear(struct ledger_client_error *e);
+
+struct ledger_client; /* opaque: a ledgerd's address, a token and a pool of connections */
+
+struct ledger_client_options {
+	const char *url;            /* "http://127.0.0.1:8080"; required */
+	const char *token;          /* the bearer token; required; copied, wiped on close */
+	uint32_t timeout_ms;        /* one HTTP exchange; 0: 10000 */
+	uint32_t retry_ms;          /* how long a call is re-sent on no answer or 503; 0: 30000 */
+	uint32_t complete_retry_ms; /* the same for recording what a tool did; 0: 300000 */
+};
+
+/**
+ * Makes a client. Sends nothing yet.
+ * @param opts borrowed for the call
+ * @param out on LEDGER_CLIENT_OK a new client; free with ledger_client_close()
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID (no url or token, not http(s)),
+ *         _ERR_NOMEM or _ERR_INTERNAL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_open(const struct ledger_client_options *opts, struct ledger_client **out);
+
+/** Closes the connections and wipes the token. Every attempt's heartbeat
+ *  must be stopped first. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_close(struct ledger_client *c);
+
+/* ---------------------------------------------------------------------- */
+/* Tool calls (agent runtimes)                                            */
+/* ---------------------------------------------------------------------- */
+
+struct ledger_attempt;
+
+/* One tool call: what is claimed. Strings are borrowed for the call. */
+struct ledger_call {
+	const char *request_id;   /* the logical request; required */
+	const char *tool_call_id; /* stable across reruns: see ledger_client_stable_call_id() */
+	const char *tool;         /* the tool's name, or NULL */
+	const char *args_json;    /* the arguments as JSON text, or NULL; fingerprinted here */
+	bool store_args;          /* also send the arguments, for incident review */
+	const char *attempt_id;   /* the router attempt the call runs under, or NULL */
+	struct ledger_attempt *attempt; /* or its handle: revoked on args_mismatch */
+	const char *owner;              /* who executes, for review ("billing@pod-7"), or NULL */
+	uint32_t lease_ms;              /* how long a claim is held between renewals; 0: 30000 */
+	bool tool_dedupes;              /* the tool itself honours the idempotency key */
+	uint32_t wait_ms;               /* how long to wait while another holder runs it; 0: not */
+};
+
+/* What the tool reports. */
+enum ledger_tool_status {
+	LEDGER_TOOL_SUCCEEDED,    /* the effect happened: its result is recorded and replayed */
+	LEDGER_TOOL_FAILED,       /* it failed for good: the failure is recorded and replayed */
+	LEDGER_TOOL_RETRYABLE,    /* it failed and may be tried again: the key is released */
+	LEDGER_TOOL_NOT_EXECUTED, /* it did not run at all: the key is released */
+};
+
+/**
+ * Runs the side effect. @p idempotency_key ("request_id:tool_call_id") is
+ * the one to pass on to a tool that accepts one; @p fencing_token grows
+ * with every holder, for tools that reject writes of older holders.
+ * Sets @p *result_json to a malloc'd JSON text (or leaves it NULL for
+ * null); the wrapper frees it. A text that is not JSON is recorded as a
+ * JSON string holding it. While the tool runs, its claim is renewed.
+ */
+typedef enum ledger_tool_status (*ledger_tool_fn)(void *ctx, const char *idempotency_key,
+						  uint64_t fencing_token, char **result_json);
+
+enum ledger_outcome_kind {
+	LEDGER_OUTCOME_EXECUTED,    /* claimed; the tool ran; its outcome is recorded */
+	LEDGER_OUTCOME_REPLAYED,    /* completed before: the stored result; the tool did not run */
+	LEDGER_OUTCOME_RELEASED,    /* the tool said RETRYABLE or NOT_EXECUTED: claimable again */
+	LEDGER_OUTCOME_UNRECORDED,  /* the tool ran, ledgerd stayed unreachable: not recorded */
+	LEDGER_OUTCOME_IN_PROGRESS, /* another holder still runs it after wait_ms */
+	LEDGER_OUTCOME_UNKNOWN,     /* a holder's lease ran out: it may have run; resolve it */
+	LEDGER_OUTCOME_ATTEMPT_FENCED, /* the attempt has no rights: do not act */
+	LEDGER_OUTCOME_ARGS_MISMATCH,  /* the key was claimed with other arguments: diverged */
+	LEDGER_OUTCOME_RESULT_EXPIRED, /* settled long ago, result removed: never run again */
+	LEDGER_OUTCOME_REFUSED,        /* any other API error (attempt_required, ...): see error */
+};
+
+/* The stored outcome of a completed call. */
+enum ledger_call_outcome {
+	LEDGER_CALL_NONE,      /* not completed */
+	LEDGER_CALL_SUCCEEDED, /* "succeeded" */
+	LEDGER_CALL_FAILED,    /* "failed" */
+};
+
+struct ledger_outcome {
+	enum ledger_outcome_kind kind;
+	bool executed;                 /* the tool was called by this invocation */
+	enum ledger_call_outcome call; /* EXECUTED, REPLAYED: what is recorded */
+	char *result;           /* JSON text: the stored result, or the tool's; NULL if none */
+	char *idempotency_key;  /* "request_id:tool_call_id" */
+	uint64_t fencing_token; /* this invocation's claim; 0 if it held none */
+	char *completed_at;     /* RFC 3339, when completed; NULL otherwise */
+	struct ledger_client_error error; /* the refusal, or the last failure when UNRECORDED */
+};
+
+/** Frees what @p o owns and zeroes it. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_outcome_clear(struct ledger_outcome *o);
+
+/** The name of @p kind ("executed", "args_mismatch", ...); static. */
+LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kind kind);
+
+/**
+ * Claims @p call's key and runs @p tool_fn at most once across every
+ * retry, replica and rerun. With a fresh random claim_id (128 bits, re-sent
+ * only when the same HTTP call is retried after no answer or a 503), it
+ * claims; on a replay it returns the stored result without calling the
+ * tool; when claimed it calls @p tool_fn, renews the claim every third of
+ * the lease while the tool runs, and records what the tool reported. A
+ * recording that fails is retried for complete_retry_ms: the effect
+ * happened and must not be lost; past that the outcome is UNRECORDED,
+ * with the tool's result. in_progress is waited out for wait_ms with
+ * capped, jittered back-off; outcome_unknown, attempt_fenced and
+ * args_mismatch come back as their own kinds and never run the tool.
+ *
+ * @param call borrowed for the call
+ * @param ctx passed to @p tool_fn untouched
+ * @param out filled whatever the return value; clear with
+ *        ledger_client_outcome_clear()
+ * @return LEDGER_CLIENT_OK when @p out says what happened (any kind but
+ *         REFUSED), _ERR_REFUSED with kind REFUSED for any other API error
+ *         (attempt_required, attempt_not_found, invalid_field, ...: see
+ *         out->error), _ERR_UNAVAILABLE when ledgerd could not be asked
+ *         (the tool did not run), _ERR_INVALID, _ERR_PROTOCOL, _ERR_NOMEM
+ *         or _ERR_INTERNAL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_tool_call(struct ledger_client *c, const struct ledger_call *call,
+			ledger_tool_fn tool_fn, void *ctx, struct ledger_outcome *out);
+
+/**
+ * Names the @p k-th tool call of a logical request ("call_07"). A rerun on
+ * another replica makes the engine invent new random tool-call ids; this
+ * name stays the same, so the rerun hits the same key.
+ * @return LEDGER_CLIENT_OK, or _ERR_INVALID if @p size is too small
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_stable_call_id(unsigned k, char *out, size_t size);
+
+/**
+ * The RFC 8785 (JCS) canonical form of the JSON text @p json, as ledgerd
+ * computes it. @param out a new NUL-terminated text; free with free()
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID (not JSON, a duplicate key, a
+ *         number out of the double range) or _ERR_NOMEM
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_canonicalize(const char *json, size_t len, char **out, size_t *out_len);
+
+/**
+ * The argument fingerprint ledgerd keeps: SHA-256 of the canonical form,
+ * 64 lowercase hex digits and a NUL. Errors as ledger_client_canonicalize().
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_args_sha256(const char *json, size_t len, char hex_out[65]);
+
+/* ---------------------------------------------------------------------- */
+/* Attempts and failover (routers)                                        */
+/* ---------------------------------------------------------------------- */
+
+/* One try of a logical request on one replica. Strings borrowed for the call. */
+struct ledger_attempt_spec {
+	const char *request_id;     /* required */
+	const char *attempt_id;     /* required, unique within the request */
+	const char *replica;        /* or NULL */
+	const char *model_revision; /* or NULL: the request's */
+	uint32_t lease_ms;          /* 0: ledgerd's default */
+	uint32_t max_attempts;      /* 0: the policy's default (fixed by the first attempt) */
+};
+
+/**
+ * Begins an attempt (POST /v1/requests/{rid}/attempts). The same spec
+ * again is answered as the first time.
+ * @param out on LEDGER_CLIENT_OK a new handle; free with
+ *        ledger_client_attempt_free()
+ * @param err on _ERR_REFUSED the API's refusal (first_delta_sent,
+ *        request_closed, retry_budget_exhausted, source_not_fenced, ...);
+ *        clear with ledger_client_error_clear(); may be NULL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_begin(struct ledger_client *c, const struct ledger_attempt_spec *spec,
+			    struct ledger_attempt **out, struct ledger_client_error *err);
+
+/** Stops the heartbeat if running and frees @p a. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_attempt_free(struct ledger_attempt *a);
+
+/** The attempt's id and request id; borrowed from @p a. */
+LEDGER_CLIENT_API const char *ledger_client_attempt_id(const struct ledger_attempt *a);
+LEDGER_CLIENT_API const char *ledger_client_attempt_request_id(const struct ledger_attempt *a);
+/** The attempt's epoch (its fencing token) and lease as granted. */
+LEDGER_CLIENT_API uint64_t ledger_client_attempt_epoch(const struct ledger_attempt *a);
+LEDGER_CLIENT_API uint32_t ledger_client_attempt_lease_ms(const struct ledger_attempt *a);
+
+/**
+ * Whether the attempt lost its rights: ledgerd answered attempt_fenced to
+ * it, a tool call under it diverged (args_mismatch), or a failover decision
+ * revoked it. Once true, stays true; deliver, renew and finish then refuse
+ * without asking. A router stops publishing the attempt's output.
+ */
+LEDGER_CLIENT_API bool ledger_client_attempt_revoked(const struct ledger_attempt *a);
+
+/**
+ * Renews the lease: the new deadline is ledgerd's now plus @p lease_ms (0:
+ * the lease the attempt began with). _ERR_REFUSED attempt_fenced revokes.
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_renew(struct ledger_attempt *a, uint32_t lease_ms,
+			    struct ledger_client_error *err);
+
+/**
+ * Starts renewing the lease every @p interval_ms (0: a third of the lease)
+ * on a thread of its own, until stopped, revoked or freed. Renewals that
+ * get no answer are tried again at the next tick.
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID if one runs already, _ERR_INTERNAL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_heartbeat_start(struct ledger_attempt *a, uint32_t interval_ms);
+
+/** Stops the heartbeat and waits for its thread. NULL-safe, idempotent. */
+LEDGER_CLIENT_API void ledger_client_heartbeat_stop(struct ledger_attempt *a);
+
+/**
+ * Reports delivered output (POST .../deliver). Call it before writing the
+ * first byte of the response to the client: only after LEDGER_CLIENT_OK may
+ * that byte go out. The first call makes the request non-retryable.
+ * _ERR_REFUSED attempt_fenced means: do not publish.
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_deliver(struct ledger_attempt *a, uint64_t delivered_output_tokens,
+			      struct ledger_client_error *err);
+
+/** Revokes the attempt's rights (POST .../cancel); @p reason may be NULL. */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_cancel(struct ledger_attempt *a, const char *reason,
+			     struct ledger_client_error *err);
+
+/** The worker confirms it stopped (POST .../cancel-ack). */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_cancel_ack(struct ledger_attempt *a, struct ledger_client_error *err);
+
+/**
+ * Ends the attempt (POST .../finish): @p completed true closes the request
+ * as completed; false ends the attempt as failed and leaves the request
+ * open for a failover decision. @p reason may be NULL.
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_finish(struct ledger_attempt *a, bool completed,
+			     uint64_t delivered_output_tokens, const char *reason,
+			     struct ledger_client_error *err);
+
+/* What the router saw go wrong. */
+enum ledger_signal {
+	LEDGER_SIGNAL_REPLICA_EXITED,      /* certainly dead */
+	LEDGER_SIGNAL_POD_LOST,            /* certainly dead */
+	LEDGER_SIGNAL_UPSTREAM_CLOSED,     /* certainly dead */
+	LEDGER_SIGNAL_NETWORK_ERROR,       /* liveness uncertain */
+	LEDGER_SIGNAL_HEARTBEAT_TIMEOUT,   /* liveness uncertain */
+	LEDGER_SIGNAL_OVERLOADED,          /* slow, not failed */
+	LEDGER_SIGNAL_CLIENT_DISCONNECTED, /* the client went away */
+};
+
+enum ledger_failover_action {
+	LEDGER_FAILOVER_RETRY_PREFILL,    /* run the request again: decision.next */
+	LEDGER_FAILOVER_WAIT_FOR_FENCE,   /* ask again after cancel-ack or retry_after_ms */
+	LEDGER_FAILOVER_KEEP_WAITING,     /* a slow replica: keep streaming from it */
+	LEDGER_FAILOVER_CANCEL_UPSTREAM,  /* stop the upstream; start nothing */
+	LEDGER_FAILOVER_TERMINATE_STREAM, /* end the stream with decision.sse_event */
+	LEDGER_FAILOVER_REJECT,           /* fail the request with decision.client_error */
+};
+
+/* Options of a failover question; zeroed means none. Strings borrowed. */
+struct ledger_failover_opts {
+	bool has_retry_prefill_tokens;
+	uint64_t retry_prefill_tokens;   /* what a rerun would prefill again */
+	struct ledger_attempt_spec next; /* the rerun, if one is allowed (next.attempt_id set) */
+};
+
+struct ledger_decision {
+	enum ledger_failover_action action;
+	uint64_t retry_after_ms; /* WAIT_FOR_FENCE: when to ask again */
+	char *client_error;      /* {"error": {...}} for the client, or NULL */
+	char *sse_event;         /* "data: <client_error>\n\n", the stream's final event, or NULL */
+	struct ledger_attempt *next; /* RETRY_PREFILL: the new attempt, owned by the decision */
+	char *settled_tool_calls;    /* RETRY_PREFILL: JSON array of the calls already settled */
+	char *body;                  /* the whole answer */
+};
+
+/** Frees what @p d owns (the next attempt too) and zeroes it. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_decision_clear(struct ledger_decision *d);
+
+/**
+ * Takes the next attempt out of @p d, so it outlives the decision.
+ * @return the handle (free with ledger_client_attempt_free()), or NULL
+ */
+LEDGER_CLIENT_API struct ledger_attempt *
+ledger_client_decision_take_next(struct ledger_decision *d);
+
+/**
+ * Reports a failure of @p source and gets the decision (POST .../failover).
+ * Any decision but KEEP_WAITING revokes @p source. A retried call gets the
+ * decision recorded the first time.
+ * @param opts may be NULL
+ * @param out filled on LEDGER_CLIENT_OK; clear with ledger_client_decision_clear()
+ * @param err on _ERR_REFUSED attempt_fenced (not the newest attempt) or
+ *        request_closed (its body has the recorded client_error); may be NULL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_failover(struct ledger_attempt *source, enum ledger_signal signal,
+		       const struct ledger_failover_opts *opts, struct ledger_decision *out,
+		       struct ledger_client_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,514 @@
+/*
+ * sdk/c/router.c: the router side of the C client. An attempt handle
+ * carries one inference attempt through its life:
+ *
+ *   begin ──> [heartbeat renews] ──> deliver (first delta, then progress) ──> finish
+ *     │                       └──> cancel ──> cancel-ack
+ *     └ on an upstream failure: failover ──> the decision (and its next attempt)
+ *
+ * Once ledgerd says the attempt has no rights (attempt_fenced), a tool call
+ * under it diverged, or a failover decision revoked it, the handle is
+ * revoked for good and refuses to deliver, renew or finish without asking.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/jsonw.h"
+#include "sdk/c/client_int.h"
+
+#define MIN_HEARTBEAT_MS 20u
+
+struct ledger_attempt {
+	struct ledger_client *c;
+	char *request_id;
+	char *attempt_id;
+	uint64_t epoch;
+	uint32_t lease_ms;         /* as granted by begin */
+	atomic_bool revoked;       /* lost its rights; never cleared */
+	struct client_ticker beat; /* the heartbeat, when started */
+};
+
+const char *ledger_client_attempt_id(const struct ledger_attempt *a)
+{
+	return a != NULL ? a->attempt_id : NULL;
+}
+
+const char *ledger_client_attempt_request_id(const struct ledger_attempt *a)
+{
+	return a != NULL ? a->request_id : NULL;
+}
+
+uint64_t ledger_client_attempt_epoch(const struct ledger_attempt *a)
+{
+	return a != NULL ? a->epoch : 0;
+}
+
+uint32_t ledger_client_attempt_lease_ms(const struct ledger_attempt *a)
+{
+	return a != NULL ? a->lease_ms : 0;
+}
+
+bool ledger_client_attempt_revoked(const struct ledger_attempt *a)
+{
+	return a != NULL && atomic_load(&a->revoked);
+}
+
+void client_attempt_revoke(struct ledger_attempt *a)
+{
+	atomic_store(&a->revoked, true);
+}
+
+void ledger_client_attempt_free(struct ledger_attempt *a)
+{
+	if (a == NULL)
+		return;
+	client_ticker_stop(&a->beat);
+	free(a->request_id);
+	free(a->attempt_id);
+	free(a);
+}
+
+/* A handle from an attempt object as POST attempts and failover render it. */
+static enum ledger_client_err attempt_from(struct ledger_client *c, const char *request_id,
+					   const struct ledger_json_value *obj,
+					   struct ledger_attempt **out,
+					   struct ledger_client_error *err)
+{
+	struct ledger_attempt *a = NULL;
+	uint64_t lease = 0;
+
+	*out = NULL;
+	a = calloc(1, sizeof(*a));
+	if (a == NULL)
+		return LEDGER_CLIENT_ERR_NOMEM;
+	a->c = c;
+	atomic_init(&a->revoked, false);
+	a->request_id = strdup(request_id);
+	a->attempt_id = client_dup_string(obj, "attempt_id");
+	if (a->request_id == NULL || a->attempt_id == NULL ||
+	    !client_get_u64(obj, "epoch", &a->epoch) || !client_get_u64(obj, "lease_ms", &lease) ||
+	    lease > UINT32_MAX) {
+		ledger_client_attempt_free(a);
+		client_error_set(err, "", "an attempt without its id, epoch or lease");
+		return LEDGER_CLIENT_ERR_PROTOCOL;
+	}
+	a->lease_ms = (uint32_t)lease;
+	*out = a;
+	return LEDGER_CLIENT_OK;
+}
+
+static bool valid_spec(const struct ledger_attempt_spec *s)
+{
+	return s != NULL && client_valid_id(s->request_id) && client_valid_id(s->attempt_id);
+}
+
+/* The members of an attempt spec, as POST attempts and next_attempt take them. */
+static void write_spec(struct ledger_jsonw *w, const struct ledger_attempt_spec *s, bool budget)
+{
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "attempt_id");
+	ledger_jsonw_string(w, s->attempt_id);
+	if (s->replica != NULL) {
+		ledger_jsonw_key(w, "replica");
+		ledger_jsonw_string(w, s->replica);
+	}
+	if (s->model_revision != NULL) {
+		ledger_jsonw_key(w, "model_revision");
+		ledger_jsonw_string(w, s->model_revision);
+	}
+	if (s->lease_ms != 0) {
+		ledger_jsonw_key(w, "lease_ms");
+		ledger_jsonw_int(w, s->lease_ms);
+	}
+	if (budget && s->max_attempts != 0) {
+		ledger_jsonw_key(w, "max_attempts");
+		ledger_jsonw_int(w, s->max_attempts);
+	}
+	ledger_jsonw_object_end(w);
+}
+
+enum ledger_client_err ledger_client_attempt_begin(struct ledger_client *c,
+						   const struct ledger_attempt_spec *spec,
+						   struct ledger_attempt **out,
+						   struct ledger_client_error *err)
+{
+	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
+	struct ledger_jsonw w;
+	struct client_answer ans;
+	enum ledger_client_err rc;
+
+	if (out == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	*out = NULL;
+	if (c == NULL || !valid_spec(spec)) {
+		client_error_set(err, "",
+				 "a client and valid request and attempt ids are required");
+		return LEDGER_CLIENT_ERR_INVALID;
+	}
+	client_path(&path, spec->request_id, "attempts", (const char *)NULL);
+	ledger_jsonw_init(&w, &body);
+	write_spec(&w, spec, true);
+	rc = path.oom ? LEDGER_CLIENT_ERR_NOMEM
+		      : client_call(c, path.data, &body, c->retry_ms, &ans, err);
+	if (rc == LEDGER_CLIENT_OK) {
+		rc = attempt_from(c, spec->request_id, ans.root, out, err);
+		client_answer_clear(&ans);
+	}
+	ledger_buf_free(&path);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+/* POSTs @p body to the attempt's @p verb; attempt_fenced revokes the handle. */
+static enum ledger_client_err attempt_post(struct ledger_attempt *a, const char *verb,
+					   const struct ledger_buf *body,
+					   struct ledger_client_error *err)
+{
+	struct ledger_buf path = LEDGER_BUF_INIT;
+	struct client_answer ans;
+	struct ledger_client_error local = {0};
+	enum ledger_client_err rc;
+
+	if (err == NULL)
+		err = &local;
+	client_path(&path, a->request_id, "attempts", a->attempt_id, verb, (const char *)NULL);
+	rc = path.oom || body->oom ? LEDGER_CLIENT_ERR_NOMEM
+				   : client_call(a->c, path.data, body, a->c->retry_ms, &ans, err);
+	if (rc == LEDGER_CLIENT_OK)
+		client_answer_clear(&ans);
+	if (rc == LEDGER_CLIENT_ERR_REFUSED && strcmp(err->code, "attempt_fenced") == 0)
+		client_attempt_revoke(a);
+	ledger_buf_free(&path);
+	ledger_client_error_clear(&local);
+	return rc;
+}
+
+/* The answer a revoked handle gives without asking: it has no rights to use. */
+static bool refuse_revoked(const struct ledger_attempt *a, struct ledger_client_error *err)
+{
+	if (!ledger_client_attempt_revoked(a))
+		return false;
+	client_error_set(err, "attempt_fenced", "the attempt was revoked; it has no rights");
+	if (err != NULL)
+		err->status = 409;
+	return true;
+}
+
+enum ledger_client_err ledger_client_attempt_renew(struct ledger_attempt *a, uint32_t lease_ms,
+						   struct ledger_client_error *err)
+{
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	enum ledger_client_err rc;
+
+	if (a == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	if (refuse_revoked(a, err))
+		return LEDGER_CLIENT_ERR_REFUSED;
+	ledger_buf_printf(&body, "{\"lease_ms\":%u}", lease_ms != 0 ? lease_ms : a->lease_ms);
+	rc = attempt_post(a, "renew", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+static bool heartbeat_tick(void *arg)
+{
+	struct ledger_attempt *a = arg;
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	struct ledger_buf path = LEDGER_BUF_INIT;
+	struct client_answer ans;
+	struct ledger_client_error err = {0};
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
+
+	if (ledger_client_attempt_revoked(a))
+		return false;
+	/* One try per tick: the next tick is the retry. */
+	ledger_buf_printf(&body, "{\"lease_ms\":%u}", a->lease_ms);
+	client_path(&path, a->request_id, "attempts", a->attempt_id, "renew", (const char *)NULL);
+	if (!body.oom && !path.oom)
+		rc = client_call(a->c, path.data, &body, 0, &ans, &err);
+	if (rc == LEDGER_CLIENT_OK)
+		client_answer_clear(&ans);
+	if (rc == LEDGER_CLIENT_ERR_REFUSED && strcmp(err.code, "attempt_fenced") == 0)
+		client_attempt_revoke(a);
+	ledger_client_error_clear(&err);
+	ledger_buf_free(&body);
+	ledger_buf_free(&path);
+	return !ledger_client_attempt_revoked(a);
+}
+
+enum ledger_client_err ledger_client_heartbeat_start(struct ledger_attempt *a, uint32_t interval_ms)
+{
+	if (a == NULL || a->beat.running)
+		return LEDGER_CLIENT_ERR_INVALID;
+	if (interval_ms == 0)
+		interval_ms = a->lease_ms / 3;
+	if (interval_ms < MIN_HEARTBEAT_MS)
+		interval_ms = MIN_HEARTBEAT_MS;
+	return client_ticker_start(&a->beat, interval_ms, heartbeat_tick, a)
+		       ? LEDGER_CLIENT_OK
+		       : LEDGER_CLIENT_ERR_INTERNAL;
+}
+
+void ledger_client_heartbeat_stop(struct ledger_attempt *a)
+{
+	if (a != NULL)
+		client_ticker_stop(&a->beat);
+}
+
+enum ledger_client_err ledger_client_attempt_deliver(struct ledger_attempt *a,
+						     uint64_t delivered_output_tokens,
+						     struct ledger_client_error *err)
+{
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	enum ledger_client_err rc;
+
+	if (a == NULL || delivered_output_tokens > LEDGER_CLIENT_MAX_INT)
+		return LEDGER_CLIENT_ERR_INVALID;
+	if (refuse_revoked(a, err))
+		return LEDGER_CLIENT_ERR_REFUSED;
+	ledger_buf_printf(&body, "{\"delivered_output_tokens\":%llu}",
+			  (unsigned long long)delivered_output_tokens);
+	rc = attempt_post(a, "deliver", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+enum ledger_client_err ledger_client_attempt_cancel(struct ledger_attempt *a, const char *reason,
+						    struct ledger_client_error *err)
+{
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	struct ledger_jsonw w;
+	enum ledger_client_err rc;
+
+	if (a == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	ledger_jsonw_init(&w, &body);
+	ledger_jsonw_object_begin(&w);
+	if (reason != NULL) {
+		ledger_jsonw_key(&w, "reason");
+		ledger_jsonw_string(&w, reason);
+	}
+	ledger_jsonw_object_end(&w);
+	/* Cancelling revokes: whatever ledgerd answers, this handle acts no more. */
+	client_attempt_revoke(a);
+	rc = attempt_post(a, "cancel", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+enum ledger_client_err ledger_client_attempt_cancel_ack(struct ledger_attempt *a,
+							struct ledger_client_error *err)
+{
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	enum ledger_client_err rc;
+
+	if (a == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	client_attempt_revoke(a);
+	ledger_buf_puts(&body, "{}");
+	rc = attempt_post(a, "cancel-ack", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bool completed,
+						    uint64_t delivered_output_tokens,
+						    const char *reason,
+						    struct ledger_client_error *err)
+{
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	struct ledger_jsonw w;
+	enum ledger_client_err rc;
+
+	if (a == NULL || delivered_output_tokens > LEDGER_CLIENT_MAX_INT)
+		return LEDGER_CLIENT_ERR_INVALID;
+	if (refuse_revoked(a, err))
+		return LEDGER_CLIENT_ERR_REFUSED;
+	ledger_jsonw_init(&w, &body);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "outcome");
+	ledger_jsonw_string(&w, completed ? "completed" : "failed");
+	ledger_jsonw_key(&w, "delivered_output_tokens");
+	ledger_jsonw_int(&w, (int64_t)delivered_output_tokens);
+	if (reason != NULL) {
+		ledger_jsonw_key(&w, "reason");
+		ledger_jsonw_string(&w, reason);
+	}
+	ledger_jsonw_object_end(&w);
+	rc = attempt_post(a, "finish", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+static const char *signal_name(enum ledger_signal s)
+{
+	switch (s) {
+	case LEDGER_SIGNAL_REPLICA_EXITED:
+		return "replica_exited";
+	case LEDGER_SIGNAL_POD_LOST:
+		return "pod_lost";
+	case LEDGER_SIGNAL_UPSTREAM_CLOSED:
+		return "upstream_closed";
+	case LEDGER_SIGNAL_NETWORK_ERROR:
+		return "network_error";
+	case LEDGER_SIGNAL_HEARTBEAT_TIMEOUT:
+		return "heartbeat_timeout";
+	case LEDGER_SIGNAL_OVERLOADED:
+		return "overloaded";
+	case LEDGER_SIGNAL_CLIENT_DISCONNECTED:
+		return "client_disconnected";
+	}
+	return NULL;
+}
+
+static bool action_of(const char *name, enum ledger_failover_action *out)
+{
+	static const struct {
+		const char *name;
+		enum ledger_failover_action action;
+	} map[] = {
+		{"retry_prefill", LEDGER_FAILOVER_RETRY_PREFILL},
+		{"wait_for_fence", LEDGER_FAILOVER_WAIT_FOR_FENCE},
+		{"keep_waiting", LEDGER_FAILOVER_KEEP_WAITING},
+		{"cancel_upstream", LEDGER_FAILOVER_CANCEL_UPSTREAM},
+		{"terminate_stream", LEDGER_FAILOVER_TERMINATE_STREAM},
+		{"reject", LEDGER_FAILOVER_REJECT},
+	};
+
+	for (size_t i = 0; name != NULL && i < sizeof(map) / sizeof(map[0]); i++) {
+		if (strcmp(name, map[i].name) == 0) {
+			*out = map[i].action;
+			return true;
+		}
+	}
+	return false;
+}
+
+void ledger_client_decision_clear(struct ledger_decision *d)
+{
+	if (d == NULL)
+		return;
+	free(d->client_error);
+	free(d->sse_event);
+	ledger_client_attempt_free(d->next);
+	free(d->settled_tool_calls);
+	free(d->body);
+	memset(d, 0, sizeof(*d));
+}
+
+struct ledger_attempt *ledger_client_decision_take_next(struct ledger_decision *d)
+{
+	struct ledger_attempt *next = NULL;
+
+	if (d != NULL) {
+		next = d->next;
+		d->next = NULL;
+	}
+	return next;
+}
+
+/* Reads the decision out of a 200 answer of POST failover. */
+static enum ledger_client_err read_decision(struct ledger_attempt *source,
+					    const struct client_answer *ans,
+					    struct ledger_decision *out,
+					    struct ledger_client_error *err)
+{
+	const struct ledger_json_value *next = NULL;
+	char *action = client_dup_string(ans->root, "action");
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_PROTOCOL;
+
+	if (!action_of(action, &out->action)) {
+		client_error_set(err, "", "a decision with no known action");
+		goto out;
+	}
+	rc = LEDGER_CLIENT_ERR_NOMEM;
+	out->body = strndup(ans->body, ans->len);
+	if (out->body == NULL)
+		goto out;
+	if (!client_get_u64(ans->root, "retry_after_ms", &out->retry_after_ms))
+		out->retry_after_ms = 0;
+	out->client_error = client_dup_raw(ans->root, "client_error");
+	if (out->client_error != NULL && strcmp(out->client_error, "null") == 0) {
+		free(out->client_error);
+		out->client_error = NULL;
+	}
+	/* OpenAI-compatible clients raise an error event; [DONE] never follows it. */
+	if (out->client_error != NULL &&
+	    asprintf(&out->sse_event, "data: %s\n\n", out->client_error) < 0) {
+		out->sse_event = NULL;
+		goto out;
+	}
+	out->settled_tool_calls = client_dup_raw(ans->root, "settled_tool_calls");
+	next = ledger_json_get(ans->root, "attempt");
+	if (next != NULL && next->type == LEDGER_JSON_OBJECT) {
+		rc = attempt_from(source->c, source->request_id, next, &out->next, err);
+		if (rc != LEDGER_CLIENT_OK)
+			goto out;
+	}
+	if (out->action != LEDGER_FAILOVER_KEEP_WAITING)
+		client_attempt_revoke(source);
+	rc = LEDGER_CLIENT_OK;
+out:
+	free(action);
+	return rc;
+}
+
+enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
+					      enum ledger_signal signal,
+					      const struct ledger_failover_opts *opts,
+					      struct ledger_decision *out,
+					      struct ledger_client_error *err)
+{
+	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
+	struct ledger_jsonw w;
+	struct client_answer ans;
+	const char *name = signal_name(signal);
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
+
+	if (out == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	memset(out, 0, sizeof(*out));
+	if (source == NULL || name == NULL ||
+	    (opts != NULL && opts->next.attempt_id != NULL &&
+	     !client_valid_id(opts->next.attempt_id)) ||
+	    (opts != NULL && opts->retry_prefill_tokens > LEDGER_CLIENT_MAX_INT)) {
+		client_error_set(err, "",
+				 "an attempt, a known signal and valid options are required");
+		return LEDGER_CLIENT_ERR_INVALID;
+	}
+	client_path(&path, source->request_id, "failover", (const char *)NULL);
+	ledger_jsonw_init(&w, &body);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "attempt_id");
+	ledger_jsonw_string(&w, source->attempt_id);
+	ledger_jsonw_key(&w, "signal");
+	ledger_jsonw_string(&w, name);
+	if (opts != NULL && opts->has_retry_prefill_tokens) {
+		ledger_jsonw_key(&w, "retry_prefill_tokens");
+		ledger_jsonw_int(&w, (int64_t)opts->retry_prefill_tokens);
+	}
+	if (opts != NULL && opts->next.attempt_id != NULL) {
+		ledger_jsonw_key(&w, "next_attempt");
+		write_spec(&w, &opts->next, false);
+	}
+	ledger_jsonw_object_end(&w);
+	if (path.oom || body.oom)
+		goto out;
+	rc = client_call(source->c, path.data, &body, source->c->retry_ms, &ans, err);
+	if (rc == LEDGER_CLIENT_OK) {
+		rc = read_decision(source, &ans, out, err);
+		client_answer_clear(&ans);
+		if (rc != LEDGER_CLIENT_OK)
+			ledger_client_decision_clear(out);
+	} else if (rc == LEDGER_CLIENT_ERR_REFUSED && err != NULL &&
+		   (strcmp(err->code, "attempt_fenced") == 0 ||
+		    strcmp(err->code, "request_closed") == 0)) {
+		client_attempt_revoke(source);
+	}
+out:
+	ledger_buf_free(&path);
+	ledger_buf_free(&body);
+	return rc;
+}
