@@ -1,0 +1,174 @@
+"""HTTP transport to ledgerd: keep-alive connections, timeouts and retries.
+
+Every mutating call of ledgerd is idempotent under HTTP retry: the same
+request sent again returns the same outcome and changes nothing more. So
+when an answer is lost (a timeout, a broken connection) or ledgerd says
+``503`` (its database is away), the transport sends the very same bytes
+again, after a capped, jittered, exponential back-off, until an answer
+comes or the call's retry budget is spent.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._version import __version__
+from .errors import LedgerError, LedgerUnavailable, error_from_answer
+
+# Answers that mean "not now" rather than "no": ledgerd's own 503, and the
+# 502/504 a proxy in front of it gives while it is away.
+_UNAVAILABLE = frozenset({502, 503, 504})
+
+
+class Backoff:
+    """Capped, jittered exponential delays: retries spread out and never herd.
+
+    The n-th delay is drawn from [d/2, d] with d = min(cap, first * 2^n).
+    """
+
+    def __init__(self, first_s: float = 0.05, cap_s: float = 2.0) -> None:
+        self._first_s = first_s
+        self._cap_s = cap_s
+        self._n = 0
+
+    def next_delay(self) -> float:
+        """The next delay in seconds; each call doubles the range up to the cap."""
+        d = min(self._cap_s, self._first_s * 2.0 ** self._n)
+        self._n = min(self._n + 1, 32)
+        return d / 2 + random.uniform(0, d / 2)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer of ledgerd: status, raw body text, and the body parsed."""
+
+    status: int
+    text: str
+    body: Any
+
+
+def json_body(fields: Mapping[str, Any], raw: Mapping[str, str] | None = None) -> bytes:
+    """Encodes a request body; members in ``raw`` are JSON texts inserted verbatim.
+
+    Verbatim members let a tool's result go out exactly as the text the
+    client keeps, so what ledgerd stores is byte for byte that text.
+    """
+    text = json.dumps(dict(fields), ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False)
+    if raw:
+        members = ",".join(json.dumps(name) + ":" + value for name, value in raw.items())
+        text = text[:-1] + ("," if fields else "") + members + "}"
+    return text.encode("utf-8")
+
+
+def quote_id(value: str) -> str:
+    """An id for a path segment; one ledgerd would refuse stays a single segment."""
+    return urllib.parse.quote(value, safe="")
+
+
+class Transport:
+    """Sends calls to one ledgerd with one token; safe to share between threads.
+
+    Each thread keeps its own keep-alive connection (http.client connections
+    are not thread-safe), opened on first use and dropped after any error.
+    """
+
+    def __init__(self, url: str, token: str, *, timeout_s: float) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("ledgerd URL must be http(s)://host[:port][/prefix]: %r" % url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._headers = {
+            "Authorization": "Bearer " + token,
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": "ledger-client-python/" + __version__,
+        }
+        self._timeout_s = timeout_s
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self._timeout_s)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _send_once(self, method: str, path: str, body: bytes | None) -> Answer:
+        conn = self._connection()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=self._headers)
+            response = conn.getresponse()
+            text = response.read().decode("utf-8", "replace")
+        except BaseException:
+            # Whatever was half sent or half read, this connection is spent.
+            self._drop_connection()
+            raise
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
+        return Answer(response.status, text, parsed)
+
+    def call(self, method: str, path: str, body: bytes | None = None, *,
+             retry_s: float) -> Answer:
+        """Sends one call; returns ledgerd's answer, or raises.
+
+        A lost answer or an unavailable ledgerd is retried with the same
+        bytes for up to ``retry_s`` seconds (0: a single try).
+
+        Raises:
+            LedgerUnavailable: still no answer, or still 503, at the end of
+                the retry budget.
+            LedgerError: any other error answer (status 400 and above).
+        """
+        deadline = time.monotonic() + retry_s
+        backoff = Backoff()
+        while True:
+            hint_s = 0.0
+            try:
+                answer = self._send_once(method, path, body)
+            except (OSError, http.client.HTTPException) as e:
+                failure: LedgerError = LedgerUnavailable(None, {"error": {
+                    "code": "unreachable",
+                    "message": "no answer from ledgerd: %s" % (str(e) or type(e).__name__)}})
+                cause: BaseException | None = e
+            else:
+                if answer.status < 400:
+                    return answer
+                envelope = _envelope(answer)
+                if answer.status not in _UNAVAILABLE:
+                    raise error_from_answer(answer.status, envelope)
+                failure = LedgerUnavailable(answer.status, envelope)
+                cause = None
+                hint_s = (failure.retry_after_ms or 0) / 1000
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise failure from cause
+            time.sleep(min(left, max(hint_s, backoff.next_delay())))
+
+
+def _envelope(answer: Answer) -> dict[str, Any]:
+    """The error envelope of an error answer; one is made up for a body that has none."""
+    body = answer.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body
+    return {"error": {"code": "http_%d" % answer.status, "message": answer.text[:200]}}

@@ -1,0 +1,266 @@
+"""Running a tool's side effect at most once per idempotency key.
+
+One invocation claims ``{request_id}:{tool_call_id}`` right before the side
+effect, runs the tool while a background thread renews the claim, and
+records the outcome; a later invocation of the same key (a rerun on
+another replica, a retried request) gets the recorded result back instead
+of running the tool again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._heartbeat import Heartbeat
+from ._http import Answer, Backoff, Transport, json_body, quote_id
+from .errors import InProgress, LedgerError, NotExecuted, Retryable
+from .jcs import args_sha256
+
+__all__ = ["ToolCall", "ToolCallCounter", "ToolCallResult", "ToolFunction",
+           "stable_tool_call_id"]
+
+log = logging.getLogger("ledger_client")
+
+ToolFunction = Callable[[str, int], Any]
+"""A tool's side effect: ``fn(idempotency_key, fencing_token)`` returns a JSON value."""
+
+Outcome = Literal["succeeded", "failed", "unrecorded"]
+
+# Polling a key another holder has: its completion may come at any moment,
+# so the wait between two claims never grows past this.
+_IN_PROGRESS_POLL_CAP_S = 1.0
+_REASON_MAX_BYTES = 256
+
+
+@dataclass(frozen=True)
+class ToolCallResult:
+    """What became of one tool call.
+
+    Attributes:
+        executed: this invocation called the tool function.
+        replayed: the call had already finished; its recorded result was
+            returned and the tool was not called.
+        outcome: ``"succeeded"``; ``"failed"`` (only on a replay: the
+            invocation that ran the tool raised its exception); or
+            ``"unrecorded"``: the tool ran and returned, but ledgerd could
+            not record it (see ``completion_error``).
+        result: the tool's result as a JSON value (``json.loads`` of
+            ``result_json``), the same whether executed or replayed.
+        result_json: the result's JSON text, byte for byte what ledgerd
+            stores and replays.
+        idempotency_key: ``"{request_id}:{tool_call_id}"``, the key the tool
+            received.
+        fencing_token: the token the tool received; None on a replay.
+        recorded: ledgerd holds this outcome (False only when unrecorded).
+        completion_error: why the outcome is unrecorded, else None.
+    """
+
+    executed: bool
+    replayed: bool
+    outcome: Outcome
+    result: Any
+    result_json: str
+    idempotency_key: str
+    fencing_token: int | None
+    recorded: bool
+    completion_error: LedgerError | None = None
+
+
+def stable_tool_call_id(k: int) -> str:
+    """The id of the k-th tool call (from 0) of a logical request: ``call_00``, ``call_01``...
+
+    The ordinal is what stays the same when the request runs again on
+    another replica, so the rerun meets the same key; the random id a model
+    engine gives a call changes with every decode and must not be used.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError("a tool call's ordinal is an int >= 0, not %r" % (k,))
+    return "call_%02d" % k
+
+
+class ToolCallCounter:
+    """Hands out :func:`stable_tool_call_id` ids in order, one per tool call made.
+
+    Keep one per logical request and attempt; a rerun starts its own
+    counter at 0 and so names its calls as the first run did.
+    """
+
+    def __init__(self, start: int = 0) -> None:
+        self._next = start
+
+    def next(self) -> str:
+        """The id of the next tool call."""
+        tool_call_id = stable_tool_call_id(self._next)
+        self._next += 1
+        return tool_call_id
+
+
+def _dump_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _failure_result(e: BaseException) -> str:
+    return _dump_json({"error": type(e).__name__, "message": str(e)})
+
+
+def _release_reason(e: NotExecuted) -> dict[str, str]:
+    reason = str(e).encode("utf-8")[:_REASON_MAX_BYTES].decode("utf-8", "ignore")
+    return {"reason": reason} if reason else {}
+
+
+def _raw_member(text: str, name: str) -> str:
+    """The JSON text of the member ``name`` of the object in ``text``, exactly as written.
+
+    ledgerd replays a stored result byte for byte; re-serialising the parsed
+    value could change its spelling, so the text is cut out of the answer.
+    """
+    skip_ws = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+    decoder = json.JSONDecoder()
+
+    def expect(i: int, char: str) -> int:
+        i = skip_ws(text, i).end()
+        if text[i:i + 1] != char:
+            raise ValueError("expected %r at %d of a JSON answer" % (char, i))
+        return i + 1
+
+    i = expect(0, "{")
+    while True:
+        i = expect(i, '"')
+        key, i = json.decoder.scanstring(text, i)  # type: ignore[attr-defined]
+        start = skip_ws(text, expect(i, ":")).end()
+        _, end = decoder.raw_decode(text, start)
+        if key == name:
+            return text[start:end]
+        i = expect(end, ",")
+
+
+class ToolCall:
+    """One invocation of a tool under its idempotency key: claim, run, record.
+
+    :meth:`Ledger.tool_call` makes one per call; it is not reused.
+    """
+
+    def __init__(self, transport: Transport, request_id: str, tool_call_id: str, *,
+                 args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
+                 lease_ms: int | None, tool_dedupes: bool, store_args: bool,
+                 retry_s: float, complete_retry_s: float) -> None:
+        self._transport = transport
+        self._path = "/v1/requests/%s/tool-calls/%s/" % (quote_id(request_id),
+                                                        quote_id(tool_call_id))
+        self._lease_ms = lease_ms
+        self._retry_s = retry_s
+        self._complete_retry_s = complete_retry_s
+        # The identity of this invocation, in every claim it sends: when the
+        # answer to a claim is lost and the transport sends it again,
+        # ledgerd recognises the holder it already made (200, same token).
+        # Another invocation of the same key draws its own.
+        claim: dict[str, Any] = {"claim_id": secrets.token_hex(16), "tool_dedupes": tool_dedupes}
+        if tool is not None:
+            claim["tool"] = tool
+        if store_args:
+            if args is None:
+                raise ValueError("store_args needs args")
+            args_sha256(args)  # refuses what JSON cannot carry, before anything is sent
+            claim["args"] = args
+            claim["store_args"] = True
+        elif args is not None:
+            claim["args_sha256"] = args_sha256(args)
+        for name, value in (("attempt_id", attempt_id), ("owner", owner),
+                            ("lease_ms", lease_ms)):
+            if value is not None:
+                claim[name] = value
+        self._claim_body = json_body(claim)
+
+    def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
+        return self._transport.call("POST", self._path + action, body, retry_s=retry_s)
+
+    def run(self, fn: ToolFunction, wait_s: float) -> ToolCallResult:
+        """Claims the key, then replays the recorded result or runs ``fn`` and records it.
+
+        See :meth:`Ledger.tool_call` for the whole contract.
+        """
+        answer = self._claim(wait_s)
+        body = answer.body if isinstance(answer.body, dict) else {}
+        if body.get("status") == "completed":
+            result_json = _raw_member(answer.text, "result")
+            return ToolCallResult(executed=False, replayed=True, outcome=body["outcome"],
+                                  result=json.loads(result_json), result_json=result_json,
+                                  idempotency_key=body["idempotency_key"],
+                                  fencing_token=None, recorded=True)
+        if body.get("status") != "claimed":
+            raise LedgerError(answer.status, {"error": {
+                "code": "unexpected_answer", "message": answer.text[:200]}})
+        return self._execute(fn, body["idempotency_key"], body["fencing_token"],
+                             self._lease_ms or body["lease_ms"])
+
+    def _claim(self, wait_s: float) -> Answer:
+        """Claims, waiting up to ``wait_s`` seconds while another holder has the key."""
+        deadline = time.monotonic() + wait_s
+        backoff = Backoff(cap_s=_IN_PROGRESS_POLL_CAP_S)
+        while True:
+            try:
+                return self._post("claim", self._claim_body, self._retry_s)
+            except InProgress as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                # The holder's completion may come at any moment; its lease
+                # ends at retry_after_ms at the latest: never wait past that.
+                delay = backoff.next_delay()
+                if e.retry_after_ms is not None:
+                    delay = min(delay, e.retry_after_ms / 1000)
+                time.sleep(min(delay, left))
+
+    def _execute(self, fn: ToolFunction, key: str, token: int, lease_ms: int) -> ToolCallResult:
+        renew = {"fencing_token": token}
+        if self._lease_ms is not None:
+            renew["lease_ms"] = self._lease_ms
+        renew_body = json_body(renew)
+        heartbeat = Heartbeat("renew %s" % key, lease_ms / 3000,
+                              beat=lambda: self._post("renew", renew_body, 0))
+        heartbeat.start()
+        try:
+            try:
+                value = fn(key, token)
+            finally:
+                heartbeat.stop()
+            result_json = _dump_json(value)
+        except Exception as e:
+            self._record_failure(token, e)
+            raise
+        return self._record_success(key, token, result_json)
+
+    def _record_failure(self, token: int, e: Exception) -> None:
+        """Records what the tool's exception means for the key; a note on it says if that failed."""
+        if isinstance(e, NotExecuted):
+            action, body = "release", json_body({"fencing_token": token, **_release_reason(e)})
+        else:
+            action = "complete"
+            body = json_body({"fencing_token": token, "outcome": "failed",
+                              "retryable": isinstance(e, Retryable)},
+                             raw={"result": _failure_result(e)})
+        try:
+            self._post(action, body, self._complete_retry_s)
+        except LedgerError as failure:
+            e.add_note("ledgerd did not record this failure: %s" % failure)
+
+    def _record_success(self, key: str, token: int, result_json: str) -> ToolCallResult:
+        body = json_body({"fencing_token": token, "outcome": "succeeded"},
+                         raw={"result": result_json})
+        outcome: Outcome = "succeeded"
+        error = None
+        try:
+            self._post("complete", body, self._complete_retry_s)
+        except LedgerError as e:
+            log.error("%s: the tool ran but its result was not recorded: %s", key, e)
+            outcome, error = "unrecorded", e
+        return ToolCallResult(executed=True, replayed=False, outcome=outcome,
+                              result=json.loads(result_json), result_json=result_json,
+                              idempotency_key=key, fencing_token=token,
+                              recorded=error is None, completion_error=error)
