@@ -37,6 +37,7 @@ SDK_OBJ    := $(SDK_SRC:%.c=$(BUILD)/pic/%.o)
 SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
 SDK_TEST   := $(BUILD)/tests/test_c_client
 SDK_EXAMPLE := $(BUILD)/examples/send_email
+GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/gateway/*.c))
 PREFIX     ?= /usr/local
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
@@ -47,7 +48,7 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all sdk install-sdk deps run test unit bench format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
-sdk: $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
+sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
      $(BUILD)/ledger_client-uninstalled.pc $(SDK_TEST) $(SDK_EXAMPLE)
 
 deps:
@@ -119,7 +120,13 @@ $(SDK_EXAMPLE): sdk/examples/send_email.c $(BUILD)/libledger_client.so \
 		$$(PKG_CONFIG_PATH=$(BUILD) pkg-config --libs ledger_client) \
 		-Wl,-rpath,$(CURDIR)/$(BUILD) $(LDFLAGS)
 
-install-sdk: $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
+# The reference router: what an integrator copies, built on the SDK's public header alone.
+$(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
+$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson)
+$(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
+
+install-sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
@@ -149,7 +156,7 @@ run:
 format:
 	@scripts/deps.sh dev
 	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
-		$(wildcard sdk/c/*.c sdk/examples/*.c tests/sdk/*.c)
+		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c)
 
 lint:
 	@scripts/deps.sh dev

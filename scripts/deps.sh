@@ -5,7 +5,7 @@
 # place the project names its system packages.
 set -euo pipefail
 
-BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev"
+BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
 RUN_PKGS="postgresql-15 python3"
 TEST_PKGS="libcmocka-dev python3-pytest curl valgrind"
 DEV_PKGS="cppcheck clang-format"
