@@ -572,15 +572,26 @@ static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, 
 	return ret;
 }
 
-/* A request error in OpenAI's shape. */
+/* A request error in OpenAI's shape; @p allow, if set, names the methods served. */
 static enum MHD_Result reply_invalid(struct MHD_Connection *conn, unsigned status,
-				     const char *message)
+				     const char *message, const char *allow)
 {
 	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", message, "type",
 			      "invalid_request_error", "param", "code");
 	char *text = e != NULL ? json_dumps(e, JSON_COMPACT) : NULL;
-	enum MHD_Result ret = text != NULL ? reply_json(conn, status, text, NULL, false) : MHD_NO;
+	struct MHD_Response *r =
+		text != NULL
+			? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY)
+			: NULL;
+	enum MHD_Result ret = MHD_NO;
 
+	if (r != NULL) {
+		MHD_add_response_header(r, "Content-Type", "application/json");
+		if (allow != NULL)
+			MHD_add_response_header(r, "Allow", allow);
+		ret = MHD_queue_response(conn, status, r);
+		MHD_destroy_response(r);
+	}
 	free(text);
 	json_decref(e);
 	return ret;
@@ -625,14 +636,20 @@ static enum MHD_Result serve_completion(struct MHD_Connection *conn, struct stre
 	char *event = NULL, *error = NULL;
 	enum MHD_Result ret;
 
+	bool parsed = json_is_object(body);
+
 	json_decref(body);
 	if (s->too_large)
-		return reply_invalid(conn, 413, "the body is over 1 MiB");
+		return reply_invalid(conn, 413, "the body is over 1 MiB", NULL);
+	if (!parsed)
+		return reply_invalid(conn, MHD_HTTP_BAD_REQUEST, "the body is not a JSON object",
+				     NULL);
 	if (!streaming)
 		return reply_invalid(conn, MHD_HTTP_BAD_REQUEST,
-				     "a JSON body with \"stream\": true is required");
+				     "only streamed completions are served: \"stream\": true",
+				     NULL);
 	if (!new_request_id(s->rid))
-		return reply_invalid(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "no randomness");
+		return reply_invalid(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "no randomness", NULL);
 
 	error = first_event(s, &event);
 	if (error != NULL)
@@ -682,9 +699,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (strcmp(url, "/healthz") == 0)
 		return reply_json(conn, MHD_HTTP_OK, "{\"status\":\"ok\"}", NULL, false);
 	if (strcmp(url, "/v1/chat/completions") != 0)
-		return reply_invalid(conn, MHD_HTTP_NOT_FOUND, "no such path");
+		return reply_invalid(conn, MHD_HTTP_NOT_FOUND, "no such path", NULL);
 	if (strcmp(method, "POST") != 0)
-		return reply_invalid(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only POST is served");
+		return reply_invalid(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only POST is served",
+				     "POST");
 	return serve_completion(conn, s);
 }
 

@@ -62,23 +62,25 @@ def test_healthz(gateway):
     assert call(gateway, "GET", "/healthz")[0] == 200
 
 
-@pytest.mark.parametrize("body,raw", [
-    ({"model": "m", "messages": []}, None),              # not streamed
-    ({"model": "m", "messages": [], "stream": "yes"}, None),
-    (None, b"{not json"),
-    (None, b""),
+@pytest.mark.parametrize("body,raw,why", [
+    ({"model": "m", "messages": []}, None, "stream"),    # not streamed
+    ({"model": "m", "messages": [], "stream": "yes"}, None, "stream"),
+    (None, b"{not json", "not a JSON object"),
+    (None, b"[]", "not a JSON object"),
+    (None, b"", "not a JSON object"),
 ])
-def test_only_streamed_json_requests_are_served(gateway, body, raw):
+def test_only_streamed_json_requests_are_served(gateway, body, raw, why):
     status, _, b = call(gateway, "POST", "/v1/chat/completions", body, raw)
     assert status == 400
-    assert openai_error(b)["type"] == "invalid_request_error"
+    e = openai_error(b)
+    assert e["type"] == "invalid_request_error" and why in e["message"], e
 
 
 def test_unknown_path_and_method(gateway):
     status, _, b = call(gateway, "GET", "/v1/models")
     assert status == 404 and openai_error(b)
-    status, _, b = call(gateway, "GET", "/v1/chat/completions")
-    assert status == 405 and openai_error(b)
+    status, headers, b = call(gateway, "GET", "/v1/chat/completions")
+    assert status == 405 and openai_error(b) and headers["allow"] == "POST"
 
 
 def test_body_over_a_mebibyte_is_refused(gateway):
