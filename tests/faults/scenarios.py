@@ -186,6 +186,15 @@ class Scenario:
             if gateway is not None and not gateway.alive():
                 self.violations.append("gateway: exited with status %s during the run; see %s"
                                        % (gateway.proc.returncode, gateway.log_path))
+                gateway = None
+        # Stopped by SIGTERM: a clean exit, and no sanitizer report (make SANITIZE=...).
+        if gateway is not None:
+            reports = [line for line in Path(gateway.log_path).read_text(errors="replace")
+                       .splitlines() if "Sanitizer" in line or "runtime error:" in line]
+            if gateway.proc.returncode != 0 or reports:
+                self.violations.append("gateway: exit status %s on SIGTERM, %d sanitizer "
+                                       "report(s); see %s" % (gateway.proc.returncode,
+                                                              len(reports), gateway.log_path))
 
     def settle(self, run_, stream):
         """The request's timeline once it is closed; a violation if it never closes."""
