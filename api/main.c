@@ -3,8 +3,10 @@
  * token create, version and help. Settings are validated before anything
  * starts; a bad one ends the process with one line and exit status 2.
  */
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,9 +24,10 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ledgerd [serve | migrate | token create --tenant T --role R | gc | "
-		   "version | help] [flags]\n\n"
-		   "flags (each also an environment variable; the flag wins):\n");
+	fprintf(f,
+		"usage: ledgerd [serve | migrate | token create --tenant T --role R [--from-env VAR] | gc | "
+		"version | help] [flags]\n\n"
+		"flags (each also an environment variable; the flag wins):\n");
 	ledger_config_usage(f);
 }
 
@@ -58,14 +61,68 @@ static int cmd_migrate(const struct ledger_config *cfg)
 	return 0;
 }
 
+/* A token given to --from-env: long enough to be a secret, and safe in a header. */
+#define MIN_GIVEN_TOKEN 32
+#define MAX_GIVEN_TOKEN 256
+
+static bool given_token_valid(const char *t)
+{
+	size_t n = strlen(t);
+
+	if (n < MIN_GIVEN_TOKEN || n > MAX_GIVEN_TOKEN)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)t[i]) && strchr("._~-", t[i]) == NULL)
+			return false;
+	return true;
+}
+
+/*
+ * Stores @p token for @p tenant and @p role. A token given from the
+ * environment may exist already (a deployment's one-shot step runs again):
+ * with the same tenant and role that is success; otherwise it is refused.
+ */
+static int store_token(struct ledger_store_conn *conn, const char *token, const char *tenant,
+		       enum ledger_role role, bool given)
+{
+	unsigned char sha[32];
+	char have_tenant[LEDGER_ID_MAX + 1];
+	enum ledger_role have_role;
+	bool found = false;
+
+	ledger_token_hash(token, strlen(token), sha);
+	if (given) {
+		if (ledger_store_token_lookup(conn, sha, &found, have_tenant, &have_role) !=
+		    LEDGER_OK) {
+			fprintf(stderr, "ledgerd: token create: cannot read the tokens (is the "
+					"database migrated?)\n");
+			return 1;
+		}
+		if (found && (strcmp(have_tenant, tenant) != 0 || have_role != role)) {
+			fprintf(stderr,
+				"ledgerd: token create: that token exists already for another "
+				"tenant or role\n");
+			return 1;
+		}
+		if (found)
+			return 0;
+	}
+	if (ledger_store_token_insert(conn, sha, tenant, role) != LEDGER_OK) {
+		fprintf(stderr,
+			"ledgerd: token create: the database refused it (is it migrated?)\n");
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_token_create(const struct ledger_config *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
-	char token[LEDGER_TOKEN_LEN + 1];
-	unsigned char sha[32];
+	char made[LEDGER_TOKEN_LEN + 1];
+	const char *token = made;
 	enum ledger_role role;
 	char err[512];
-	enum ledger_err rc;
+	int status;
 
 	if (cfg->tenant == NULL || !ledger_id_valid(cfg->tenant, strlen(cfg->tenant))) {
 		fprintf(stderr, "ledgerd: token create: --tenant must be 1 to 128 characters of "
@@ -77,7 +134,17 @@ static int cmd_token_create(const struct ledger_config *cfg)
 				"admin\n");
 		return EXIT_USAGE;
 	}
-	if (ledger_token_generate(token) != LEDGER_OK) {
+	if (cfg->from_env != NULL) {
+		/* From the environment, never from argv: the command line is visible to ps. */
+		token = getenv(cfg->from_env);
+		if (token == NULL || !given_token_valid(token)) {
+			fprintf(stderr,
+				"ledgerd: token create: --from-env %s must name a variable holding "
+				"%d to %d characters of [A-Za-z0-9._~-]\n",
+				cfg->from_env, MIN_GIVEN_TOKEN, MAX_GIVEN_TOKEN);
+			return EXIT_USAGE;
+		}
+	} else if (ledger_token_generate(made) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: token create: no randomness available\n");
 		return 1;
 	}
@@ -85,16 +152,13 @@ static int cmd_token_create(const struct ledger_config *cfg)
 		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
 		return 1;
 	}
-	ledger_token_hash(token, strlen(token), sha);
-	rc = ledger_store_token_insert(conn, sha, cfg->tenant, role);
+	status = store_token(conn, token, cfg->tenant, role, cfg->from_env != NULL);
 	ledger_store_disconnect(conn);
-	if (rc != LEDGER_OK) {
-		fprintf(stderr,
-			"ledgerd: token create: the database refused it (is it migrated?)\n");
-		return 1;
-	}
-	printf("%s\n", token);
-	return 0;
+	/* A made token is printed, alone; a given one is never echoed. */
+	if (status == 0 && cfg->from_env == NULL)
+		printf("%s\n", token);
+	explicit_bzero(made, sizeof(made));
+	return status;
 }
 
 static int cmd_gc(const struct ledger_config *cfg)

@@ -73,6 +73,8 @@ static const struct setting settings[] = {
 	{"tenant", NULL, K_STRING, NULL, 0, 0, OFF(tenant), "token create: the tenant"},
 	{"role", NULL, K_STRING, NULL, 0, 0, OFF(role),
 	 "token create: agent, router, reviewer or admin"},
+	{"from-env", NULL, K_STRING, NULL, 0, 0, OFF(from_env),
+	 "token create: store the token this environment variable holds instead of making one"},
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))

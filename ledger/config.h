@@ -33,6 +33,7 @@ struct ledger_config {
 	int64_t gc_batch;             /* requests (and tombstones) per retention transaction */
 	char *tenant;                 /* token create: --tenant */
 	char *role;                   /* token create: --role */
+	char *from_env;               /* token create: the variable holding the token to store */
 };
 
 /**

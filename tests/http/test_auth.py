@@ -7,6 +7,7 @@ docs/api.md ("Authentication, tenants and roles", "The order of checks").
 """
 
 import hashlib
+import os
 import secrets
 
 import pytest
@@ -170,6 +171,41 @@ def test_revoked_token_is_401(service):
                 % digest)
     r = service.ledgerd.get("/v1/tool-calls", token=token)
     assert_error(r, 401, "unauthorized")
+
+
+def token_from_env(service, tenant, role, value, var="LEDGER_TEST_TOKEN"):
+    env = dict(os.environ, **{var: value})
+    return ledgerd_cmd("token", "create", "--tenant", tenant, "--role", role, "--from-env", var,
+                       "--database-url", service.database_url, env=env, check=False)
+
+
+def test_token_given_in_the_environment_is_stored_not_echoed(service):
+    tenant = new_id("te")
+    given = "deploy-" + secrets.token_urlsafe(30)
+    out = token_from_env(service, tenant, "router", given)
+    assert out.returncode == 0, out.stderr
+    assert given not in out.stdout + out.stderr  # a secret is never printed
+    assert service.ledgerd.get("/v1/tool-calls", token=given).status == 200
+    # A deployment's one-shot step may run again: the same token, tenant and role is fine...
+    assert token_from_env(service, tenant, "router", given).returncode == 0
+    assert service.sql("SELECT count(*) FROM api_tokens WHERE tenant = '%s'" % tenant) == [["1"]]
+    # ...but not the same secret for another role or tenant.
+    again = token_from_env(service, tenant, "admin", given)
+    assert again.returncode == 1 and "another tenant or role" in again.stderr, again
+    assert token_from_env(service, new_id("te"), "router", given).returncode == 1
+
+
+@pytest.mark.parametrize("value", [None, "short-token", "x" * 257, "has space " + "x" * 40,
+                                   "has:colon" + "x" * 40])
+def test_token_from_env_must_be_a_long_header_safe_secret(service, value):
+    env = {k: v for k, v in os.environ.items() if k != "LEDGER_TEST_TOKEN"}
+    if value is not None:
+        env["LEDGER_TEST_TOKEN"] = value
+    out = ledgerd_cmd("token", "create", "--tenant", "t1", "--role", "agent", "--from-env",
+                      "LEDGER_TEST_TOKEN", "--database-url", service.database_url, env=env,
+                      check=False)
+    assert out.returncode == 2 and "32 to 256 characters" in out.stderr, out
+    assert out.stdout == ""
 
 
 def test_token_is_case_sensitive_but_scheme_is_not(service):
