@@ -292,6 +292,11 @@ int main(int argc, char **argv)
 		rc = need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_gc(&cfg);
+	} else if (strcmp(words[0], "sql") == 0 && nwords == 1) {
+		/* Undocumented in help, as below: the names of every statement, one a line. */
+		for (size_t i = 0; ledger_store_sql_name(i) != NULL; i++)
+			printf("%s\n", ledger_store_sql_name(i));
+		rc = 0;
 	} else if (strcmp(words[0], "sql") == 0 && nwords == 2) {
 		/* Undocumented in help: for benchmarks, which must run ledgerd's own SQL. */
 		const char *sql = ledger_store_sql(words[1]);

@@ -94,6 +94,14 @@ void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls);
  */
 const char *ledger_store_sql(const char *name);
 
+/**
+ * The name and text of the @p i-th statement the store prepares, counting
+ * from 0; NULL past the last. Static strings. Tests read every statement
+ * through these (docs/scaling.md: each names its distribution key).
+ */
+const char *ledger_store_sql_name(size_t i);
+const char *ledger_store_sql_text(size_t i);
+
 /** Runs the jobs still queued, then stops the workers and frees @p store. */
 void ledger_store_close(struct ledger_store *store);
 
