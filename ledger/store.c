@@ -53,11 +53,51 @@ static int64_t monotonic_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* libpq reports server notices on stderr by default; make them log lines. */
+/*
+ * libpq reports server notices on stderr by default; make them log lines.
+ * One notice changes an answer: when a commit's wait for the synchronous
+ * standby is cancelled (a cancel request, or the backend terminated), the
+ * server reports success with a WARNING that the transaction "has already
+ * committed locally, but might not have been replicated to the standby".
+ * That commit is not durable: a failover may lose it, so the step fails.
+ */
 static void notice_receiver(void *arg, const PGresult *res)
 {
-	(void)arg;
-	LOG_DEBUG("database notice: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+	struct ledger_store_conn *c = arg;
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+
+	if ((msg != NULL && strstr(msg, "wait for synchronous replication") != NULL) ||
+	    (detail != NULL && strstr(detail, "might not have been replicated") != NULL)) {
+		c->unreplicated = true;
+		LOG_WARN("a commit was not confirmed by the synchronous standby: %s",
+			 msg != NULL ? msg : detail);
+		return;
+	}
+	LOG_DEBUG("database notice: %s", msg);
+}
+
+/*
+ * The cancelled wait for a synchronous standby is told by the WARNING's
+ * English text alone (PostgreSQL gives it no SQLSTATE of its own), so a
+ * server that translates its messages would hide it: say so once.
+ */
+static void warn_if_localized(PGconn *pg)
+{
+	static atomic_bool warned;
+	PGresult *res = PQexec(pg, "SHOW lc_messages");
+	const char *lc =
+		res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+			? PQgetvalue(res, 0, 0)
+			: NULL;
+
+	if (lc != NULL && lc[0] != '\0' && strncmp(lc, "C", 1) != 0 &&
+	    strncmp(lc, "POSIX", 5) != 0 && strncmp(lc, "en", 2) != 0 &&
+	    !atomic_exchange(&warned, true))
+		LOG_WARN("the database's lc_messages is %s: set it to C (or English) so that a "
+			 "commit the synchronous standby did not confirm is recognised",
+			 lc);
+	PQclear(res);
 }
 
 static void conn_drop(struct ledger_store_conn *c)
@@ -100,7 +140,8 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 		PQfinish(pg);
 		return LEDGER_ERR_UNAVAILABLE;
 	}
-	PQsetNoticeReceiver(pg, notice_receiver, NULL);
+	PQsetNoticeReceiver(pg, notice_receiver, c);
+	warn_if_localized(pg);
 	if (PQenterPipelineMode(pg) != 1) {
 		snprintf(err, errlen, "cannot enter pipeline mode");
 		PQfinish(pg);
@@ -283,6 +324,7 @@ enum ledger_err store_step_run(struct store_step *st)
 	unsigned nres = 0;
 	char what[300] = "";
 
+	c->unreplicated = false;
 	if (PQpipelineSync(c->pg) != 1) {
 		rc = LEDGER_ERR_UNAVAILABLE;
 		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
@@ -326,6 +368,11 @@ enum ledger_err store_step_run(struct store_step *st)
 	if ((res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) && rc == LEDGER_OK) {
 		rc = LEDGER_ERR_UNAVAILABLE;
 		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+	}
+	if (c->unreplicated && rc == LEDGER_OK) {
+		/* Committed here, maybe not on the standby: never answered as durable. */
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "commit not confirmed by the synchronous standby");
 	}
 out:
 	PQclear(res);

@@ -35,7 +35,8 @@ struct ledger_store_conn {
 	int64_t reconnect_ms;
 	const struct store_stmt *prepared[STORE_MAX_STMTS]; /* what this connection knows */
 	unsigned nprepared;
-	bool down_logged; /* "database unreachable" said once */
+	bool down_logged;  /* "database unreachable" said once */
+	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
 };
 
 /*
