@@ -51,11 +51,13 @@ START_TIMEOUT_S = 15
 
 @dataclass(frozen=True)
 class Timing:
-    """The gateway's clocks: short, so a scenario that waits for one stays short."""
+    """The gateway's clocks: short, so a scenario that waits for one stays short, yet
+    with room for a loaded machine: a prefill between the two timeouts must not
+    look stalled, and a heartbeat must not miss a lease."""
 
-    lease_ms: int = 1500
+    lease_ms: int = 3000
     soft_timeout_ms: int = 400
-    stall_timeout_ms: int = 1500
+    stall_timeout_ms: int = 2500
 
 
 def wait_until(predicate, timeout_s, interval_s=0.02):
