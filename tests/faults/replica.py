@@ -17,7 +17,7 @@ and a tool call goes through the Python SDK under the attempt, so a replica
 woken from a stall can neither publish nor start a side effect: that is
 what the fault tests prove.
 
-    replica.py --port 0 --name gpu-1 --ledger-url URL --ledger-token TOKEN \
+    replica.py [--host 127.0.0.1] --port 0 --name gpu-1 --ledger-url URL --ledger-token TOKEN \
                --tools-url URL --log PATH
 
 `GET /v1/replica/info` answers tokens.REPLICA_INFO, from which the router
@@ -360,8 +360,8 @@ class Handler(BaseHTTPRequestHandler):
 class Replica(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port, name, ledger_url, ledger_token, tools_url, log_path):
-        super().__init__(("127.0.0.1", port), Handler)
+    def __init__(self, host, port, name, ledger_url, ledger_token, tools_url, log_path):
+        super().__init__((host, port), Handler)
         self.name = name
         self.ledger = Ledger(ledger_url, ledger_token, retry_s=10)
         self.ledger_url = urllib.parse.urlsplit(ledger_url)
@@ -386,6 +386,8 @@ class Replica(ThreadingHTTPServer):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to bind (0.0.0.0 in a container)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", required=True)
     parser.add_argument("--ledger-url", required=True)
@@ -393,9 +395,9 @@ def main():
     parser.add_argument("--tools-url", required=True)
     parser.add_argument("--log", required=True)
     args = parser.parse_args()
-    server = Replica(args.port, args.name, args.ledger_url, args.ledger_token, args.tools_url,
-                     args.log)
-    print(json.dumps({"address": "127.0.0.1:%d" % server.server_address[1],
+    server = Replica(args.host, args.port, args.name, args.ledger_url, args.ledger_token,
+                     args.tools_url, args.log)
+    print(json.dumps({"address": "%s:%d" % server.server_address[:2],
                       "name": args.name}), file=sys.stderr, flush=True)
     server.serve_forever()
 

@@ -99,16 +99,18 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to bind (0.0.0.0 in a container)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True, help="JSON lines, one per execution")
     parser.add_argument("--dedupe", action="store_true",
                         help="honour the Idempotency-Key: a repeated key is not executed again")
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.tool_log = ToolLog(args.log)
     server.dedupe = args.dedupe
-    print(json.dumps({"address": "127.0.0.1:%d" % server.server_address[1]}), file=sys.stderr,
+    print(json.dumps({"address": "%s:%d" % server.server_address[:2]}), file=sys.stderr,
           flush=True)
     server.serve_forever()
 
