@@ -140,7 +140,7 @@ unit: $(UNIT_BIN)
 test:
 	@scripts/deps.sh test
 	$(MAKE) all unit
-	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
 bench:

@@ -10,6 +10,10 @@ RUN_PKGS="postgresql-15 python3"
 TEST_PKGS="libcmocka-dev python3-pytest curl valgrind nodejs"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
+# What the built programs need at run time and nothing to build them: the
+# shared libraries of ledgerd, ledgerctl and gateway, and curl for a health
+# check. The final stage of docker/Dockerfile installs exactly these.
+RUNTIME_PKGS="libmicrohttpd12 libpq5 libssl3 libyaml-0-2 libcurl4 libjansson4 curl ca-certificates"
 
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
@@ -18,7 +22,8 @@ case "${1:-run}" in
 	build) want="$BUILD_PKGS" ;;
 	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
 	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|dev|bench]" >&2; exit 2 ;;
+	runtime) want="$RUNTIME_PKGS" ;;
+	*) echo "usage: $0 [build|run|test|dev|bench|runtime]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.
