@@ -7,6 +7,7 @@
  *   jcs         the RFC 8785 vectors of tests/data/jcs (files and numbers)
  *   restart     a completion retried while ledgerd restarts ($LEDGER_MARK handshake)
  *   unrecorded  ledgerd stays down past complete_retry_ms
+ *   lost        LEDGER_URL is a proxy that loses the first answers (answer_thief.py)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -992,6 +993,27 @@ static void test_client_completion_past_its_bound_is_unrecorded(void **state)
 	outage_call(1000, LEDGER_OUTCOME_UNRECORDED);
 }
 
+/* LEDGER_URL is a proxy that loses the first answers of claim and complete. */
+static void test_client_lost_answers_are_sent_again_unchanged(void **state)
+{
+	struct ledger_client *c = open_client(agent_token, 0, 0);
+	struct tool t = {.status = LEDGER_TOOL_SUCCEEDED, .result = "{\"sent\":1}"};
+	struct ledger_outcome o = {0};
+	struct ledger_call call = {.request_id = getenv("LEDGER_REQUEST_ID"),
+				   .tool_call_id = "call_00",
+				   .tool = "mail"};
+
+	(void)state;
+	assert_int_equal(ledger_client_tool_call(c, &call, run_tool, &t, &o), LEDGER_CLIENT_OK);
+	assert_int_equal(o.kind, LEDGER_OUTCOME_EXECUTED);
+	/* The claim re-sent with its claim_id found its own holder: one run, token 1. */
+	assert_int_equal(t.calls, 1);
+	assert_int_equal(o.fencing_token, 1);
+	assert_string_equal(o.result, "{\"sent\":1}");
+	ledger_client_outcome_clear(&o);
+	ledger_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest live[] = {
@@ -1019,6 +1041,9 @@ int main(int argc, char **argv)
 	const struct CMUnitTest restart[] = {
 		cmocka_unit_test(test_client_completion_survives_a_restart),
 	};
+	const struct CMUnitTest lost[] = {
+		cmocka_unit_test(test_client_lost_answers_are_sent_again_unchanged),
+	};
 	const struct CMUnitTest unrecorded[] = {
 		cmocka_unit_test(test_client_completion_past_its_bound_is_unrecorded),
 	};
@@ -1039,6 +1064,8 @@ int main(int argc, char **argv)
 		rc = cmocka_run_group_tests_name("c_client_live", live, NULL, NULL);
 	} else if (strcmp(group, "restart") == 0) {
 		rc = cmocka_run_group_tests_name("c_client_restart", restart, NULL, NULL);
+	} else if (strcmp(group, "lost") == 0) {
+		rc = cmocka_run_group_tests_name("c_client_lost", lost, NULL, NULL);
 	} else if (strcmp(group, "unrecorded") == 0) {
 		rc = cmocka_run_group_tests_name("c_client_unrecorded", unrecorded, NULL, NULL);
 	} else {

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from answer_thief import AnswerThief
 from conftest import ROOT, LEDGERD, ledgerd_cmd, new_id, claim_id
 
 BUILD = LEDGERD.parent
@@ -142,6 +143,20 @@ def test_c_client_completion_past_its_bound_is_unrecorded(service, env):
     rid = outage(service, env, "unrecorded", 3.0)
     # The record is missing, and the ledger says so: the claim is still open.
     assert call_of(service, rid)["state"] in ("in_progress", "unknown")
+
+
+def test_c_client_lost_answers_are_sent_again_unchanged(service, env):
+    """A claim and a completion reach ledgerd but their answers are lost: the
+    client sends each again, unchanged, and ledgerd recognises them."""
+    thief = AnswerThief(service, {"claim", "complete"})
+    rid = new_id()
+    try:
+        run([CLIENT_TEST, "lost"], dict(env, LEDGER_URL=thief.url, LEDGER_REQUEST_ID=rid))
+    finally:
+        thief.close()
+    assert thief.stolen == [("claim", "HTTP/1.1 201 Created"), ("complete", "HTTP/1.1 200 OK")]
+    events = service.sql("SELECT type FROM events WHERE request_id = '%s' ORDER BY seq" % rid)
+    assert [e[0] for e in events] == ["claimed", "completed"], events
 
 
 def test_c_example_sends_once_then_replays(service, env):
