@@ -330,6 +330,11 @@ enum ledger_failover_action {
 	LEDGER_FAILOVER_REJECT,           /* fail the request with decision.client_error */
 };
 
+/** The API's names: "replica_exited", ..., "retry_prefill", ...; static, or
+ *  "unknown" for a value outside the enum. For logs and metrics. */
+LEDGER_CLIENT_API const char *ledger_client_signal_name(enum ledger_signal signal);
+LEDGER_CLIENT_API const char *ledger_client_action_name(enum ledger_failover_action action);
+
 /* Options of a failover question; zeroed means none. Strings borrowed. */
 struct ledger_failover_opts {
 	bool has_retry_prefill_tokens;

@@ -342,7 +342,7 @@ enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bo
 	return rc;
 }
 
-static const char *signal_name(enum ledger_signal s)
+const char *ledger_client_signal_name(enum ledger_signal s)
 {
 	switch (s) {
 	case LEDGER_SIGNAL_REPLICA_EXITED:
@@ -360,26 +360,35 @@ static const char *signal_name(enum ledger_signal s)
 	case LEDGER_SIGNAL_CLIENT_DISCONNECTED:
 		return "client_disconnected";
 	}
-	return NULL;
+	return "unknown";
+}
+
+/* The actions by their API names, in both directions. */
+static const struct {
+	const char *name;
+	enum ledger_failover_action action;
+} actions[] = {
+	{"retry_prefill", LEDGER_FAILOVER_RETRY_PREFILL},
+	{"wait_for_fence", LEDGER_FAILOVER_WAIT_FOR_FENCE},
+	{"keep_waiting", LEDGER_FAILOVER_KEEP_WAITING},
+	{"cancel_upstream", LEDGER_FAILOVER_CANCEL_UPSTREAM},
+	{"terminate_stream", LEDGER_FAILOVER_TERMINATE_STREAM},
+	{"reject", LEDGER_FAILOVER_REJECT},
+};
+
+const char *ledger_client_action_name(enum ledger_failover_action action)
+{
+	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+		if (actions[i].action == action)
+			return actions[i].name;
+	return "unknown";
 }
 
 static bool action_of(const char *name, enum ledger_failover_action *out)
 {
-	static const struct {
-		const char *name;
-		enum ledger_failover_action action;
-	} map[] = {
-		{"retry_prefill", LEDGER_FAILOVER_RETRY_PREFILL},
-		{"wait_for_fence", LEDGER_FAILOVER_WAIT_FOR_FENCE},
-		{"keep_waiting", LEDGER_FAILOVER_KEEP_WAITING},
-		{"cancel_upstream", LEDGER_FAILOVER_CANCEL_UPSTREAM},
-		{"terminate_stream", LEDGER_FAILOVER_TERMINATE_STREAM},
-		{"reject", LEDGER_FAILOVER_REJECT},
-	};
-
-	for (size_t i = 0; name != NULL && i < sizeof(map) / sizeof(map[0]); i++) {
-		if (strcmp(name, map[i].name) == 0) {
-			*out = map[i].action;
+	for (size_t i = 0; name != NULL && i < sizeof(actions) / sizeof(actions[0]); i++) {
+		if (strcmp(name, actions[i].name) == 0) {
+			*out = actions[i].action;
 			return true;
 		}
 	}
@@ -464,13 +473,13 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
 	struct client_answer ans;
-	const char *name = signal_name(signal);
+	const char *name = ledger_client_signal_name(signal);
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
 
 	if (out == NULL)
 		return LEDGER_CLIENT_ERR_INVALID;
 	memset(out, 0, sizeof(*out));
-	if (source == NULL || name == NULL ||
+	if (source == NULL || strcmp(name, "unknown") == 0 ||
 	    (opts != NULL && opts->next.attempt_id != NULL &&
 	     !client_valid_id(opts->next.attempt_id)) ||
 	    (opts != NULL && opts->retry_prefill_tokens > LEDGER_CLIENT_MAX_INT)) {

@@ -210,46 +210,6 @@ static char *refusal_client_error(const struct ledger_client_error *err)
 
 /* --- attempts --- */
 
-static const char *signal_name(enum ledger_signal sig)
-{
-	switch (sig) {
-	case LEDGER_SIGNAL_REPLICA_EXITED:
-		return "replica_exited";
-	case LEDGER_SIGNAL_POD_LOST:
-		return "pod_lost";
-	case LEDGER_SIGNAL_UPSTREAM_CLOSED:
-		return "upstream_closed";
-	case LEDGER_SIGNAL_NETWORK_ERROR:
-		return "network_error";
-	case LEDGER_SIGNAL_HEARTBEAT_TIMEOUT:
-		return "heartbeat_timeout";
-	case LEDGER_SIGNAL_OVERLOADED:
-		return "overloaded";
-	case LEDGER_SIGNAL_CLIENT_DISCONNECTED:
-		return "client_disconnected";
-	}
-	return "unknown";
-}
-
-static const char *action_name(enum ledger_failover_action a)
-{
-	switch (a) {
-	case LEDGER_FAILOVER_RETRY_PREFILL:
-		return "retry_prefill";
-	case LEDGER_FAILOVER_WAIT_FOR_FENCE:
-		return "wait_for_fence";
-	case LEDGER_FAILOVER_KEEP_WAITING:
-		return "keep_waiting";
-	case LEDGER_FAILOVER_CANCEL_UPSTREAM:
-		return "cancel_upstream";
-	case LEDGER_FAILOVER_TERMINATE_STREAM:
-		return "terminate_stream";
-	case LEDGER_FAILOVER_REJECT:
-		return "reject";
-	}
-	return "unknown";
-}
-
 static void drop_attempt(struct stream *s)
 {
 	upstream_close(s->up);
@@ -362,8 +322,8 @@ static enum ledger_client_err ask_failover(struct stream *s, enum ledger_signal 
 		ledger_client_decision_clear(d);
 	}
 	if (rc == LEDGER_CLIENT_OK) {
-		log_line("failover", s, "\"signal\":\"%s\",\"action\":\"%s\"", signal_name(signal),
-			 action_name(d->action));
+		log_line("failover", s, "\"signal\":\"%s\",\"action\":\"%s\"",
+			 ledger_client_signal_name(signal), ledger_client_action_name(d->action));
 		if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && d->next != NULL)
 			s->replica = next;
 	}

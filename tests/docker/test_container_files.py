@@ -251,11 +251,11 @@ def deps_mode(mode):
     is asked about, so the script exits without installing anything.
     """
     with tempfile.TemporaryDirectory(prefix="ledgerd-deps-") as folder:
-        stub, asked = Path(folder) / "dpkg-query", Path(folder) / "asked"
+        stand_in, asked = Path(folder) / "dpkg-query", Path(folder) / "asked"
         asked.write_text("")
-        stub.write_text('#!/bin/sh\nfor a; do p=$a; done\necho "$p" >> "%s"\n'
+        stand_in.write_text('#!/bin/sh\nfor a; do p=$a; done\necho "$p" >> "%s"\n'
                         'echo "install ok installed"\n' % asked)
-        stub.chmod(0o755)
+        stand_in.chmod(0o755)
         env = dict(clean_env(), PATH="%s:%s" % (folder, os.environ["PATH"]))
         run(["bash", ROOT / "scripts" / "deps.sh", mode], env=env)
         return tuple(asked.read_text().split())
@@ -325,14 +325,14 @@ def installed_packages():
 def closure(packages):
     """The packages apt installs for @packages: themselves and what they depend on."""
     deps, provides = installed_packages()
-    seen, todo = set(), list(packages)
-    while todo:
-        p = todo.pop()
+    seen, pending = set(), list(packages)
+    while pending:
+        p = pending.pop()
         p = p if p in deps else provides.get(p, p)
         if p in seen:
             continue
         seen.add(p)
-        todo.extend(deps.get(p, ()))
+        pending.extend(deps.get(p, ()))
     return seen
 
 

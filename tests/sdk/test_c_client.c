@@ -529,6 +529,11 @@ static void test_client_bad_input_is_refused_without_asking(void **state)
 	assert_string_equal(id, "call_123");
 	assert_int_equal(ledger_client_stable_call_id(7, id, 4), LEDGER_CLIENT_ERR_INVALID);
 	assert_int_equal(ledger_client_args_sha256("[1,", 3, hex), LEDGER_CLIENT_ERR_INVALID);
+	assert_string_equal(ledger_client_signal_name(LEDGER_SIGNAL_HEARTBEAT_TIMEOUT),
+			    "heartbeat_timeout");
+	assert_string_equal(ledger_client_action_name(LEDGER_FAILOVER_WAIT_FOR_FENCE),
+			    "wait_for_fence");
+	assert_string_equal(ledger_client_signal_name((enum ledger_signal)99), "unknown");
 	ledger_client_outcome_clear(NULL);
 	ledger_client_close(NULL);
 	ledger_client_attempt_free(NULL);
