@@ -48,8 +48,9 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all sdk install-sdk deps run test unit bench format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
+# The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
 sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
-     $(BUILD)/ledger_client-uninstalled.pc $(SDK_TEST) $(SDK_EXAMPLE)
+     $(BUILD)/ledger_client-uninstalled.pc $(SDK_EXAMPLE)
 
 deps:
 	@scripts/deps.sh test
@@ -139,7 +140,7 @@ unit: $(UNIT_BIN)
 # The README's test command: every test, on a throwaway PostgreSQL.
 test:
 	@scripts/deps.sh test
-	$(MAKE) all unit
+	$(MAKE) all unit $(SDK_TEST)
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
