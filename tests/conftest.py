@@ -9,86 +9,25 @@ listening on a free loopback port.
 import http.client
 import json
 import os
-import pwd
 import re
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from pgcluster import PGBIN, Cluster, free_port  # noqa: F401 (re-exported to the tests)
+
 ROOT = Path(__file__).resolve().parent.parent
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
-PGBIN = Path("/usr/lib/postgresql/15/bin")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    """A PostgreSQL cluster owned by the test session."""
-
-    def __init__(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="ledgerd-test-pg-"))
-        self.as_root = os.getuid() == 0
-        self.user = "postgres" if self.as_root else pwd.getpwuid(os.getuid()).pw_name
-        if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
-            os.chmod(self.dir, 0o755)
-        self.data = self.dir / "data"
-        self.port = free_port()
-        self._run([PGBIN / "initdb", "-D", self.data, "-U", self.user, "-A", "trust",
-                   "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
-        with open(self.data / "postgresql.conf", "a") as f:
-            # Tests kill ledgerd, never PostgreSQL uncleanly: fsync buys nothing here.
-            f.write("fsync = off\nfull_page_writes = off\nmax_connections = 300\n"
-                    "listen_addresses = ''\nunix_socket_directories = '%s'\nport = %d\n"
-                    % (self.dir, self.port))
-        self.start()
-
-    def _run(self, argv, **kw):
-        argv = [str(a) for a in argv]
-        if self.as_root:
-            argv = ["runuser", "-u", "postgres", "--"] + argv
-        # From the cluster's directory: postgres may not be allowed into ours.
-        return subprocess.run(argv, check=True, capture_output=True, text=True, cwd=self.dir,
-                              **kw)
-
-    def start(self):
-        self._run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.dir / "server.log", "-w",
-                   "-s", "start"])
-
-    def stop(self, mode="fast"):
-        self._run([PGBIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-s", "stop"])
-
-    def url(self, db):
-        return "host=%s port=%d user=%s dbname=%s" % (self.dir, self.port, self.user, db)
-
-    def psql(self, sql, db="postgres"):
-        """Runs SQL; returns the rows as lists of strings."""
-        out = self._run([PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
-                         "-d", db, "-v", "ON_ERROR_STOP=1", "-AtX", "-F", "\t", "-c", sql])
-        return [line.split("\t") for line in out.stdout.splitlines() if line != ""]
-
-    def create_db(self, name):
-        self.psql('CREATE DATABASE "%s"' % name)
-        return self.url(name)
-
-    def destroy(self):
-        try:
-            self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+# The cluster of the session: tests kill ledgerd, never PostgreSQL uncleanly,
+# so durability buys nothing here.
+TEST_SETTINGS = {"fsync": "off", "full_page_writes": "off", "max_connections": 300}
 
 
 def ledgerd_cmd(*args, env=None, check=True, timeout=30):
@@ -256,7 +195,7 @@ class Service:
 def cluster():
     if not LEDGERD.exists():
         pytest.exit("build/ledgerd is missing: run make first", 2)
-    c = Cluster()
+    c = Cluster.new(TEST_SETTINGS)
     yield c
     c.destroy()
 

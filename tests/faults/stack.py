@@ -14,12 +14,9 @@ Standard library only, so the `scenario` command runs with any Python 3.11.
 import http.client
 import json
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -28,9 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: the shared PostgreSQL cluster
+
+from pgcluster import Cluster  # noqa: E402
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 GATEWAY = Path(os.environ.get("GATEWAY", LEDGERD.parent / "gateway")).resolve()
-PGBIN = Path("/usr/lib/postgresql/15/bin")
 RUNS = ROOT / "build" / "faults"
 
 # The pool-wide retry budget and per-request attempts the stack's ledgerd
@@ -203,47 +202,6 @@ def http_json(url, method="GET", path="/", body=None, token=None, timeout_s=10):
         conn.close()
 
 
-class Postgres:
-    """A PostgreSQL 15 cluster in a temporary directory (run as postgres when we are root)."""
-
-    def __init__(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="ledgerd-faults-pg-"))
-        self.as_root = os.getuid() == 0
-        self.user = "postgres" if self.as_root else pwd.getpwuid(os.getuid()).pw_name
-        if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
-            os.chmod(self.dir, 0o755)
-        data = self.dir / "data"
-        self._run([PGBIN / "initdb", "-D", data, "-U", self.user, "-A", "trust", "-E", "UTF8",
-                   "--locale=C.UTF-8", "--no-sync"])
-        with open(data / "postgresql.conf", "a") as f:
-            # Nothing here survives the run: durability buys nothing.
-            f.write("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
-                    "listen_addresses = ''\nunix_socket_directories = '%s'\nport = 5432\n"
-                    % self.dir)
-        self._run([PGBIN / "pg_ctl", "-D", data, "-l", self.dir / "server.log", "-w", "-s",
-                   "start"])
-
-    def _run(self, argv):
-        argv = [str(a) for a in argv]
-        if self.as_root:
-            argv = ["runuser", "-u", "postgres", "--"] + argv
-        return subprocess.run(argv, check=True, capture_output=True, text=True, cwd=self.dir)
-
-    def create_db(self, name):
-        """Creates a database; returns its libpq connection string."""
-        self._run([PGBIN / "createdb", "-h", self.dir, "-U", self.user, name])
-        return "host=%s port=5432 user=%s dbname=%s" % (self.dir, self.user, name)
-
-    def destroy(self):
-        try:
-            self._run([PGBIN / "pg_ctl", "-D", self.dir / "data", "-m", "immediate", "-w", "-s",
-                       "stop"])
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def ledgerd(*args):
     """Runs a one-shot ledgerd command (migrate, token create); returns its stdout."""
     done = subprocess.run([str(LEDGERD)] + [str(a) for a in args], check=True,
@@ -269,7 +227,9 @@ class Stack:
                 raise RuntimeError("%s is missing: run make all first" % binary)
         self.folder = Path(folder)
         self.timing = timing
-        self.postgres = Postgres()
+        # Nothing here survives the run: durability buys nothing.
+        self.postgres = Cluster.new({"fsync": "off", "synchronous_commit": "off",
+                                     "full_page_writes": "off"}, prefix="ledgerd-faults-pg-")
         self.ledgerd = None
         try:
             self.database_url = self.postgres.create_db("ledger")

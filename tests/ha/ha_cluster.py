@@ -8,14 +8,12 @@ lost machine would leave it) and promoted.
 """
 
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from conftest import PGBIN, free_port
+from pgcluster import PGBIN, Cluster
 
 
 def wait_for(probe, timeout, what, interval=0.05):
@@ -35,38 +33,18 @@ def wait_for(probe, timeout, what, interval=0.05):
         time.sleep(interval)
 
 
-def _conf(path, settings):
-    """Appends @settings to a configuration file: later lines win."""
-    with open(path, "a") as f:
-        for name, value in settings.items():
-            if isinstance(value, str):
-                value = "'%s'" % value.replace("'", "''")
-            f.write("%s = %s\n" % (name, value))
-
-
-class Node:
+class Node(Cluster):
     """One PostgreSQL 15 cluster: a primary, or a standby of one."""
 
     def __init__(self, root, name):
+        super().__init__(Path(root) / name)
         self.name = name
-        self.dir = Path(root) / name
-        self.dir.mkdir()
-        self.as_root = os.getuid() == 0
-        self.user = "postgres" if self.as_root else pwd.getpwuid(os.getuid()).pw_name
-        if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
-            os.chmod(self.dir, 0o755)
-        self.data = self.dir / "data"
-        self.log = self.dir / "server.log"
-        self.port = free_port()
 
     # --- making nodes ---------------------------------------------------
 
-    def _settings(self):
+    @staticmethod
+    def _settings():
         return {
-            "listen_addresses": "",
-            "unix_socket_directories": str(self.dir),
-            "port": self.port,
             "max_connections": 100,
             "shared_buffers": "32MB",
             # Only processes die in these tests, never the machine: what a
@@ -83,11 +61,10 @@ class Node:
     def primary(cls, root, name, sync_standby):
         """A new primary whose commits wait for the standby @sync_standby."""
         node = cls(root, name)
-        node.run([PGBIN / "initdb", "-D", node.data, "-U", node.user, "-A", "trust",
-                  "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
+        node.initdb()
         settings = node._settings()
         settings["synchronous_standby_names"] = "FIRST 1 (%s)" % sync_standby
-        _conf(node.data / "postgresql.conf", settings)
+        node.configure(settings)
         node.start()
         return node
 
@@ -105,38 +82,15 @@ class Node:
         # Promoted, it is alone: its own commits must not wait for a standby
         # that does not exist (the copied configuration names one).
         settings["synchronous_standby_names"] = ""
-        _conf(node.data / "postgresql.conf", settings)
+        node.configure(settings)
         node.start()
         return node
 
     # --- running --------------------------------------------------------
 
-    def run(self, argv, check=True, timeout=60):
-        argv = [str(a) for a in argv]
-        if self.as_root:
-            argv = ["runuser", "-u", "postgres", "--"] + argv
-        # From the node's directory: postgres may not be allowed into ours.
-        return subprocess.run(argv, check=check, capture_output=True, text=True,
-                              cwd=self.dir, timeout=timeout)
-
-    def start(self):
-        self.run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.log, "-w", "-s", "start"])
-
-    def stop(self, mode="fast"):
-        self.run([PGBIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-s", "stop"])
-
     def promote(self):
         """Ends recovery; returns once the node accepts writes."""
         self.run([PGBIN / "pg_ctl", "-D", self.data, "-w", "-t", "30", "-s", "promote"])
-
-    def url(self, db):
-        return "host=%s port=%d user=%s dbname=%s" % (self.dir, self.port, self.user, db)
-
-    def psql(self, sql, db="postgres"):
-        """Runs SQL; returns the rows as lists of strings."""
-        out = self.run([PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
-                        "-d", db, "-v", "ON_ERROR_STOP=1", "-AtX", "-F", "\t", "-c", sql])
-        return [line.split("\t") for line in out.stdout.splitlines() if line != ""]
 
     def in_recovery(self):
         return self.psql("SELECT pg_is_in_recovery()") == [["t"]]

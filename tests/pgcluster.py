@@ -1,0 +1,103 @@
+"""A throwaway PostgreSQL 15 cluster, for every test that needs a real one.
+
+The cluster lives in a directory of its own and is reached only through a
+unix socket there. PostgreSQL refuses to run as root, so when the tests
+run as root the cluster runs as the `postgres` user, in a directory it
+owns, and every command is started from that directory (postgres may not
+be allowed into ours). The HTTP tests' session cluster (conftest.py), the
+fault scenarios' stack (faults/stack.py) and the HA tests' primary and
+standby (ha/ha_cluster.py) are all this class.
+"""
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+PGBIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A PostgreSQL cluster in @directory (made, or a new temporary one); not yet created."""
+
+    def __init__(self, directory=None, prefix="ledgerd-test-pg-"):
+        if directory is None:
+            self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        else:
+            self.dir = Path(directory)
+            self.dir.mkdir()
+        self.as_root = os.getuid() == 0
+        self.user = "postgres" if self.as_root else pwd.getpwuid(os.getuid()).pw_name
+        if self.as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+            os.chmod(self.dir, 0o755)
+        self.data = self.dir / "data"
+        self.log = self.dir / "server.log"
+        self.port = free_port()
+
+    @classmethod
+    def new(cls, settings=None, **kw):
+        """initdb, @settings over the socket-only defaults, start: a running cluster."""
+        cluster = cls(**kw)
+        cluster.initdb()
+        cluster.configure(settings or {})
+        cluster.start()
+        return cluster
+
+    def initdb(self):
+        self.run([PGBIN / "initdb", "-D", self.data, "-U", self.user, "-A", "trust",
+                  "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
+
+    def configure(self, settings):
+        """Appends the socket-only defaults, then @settings, to postgresql.conf: later wins."""
+        lines = dict({"listen_addresses": "", "unix_socket_directories": str(self.dir),
+                      "port": self.port}, **settings)
+        with open(self.data / "postgresql.conf", "a") as f:
+            for name, value in lines.items():
+                if isinstance(value, str):
+                    value = "'%s'" % value.replace("'", "''")
+                f.write("%s = %s\n" % (name, value))
+
+    def run(self, argv, check=True, timeout=60):
+        argv = [str(a) for a in argv]
+        if self.as_root:
+            argv = ["runuser", "-u", "postgres", "--"] + argv
+        return subprocess.run(argv, check=check, capture_output=True, text=True, cwd=self.dir,
+                              timeout=timeout)
+
+    def start(self):
+        self.run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.log, "-w", "-s", "start"])
+
+    def stop(self, mode="fast"):
+        self.run([PGBIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-s", "stop"])
+
+    def url(self, db):
+        return "host=%s port=%d user=%s dbname=%s" % (self.dir, self.port, self.user, db)
+
+    def psql(self, sql, db="postgres"):
+        """Runs SQL; returns the rows as lists of strings."""
+        out = self.run([PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
+                        "-d", db, "-v", "ON_ERROR_STOP=1", "-AtX", "-F", "\t", "-c", sql])
+        return [line.split("\t") for line in out.stdout.splitlines() if line != ""]
+
+    def create_db(self, name):
+        """Creates a database; returns its libpq connection string."""
+        self.psql('CREATE DATABASE "%s"' % name)
+        return self.url(name)
+
+    def destroy(self):
+        """Stops the cluster whatever its state and removes its directory; never raises."""
+        try:
+            self.stop("immediate")
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
