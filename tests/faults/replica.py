@@ -45,12 +45,13 @@ import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from ledger_client import Ledger, LedgerError, stable_tool_call_id  # noqa: E402
+from jsonhttp import JsonHandler  # noqa: E402
 from tokens import REPLICA_INFO, TOOL, token_text, tool_args  # noqa: E402
 
 PHASES = ("before_compute", "after_compute", "after_send", "after_tool")
@@ -295,24 +296,7 @@ class Generation:
         return call.result["ticket"]
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        """Quiet: the event log is the record that matters."""
-
-    def reply(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def read_json(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        return json.loads(raw or b"{}")
-
+class Handler(JsonHandler):
     def do_GET(self):
         if self.path == "/v1/replica/info":
             self.reply(200, REPLICA_INFO)

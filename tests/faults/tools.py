@@ -20,8 +20,9 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
+from jsonhttp import JsonHandler
 from tokens import ticket_for
 
 
@@ -58,20 +59,7 @@ class ToolLog:
             return list(self._entries)
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        """Quiet: the tool log is the record that matters."""
-
-    def reply(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(JsonHandler):
     def do_GET(self):
         if self.path == "/log":
             self.reply(200, self.server.tool_log.entries())
@@ -79,8 +67,7 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"error": {"code": "not_found", "message": self.path}})
 
     def do_POST(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
+        raw = self.read_body()
         if self.path != "/tools/create_ticket":
             self.reply(404, {"error": {"code": "not_found", "message": self.path}})
             return
