@@ -24,15 +24,15 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
-LEDGER_SRC := $(wildcard ledger/*.c)
+LEDGER_SRC := $(wildcard ledger/*/*.c)
 API_SRC    := $(wildcard api/*.c)
 CTL_SRC    := $(wildcard sdk/ledgerctl/*.c)
 SQL        := $(sort $(wildcard sql/*.sql))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
-# The C SDK carries ledgerd's own JSON and JCS code, so the fingerprint a
-# client computes is the server's by construction.
-SDK_SRC    := $(wildcard sdk/c/*.c) ledger/buf.c ledger/json.c ledger/jsonw.c ledger/jcs.c \
-              ledger/sha256.c
+# The C SDK carries ledgerd's generic code (ledger/common/: JSON, JCS,
+# hashes), so the fingerprint a client computes is the server's by construction.
+COMMON_SRC := $(wildcard ledger/common/*.c)
+SDK_SRC    := $(wildcard sdk/c/*.c) $(COMMON_SRC)
 SDK_OBJ    := $(SDK_SRC:%.c=$(BUILD)/pic/%.o)
 SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
 SDK_TEST   := $(BUILD)/tests/test_c_client
@@ -156,7 +156,7 @@ run:
 
 format:
 	@scripts/deps.sh dev
-	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
+	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
 		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c)
 
 lint:

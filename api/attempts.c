@@ -11,30 +11,30 @@
 #include "api/handlers.h"
 #include "api/metrics.h"
 #include "api/server.h"
-#include "ledger/jsonw.h"
-#include "ledger/log.h"
-#include "ledger/render.h"
-#include "ledger/replay_cache.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
+#include "ledger/core/render.h"
+#include "ledger/store/replay_cache.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
 /* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
 static int64_t default_lease(const struct api_request *req)
 {
-	int64_t ms = api_policy(req)->default_lease_ms;
+	int64_t ms = api_server_policy(req)->default_lease_ms;
 
-	if (ms > api_config(req)->max_lease_ms)
-		ms = api_config(req)->max_lease_ms;
-	if (ms < api_config(req)->min_lease_ms)
-		ms = api_config(req)->min_lease_ms;
+	if (ms > api_server_settings(req)->max_lease_ms)
+		ms = api_server_settings(req)->max_lease_ms;
+	if (ms < api_server_settings(req)->min_lease_ms)
+		ms = api_server_settings(req)->min_lease_ms;
 	return ms;
 }
 
 static enum ledger_err lease_or_reply(struct api_request *req, const struct ledger_json_value *obj,
 				      int64_t *out)
 {
-	return api_field_int_or_reply(req, obj, "lease_ms", api_config(req)->min_lease_ms,
-				      api_config(req)->max_lease_ms, default_lease(req), out);
+	return api_field_int_or_reply(req, obj, "lease_ms", api_server_settings(req)->min_lease_ms,
+				      api_server_settings(req)->max_lease_ms, default_lease(req), out);
 }
 
 /* One of @p names (NULL-terminated), required. @return its index, or -1 after replying. */
@@ -120,7 +120,7 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 		return LEDGER_ERR_INVALID;
 	}
 	if (with_max &&
-	    api_field_int_or_reply(req, obj, "max_attempts", 1, api_policy(req)->max_attempts_limit,
+	    api_field_int_or_reply(req, obj, "max_attempts", 1, api_server_policy(req)->max_attempts_limit,
 				   0, &in->max_attempts))
 		return LEDGER_ERR_INVALID;
 	return LEDGER_OK;
@@ -215,7 +215,7 @@ static void create_execute(struct api_request *req, struct ledger_store_conn *co
 	enum ledger_err rc;
 
 	rc = ledger_store_attempt_create(conn, req->tenant, req->params[0], &in->in,
-					 api_policy(req), &res);
+					 api_server_policy(req), &res);
 	/* Committed or not (503 cannot tell), claims must now name an attempt. */
 	ledger_replay_cache_invalidate(req->tenant, req->params[0]);
 	if (rc != LEDGER_OK)
@@ -450,7 +450,7 @@ static void failover_execute(struct api_request *req, struct ledger_store_conn *
 	struct ledger_jsonw w;
 	enum ledger_err rc;
 
-	rc = ledger_store_failover(conn, req->tenant, req->params[0], &in->in, api_policy(req),
+	rc = ledger_store_failover(conn, req->tenant, req->params[0], &in->in, api_server_policy(req),
 				   &res);
 	ledger_replay_cache_invalidate(req->tenant, req->params[0]); /* it may start one */
 	if (rc != LEDGER_OK) {

@@ -11,14 +11,14 @@
 #include <unistd.h>
 
 #include "api/server.h"
-#include "ledger/config.h"
-#include "ledger/log.h"
-#include "ledger/maintenance.h"
-#include "ledger/migrate.h"
-#include "ledger/policy.h"
-#include "ledger/replay_cache.h"
-#include "ledger/store.h"
-#include "ledger/tokens.h"
+#include "api/settings.h"
+#include "ledger/common/log.h"
+#include "ledger/store/maintenance.h"
+#include "ledger/store/migrate.h"
+#include "ledger/core/policy.h"
+#include "ledger/store/replay_cache.h"
+#include "ledger/store/store.h"
+#include "api/tokens.h"
 
 #define EXIT_USAGE 2
 
@@ -28,10 +28,10 @@ static void usage(FILE *f)
 		"usage: ledgerd [serve | migrate | token create --tenant T --role R [--from-env VAR] | gc | "
 		"version | help] [flags]\n\n"
 		"flags (each also an environment variable; the flag wins):\n");
-	ledger_config_usage(f);
+	api_settings_usage(f);
 }
 
-static int need_database(const struct ledger_config *cfg)
+static int need_database(const struct api_settings *cfg)
 {
 	if (cfg->database_url != NULL)
 		return 0;
@@ -39,7 +39,7 @@ static int need_database(const struct ledger_config *cfg)
 	return EXIT_USAGE;
 }
 
-static int cmd_migrate(const struct ledger_config *cfg)
+static int cmd_migrate(const struct api_settings *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
 	char err[512];
@@ -90,7 +90,7 @@ static int store_token(struct ledger_store_conn *conn, const char *token, const 
 	enum ledger_role have_role;
 	bool found = false;
 
-	ledger_token_hash(token, strlen(token), sha);
+	api_tokens_hash(token, strlen(token), sha);
 	if (given) {
 		if (ledger_store_token_lookup(conn, sha, &found, have_tenant, &have_role) !=
 		    LEDGER_OK) {
@@ -115,10 +115,10 @@ static int store_token(struct ledger_store_conn *conn, const char *token, const 
 	return 0;
 }
 
-static int cmd_token_create(const struct ledger_config *cfg)
+static int cmd_token_create(const struct api_settings *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
-	char made[LEDGER_TOKEN_LEN + 1];
+	char made[API_TOKEN_LEN + 1];
 	const char *token = made;
 	enum ledger_role role;
 	char err[512];
@@ -144,7 +144,7 @@ static int cmd_token_create(const struct ledger_config *cfg)
 				cfg->from_env, MIN_GIVEN_TOKEN, MAX_GIVEN_TOKEN);
 			return EXIT_USAGE;
 		}
-	} else if (ledger_token_generate(made) != LEDGER_OK) {
+	} else if (api_tokens_generate(made) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: token create: no randomness available\n");
 		return 1;
 	}
@@ -161,7 +161,7 @@ static int cmd_token_create(const struct ledger_config *cfg)
 	return status;
 }
 
-static int cmd_gc(const struct ledger_config *cfg)
+static int cmd_gc(const struct api_settings *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
 	struct ledger_gc_stats stats;
@@ -192,7 +192,7 @@ static int cmd_gc(const struct ledger_config *cfg)
 	return 0;
 }
 
-static int cmd_serve(const struct ledger_config *cfg)
+static int cmd_serve(const struct api_settings *cfg)
 {
 	struct ledger_store_config scfg = {
 		.database_url = cfg->database_url,
@@ -220,7 +220,10 @@ static int cmd_serve(const struct ledger_config *cfg)
 		fprintf(stderr, "ledgerd: --policy: %s\n", err);
 		return EXIT_USAGE;
 	}
-	if (!ledger_replay_cache_init((size_t)cfg->replay_cache_bytes, cfg->retention_ms)) {
+	/* Without fast paths every call decides under the lock: no replay from memory either. */
+	ledger_store_set_fast_paths(cfg->fast_paths != 0);
+	if (!ledger_replay_cache_init(cfg->fast_paths != 0 ? (size_t)cfg->replay_cache_bytes : 0,
+				      cfg->retention_ms)) {
 		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
 		return 1;
 	}
@@ -250,7 +253,7 @@ static int cmd_serve(const struct ledger_config *cfg)
 
 int main(int argc, char **argv)
 {
-	struct ledger_config cfg;
+	struct api_settings cfg;
 	const char *words[3] = {NULL, NULL, NULL};
 	size_t nwords = 0;
 	char err[512];
@@ -267,10 +270,9 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (ledger_config_load(&cfg, argc, argv, words, 3, &nwords, err, sizeof(err)) !=
-	    LEDGER_OK) {
+	if (api_settings_load(&cfg, argc, argv, words, 3, &nwords, err, sizeof(err)) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: %s\n", err);
-		ledger_config_free(&cfg);
+		api_settings_free(&cfg);
 		return EXIT_USAGE;
 	}
 	if (nwords == 0 || strcmp(words[0], "serve") == 0) {
@@ -316,11 +318,11 @@ int main(int argc, char **argv)
 	} else {
 		goto unexpected;
 	}
-	ledger_config_free(&cfg);
+	api_settings_free(&cfg);
 	return rc;
 unexpected:
 	fprintf(stderr, "ledgerd: unknown command \"%s\" (see: ledgerd help)\n",
 		nwords > 1 ? words[nwords - 1] : words[0]);
-	ledger_config_free(&cfg);
+	api_settings_free(&cfg);
 	return EXIT_USAGE;
 }

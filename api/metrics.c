@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 #include "api/server.h"
-#include "ledger/maintenance.h"
-#include "ledger/replay_cache.h"
-#include "ledger/store.h"
+#include "ledger/store/maintenance.h"
+#include "ledger/store/replay_cache.h"
+#include "ledger/store/store.h"
 
 #define MAX_ROUTES 32
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

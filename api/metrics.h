@@ -8,9 +8,9 @@
 
 #include <stddef.h>
 
-#include "ledger/buf.h"
-#include "ledger/decide.h"
-#include "ledger/failover.h"
+#include "ledger/common/buf.h"
+#include "ledger/core/decide.h"
+#include "ledger/core/failover.h"
 
 /* Calls refused because their attempt has no rights. */
 enum api_fenced_op {

@@ -8,8 +8,8 @@
 #include "api/handlers.h"
 #include "api/metrics.h"
 #include "api/server.h"
-#include "ledger/jsonw.h"
-#include "ledger/migrate.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/store/migrate.h"
 
 static enum ledger_err healthz_prepare(struct api_request *req)
 {
@@ -75,7 +75,7 @@ static enum ledger_err metrics_prepare(struct api_request *req)
 {
 	req->reply.status = 0;
 	ledger_buf_free(&req->reply.body);
-	api_metrics_render(&req->reply.body, ledger_store_queue_depth(api_store(req)),
+	api_metrics_render(&req->reply.body, ledger_store_queue_depth(api_server_store(req)),
 			   api_server_in_flight(req));
 	req->reply.status = 200;
 	req->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

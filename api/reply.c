@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/jsonw.h"
-#include "ledger/log.h"
+#include "ledger/common/base64url.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
 #include "api/server.h"
 
 /* Nesting deeper than this is refused: no tool call needs more. */
@@ -83,7 +84,7 @@ void api_reply_invalid_field(struct api_request *req, const char *field, const c
 void api_reply_unavailable(struct api_request *req)
 {
 	struct ledger_jsonw w;
-	int64_t ms = api_config(req)->unavailable_retry_ms;
+	int64_t ms = api_server_settings(req)->unavailable_retry_ms;
 
 	api_reply_error_begin(req, &w, 503, "store_unavailable",
 			      "the database is unreachable; retry later");
@@ -252,51 +253,14 @@ enum ledger_err api_field_bool_or_reply(struct api_request *req,
 
 /* --- cursors --- */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 void api_cursor_encode(const char *raw, size_t n, char *out, size_t cap)
 {
-	size_t o = 0;
-
-	for (size_t i = 0; i < n && o + 5 < cap; i += 3) {
-		unsigned v = (unsigned char)raw[i] << 16;
-		size_t left = n - i;
-
-		if (left > 1)
-			v |= (unsigned char)raw[i + 1] << 8;
-		if (left > 2)
-			v |= (unsigned char)raw[i + 2];
-		out[o++] = b64[(v >> 18) & 63];
-		out[o++] = b64[(v >> 12) & 63];
-		if (left > 1)
-			out[o++] = b64[(v >> 6) & 63];
-		if (left > 2)
-			out[o++] = b64[v & 63];
-	}
-	out[o] = '\0';
+	(void)ledger_base64url_encode(raw, n, out, cap);
 }
 
 int api_cursor_decode(const char *s, char *out, size_t cap)
 {
-	size_t n = 0, len = strlen(s);
-	unsigned acc = 0, bits = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		const char *p = strchr(b64, s[i]);
-
-		if (p == NULL)
-			return -1;
-		acc = acc << 6 | (unsigned)(p - b64);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (n + 1 >= cap)
-				return -1;
-			out[n++] = (char)((acc >> bits) & 0xff);
-		}
-	}
-	out[n] = '\0';
-	return (int)n;
+	return ledger_base64url_decode(s, out, cap);
 }
 
 void *api_input_or_reply(struct api_request *req, size_t size)

@@ -10,8 +10,8 @@
 
 #include "api/handlers.h"
 #include "api/server.h"
-#include "ledger/jsonw.h"
-#include "ledger/render.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/core/render.h"
 
 #define MAX_EVENTS 1000 /* events per page of a request's history */
 #define DEFAULT_LIMIT 50

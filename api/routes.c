@@ -124,7 +124,7 @@ static int hex_value(char c)
 	return -1;
 }
 
-char *api_percent_decode(const char *s, size_t len, size_t *len_out)
+char *api_routes_percent_decode(const char *s, size_t len, size_t *len_out)
 {
 	char *out = malloc(len + 1);
 	size_t o = 0;
@@ -185,7 +185,7 @@ static bool decode_params(const struct segs *pat, const struct segs *path, const
 		last = first[np] + count[np] - 1;
 		start = path->s[first[np]];
 		raw_len = (size_t)(path->s[last] + path->len[last] - start);
-		params[np] = api_percent_decode(start, raw_len, &len);
+		params[np] = api_routes_percent_decode(start, raw_len, &len);
 		if (params[np] == NULL || !ledger_id_valid(params[np], len)) {
 			*bad_out = param_name(pat->s[pi], pat->len[pi]);
 			return false;
@@ -195,7 +195,7 @@ static bool decode_params(const struct segs *pat, const struct segs *path, const
 	return true;
 }
 
-enum api_match api_route_match(const char *method, const char *path,
+enum api_match api_routes_match(const char *method, const char *path,
 			       const struct api_route **route_out, char *params[API_MAX_PARAMS],
 			       const char **allow_out, const char **bad_out)
 {

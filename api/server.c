@@ -27,12 +27,12 @@
 #include <unistd.h>
 
 #include "api/metrics.h"
-#include "ledger/jsonw.h"
-#include "ledger/log.h"
-#include "ledger/tokens.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
+#include "api/tokens.h"
 
 struct api_server {
-	const struct ledger_config *cfg;    /* borrowed */
+	const struct api_settings *cfg;    /* borrowed */
 	const struct ledger_policy *policy; /* borrowed */
 	struct ledger_store *store;         /* borrowed */
 	struct MHD_Daemon *daemon;
@@ -40,17 +40,17 @@ struct api_server {
 	atomic_bool draining;  /* shutting down: replies close their connection */
 };
 
-const struct ledger_config *api_config(const struct api_request *req)
+const struct api_settings *api_server_settings(const struct api_request *req)
 {
 	return req->server->cfg;
 }
 
-const struct ledger_policy *api_policy(const struct api_request *req)
+const struct ledger_policy *api_server_policy(const struct api_request *req)
 {
 	return req->server->policy;
 }
 
-struct ledger_store *api_store(const struct api_request *req)
+struct ledger_store *api_server_store(const struct api_request *req)
 {
 	return req->server->store;
 }
@@ -159,7 +159,7 @@ static void authenticate(struct api_request *req, struct ledger_store_conn *conn
 	bool found = false;
 	enum ledger_err rc;
 
-	if (!ledger_token_cache_get(req->token_sha256, req->tenant, &req->role)) {
+	if (!api_tokens_cache_get(req->token_sha256, req->tenant, &req->role)) {
 		rc = ledger_store_token_lookup(conn, req->token_sha256, &found, req->tenant,
 					       &req->role);
 		if (rc != LEDGER_OK) {
@@ -170,7 +170,7 @@ static void authenticate(struct api_request *req, struct ledger_store_conn *conn
 			api_reply_error(req, 401, "unauthorized", "the token is not valid");
 			return;
 		}
-		ledger_token_cache_put(req->token_sha256, req->tenant, req->role);
+		api_tokens_cache_put(req->token_sha256, req->tenant, req->role);
 	}
 	req->authenticated = true;
 	if ((req->route->roles & LEDGER_ROLE_BIT(req->role)) == 0)
@@ -251,7 +251,7 @@ static bool authenticate_from_cache(struct api_request *req)
 
 	if (req->route->roles == 0)
 		return true;
-	if (!ledger_token_cache_get(req->token_sha256, tenant, &role) ||
+	if (!api_tokens_cache_get(req->token_sha256, tenant, &role) ||
 	    (req->route->roles & LEDGER_ROLE_BIT(role)) == 0)
 		return false;
 	memcpy(req->tenant, tenant, sizeof(tenant));
@@ -270,7 +270,7 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
 	(void)kind;
 	if (req->reply.status != 0)
 		return MHD_NO;
-	k = api_percent_decode(key, strlen(key), &klen);
+	k = api_routes_percent_decode(key, strlen(key), &klen);
 	if (k == NULL || strlen(k) != klen) {
 		api_reply_invalid_field(req, "", "a query parameter name is malformed");
 		goto fail;
@@ -281,7 +281,7 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
 		if (strcmp(name, k) != 0)
 			continue;
 		if (value != NULL)
-			v = api_percent_decode(value, strlen(value), &vlen);
+			v = api_routes_percent_decode(value, strlen(value), &vlen);
 		if (v == NULL || strlen(v) != vlen) {
 			api_reply_invalid_field(req, name, "is malformed");
 			goto fail;
@@ -316,7 +316,7 @@ static void read_token(struct api_request *req)
 		t++;
 	if (*t == '\0')
 		return;
-	ledger_token_hash(t, strlen(t), req->token_sha256);
+	api_tokens_hash(t, strlen(t), req->token_sha256);
 	req->has_token = true;
 }
 
@@ -326,7 +326,7 @@ static void start(struct api_request *req, const char *url, const char *method)
 	const char *allow = NULL, *bad = NULL;
 	const char *clen = NULL;
 
-	switch (api_route_match(method, url, &req->route, req->params, &allow, &bad)) {
+	switch (api_routes_match(method, url, &req->route, req->params, &allow, &bad)) {
 	case API_MATCH_OK:
 		break;
 	case API_MATCH_NOT_FOUND:
@@ -357,9 +357,9 @@ static void start(struct api_request *req, const char *url, const char *method)
 	clen = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
 					   MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen != NULL &&
-	    strtoull(clen, NULL, 10) > (unsigned long long)api_config(req)->max_body_bytes) {
+	    strtoull(clen, NULL, 10) > (unsigned long long)api_server_settings(req)->max_body_bytes) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
-				(long long)api_config(req)->max_body_bytes);
+				(long long)api_server_settings(req)->max_body_bytes);
 		return;
 	}
 	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
@@ -586,7 +586,7 @@ int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err,
  */
 #define API_CONNECTION_MEMORY (16 * 1024)
 
-int api_server_run(const struct ledger_config *cfg, const struct ledger_policy *policy,
+int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
 		   struct ledger_store *store, int fd, const char *bound)
 {
 	struct api_server srv;

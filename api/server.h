@@ -13,14 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ledger/buf.h"
-#include "ledger/config.h"
-#include "ledger/err.h"
-#include "ledger/json.h"
-#include "ledger/policy.h"
-#include "ledger/jsonw.h"
-#include "ledger/store.h"
-#include "ledger/types.h"
+#include "ledger/common/buf.h"
+#include "api/settings.h"
+#include "ledger/common/err.h"
+#include "ledger/common/json.h"
+#include "ledger/core/policy.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/store/store.h"
+#include "ledger/core/types.h"
 
 struct api_request;
 
@@ -47,20 +47,7 @@ struct api_handler {
 	bool (*answer_now)(struct api_request *req);
 };
 
-#define API_MAX_PARAMS 3
-#define API_MAX_QUERY 4
-
-struct api_route {
-	const char *method;
-	const char *pattern; /* segments; "{name}" is a path parameter */
-	const struct api_handler *handler;
-	unsigned roles;                       /* LEDGER_ROLE_BIT()s; 0: no token needed */
-	const char *name;                     /* the route's label in metrics */
-	const char *query[API_MAX_QUERY + 1]; /* accepted query keys, NULL-terminated */
-};
-
-extern const struct api_route api_routes[];
-extern const size_t api_route_count;
+#include "api/routes.h"
 
 /* Header names a reply may carry beyond Content-Type. */
 struct api_reply {
@@ -181,13 +168,13 @@ const char *api_query(const struct api_request *req, const char *key);
 /* --- the server (api/server.c) --- */
 
 /** The settings the handlers read (lease bounds, back-off). */
-const struct ledger_config *api_config(const struct api_request *req);
+const struct api_settings *api_server_settings(const struct api_request *req);
 
 /** The failover policy in force. */
-const struct ledger_policy *api_policy(const struct api_request *req);
+const struct ledger_policy *api_server_policy(const struct api_request *req);
 
 /** The store the server hands jobs to. */
-struct ledger_store *api_store(const struct api_request *req);
+struct ledger_store *api_server_store(const struct api_request *req);
 
 /** HTTP requests being served right now. */
 long api_server_in_flight(const struct api_request *req);
@@ -206,29 +193,7 @@ int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err,
  * SIGTERM or SIGINT, then drains the calls in flight.
  * @return 0 on a clean stop, 1 if it could not start
  */
-int api_server_run(const struct ledger_config *cfg, const struct ledger_policy *policy,
+int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
 		   struct ledger_store *store, int fd, const char *bound);
-
-/* --- routing (api/routes.c) --- */
-
-enum api_match {
-	API_MATCH_OK,
-	API_MATCH_NOT_FOUND,          /* no route has this path */
-	API_MATCH_METHOD_NOT_ALLOWED, /* *allow_out lists the methods */
-	API_MATCH_INVALID_ID,         /* *bad_out names the parameter */
-};
-
-/**
- * Finds the route for @p method and the raw (still percent-encoded) @p path,
- * and decodes its parameters into @p params (new strings; caller frees).
- * A parameter other than the last segment may span several segments, so
- * that an id containing "/" is reported as an invalid id, not a 404.
- */
-enum api_match api_route_match(const char *method, const char *path,
-			       const struct api_route **route_out, char *params[API_MAX_PARAMS],
-			       const char **allow_out, const char **bad_out);
-
-/** Decodes %XX escapes of @p len bytes of @p s into a new string. NULL if malformed. */
-char *api_percent_decode(const char *s, size_t len, size_t *len_out);
 
 #endif

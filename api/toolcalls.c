@@ -11,10 +11,10 @@
 #include "api/handlers.h"
 #include "api/metrics.h"
 #include "api/server.h"
-#include "ledger/jcs.h"
-#include "ledger/jsonw.h"
-#include "ledger/log.h"
-#include "ledger/replay_cache.h"
+#include "ledger/common/jcs.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
+#include "ledger/store/replay_cache.h"
 
 #define DEFAULT_LEASE_MS 30000
 #define DEFAULT_LIMIT 50
@@ -48,7 +48,7 @@ static void write_text(struct ledger_jsonw *w, const char *key, const char *s)
 
 static int64_t lease_bound(const struct api_request *req, bool max)
 {
-	return max ? api_config(req)->max_lease_ms : api_config(req)->min_lease_ms;
+	return max ? api_server_settings(req)->max_lease_ms : api_server_settings(req)->min_lease_ms;
 }
 
 /* The lease of a call that names none, within the configured bounds. */
@@ -160,7 +160,7 @@ static void reply_refusal(struct api_request *req, const char *code, const struc
 		api_reply_error_end(req, &w);
 	} else {
 		LOG_ERROR("no reply for refusal %s", code);
-		abort(); /* every code ledger/decide.c gives is handled above */
+		abort(); /* every code ledger/core/decide.c gives is handled above */
 	}
 }
 

@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ledger/buf.h"
-#include "ledger/json.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/json.h"
 #include "sdk/c/ledger_client.h"
 
 #define CLIENT_MAX_ANSWER (16u << 20) /* the largest answer read, in bytes */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/jsonw.h"
+#include "ledger/common/jsonw.h"
 #include "sdk/c/client_int.h"
 
 #define MIN_HEARTBEAT_MS 20u

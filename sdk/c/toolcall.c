@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/jcs.h"
-#include "ledger/jsonw.h"
+#include "ledger/common/jcs.h"
+#include "ledger/common/jsonw.h"
 #include "sdk/c/client_int.h"
 
 #define DEFAULT_LEASE_MS 30000u

@@ -1,5 +1,5 @@
 /*
- * sdk/ledgerctl/field.c: tolerant accessors over ledger/json.h values for
+ * sdk/ledgerctl/field.c: tolerant accessors over ledger/common/json.h values for
  * ledgerctl's printers, and a compact re-serialisation for event details
  * ledgerctl has no words for (ledgerd stores details as jsonb, which
  * spaces them out).
@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "ledger/jsonw.h"
+#include "ledger/common/jsonw.h"
 
 const char *ledgerctl_field_str(const struct ledger_json_value *obj, const char *key)
 {

@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ledger/buf.h"
-#include "ledger/json.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/json.h"
 
 /** The string at @p key of @p obj, borrowed from its document; NULL if absent or not a string. */
 const char *ledgerctl_field_str(const struct ledger_json_value *obj, const char *key);

@@ -14,7 +14,7 @@
 
 #include <curl/curl.h>
 
-#include "ledger/buf.h"
+#include "ledger/common/buf.h"
 
 #ifndef LEDGER_VERSION
 #define LEDGER_VERSION "unknown"

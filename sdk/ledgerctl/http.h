@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "ledger/err.h"
+#include "ledger/common/err.h"
 
 #define LEDGERCTL_HTTP_MAX_BODY (16u << 20) /* the largest answer read, in bytes */
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/buf.h"
-#include "ledger/json.h"
-#include "ledger/jsonw.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/json.h"
+#include "ledger/common/jsonw.h"
 #include "sdk/ledgerctl/field.h"
 #include "sdk/ledgerctl/http.h"
 #include "sdk/ledgerctl/text.h"

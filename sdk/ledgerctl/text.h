@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "ledger/buf.h"
-#include "ledger/err.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/err.h"
 
 #define LEDGERCTL_TEXT_WIDTH 100 /* the widest line ledgerctl prints, in characters */
 

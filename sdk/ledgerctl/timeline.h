@@ -9,9 +9,9 @@
 
 #include <stddef.h>
 
-#include "ledger/buf.h"
-#include "ledger/err.h"
-#include "ledger/json.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/err.h"
+#include "ledger/common/json.h"
 
 /* One request as GET /v1/requests/{rid} describes it, every page of events joined. */
 struct ledgerctl_review {

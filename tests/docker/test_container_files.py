@@ -803,7 +803,7 @@ def test_the_checks_catch_doctored_files():
     assert any("deps.sh runtime" in p for p in problems)
     assert check_healthcheck(bad) != []
     assert any("ENTRYPOINT" in p for p in check_programs(compose(), bad, ledgerd_commands()))
-    assert ignored("build/ledgerd") and ignored("var/pg") and not ignored("ledger/decide.c")
+    assert ignored("build/ledgerd") and ignored("var/pg") and not ignored("ledger/core/decide.c")
     assert ignored("sdk/python/ledger_client/__pycache__/x.pyc")
 
     doc = compose()

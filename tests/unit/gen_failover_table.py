@@ -3,7 +3,7 @@
 
 The expected values come from an oracle written from API.md's failover table
 (rows 2..10, in order) and the decisions the test's brief states, never from
-ledger/failover.c. The rows are checked in as C between the BEGIN/END markers
+ledger/core/failover.c. The rows are checked in as C between the BEGIN/END markers
 of test_failover.c, so the test needs no Python at run time.
 
     python3 tests/unit/gen_failover_table.py           # print the rows

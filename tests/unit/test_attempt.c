@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "ledger/attempt.h"
-#include "ledger/policy.h"
+#include "ledger/core/attempt.h"
+#include "ledger/core/policy.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 

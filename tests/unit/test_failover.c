@@ -14,9 +14,9 @@
 
 #include <cmocka.h>
 
-#include "ledger/attempt.h"
-#include "ledger/failover.h"
-#include "ledger/policy.h"
+#include "ledger/core/attempt.h"
+#include "ledger/core/failover.h"
+#include "ledger/core/policy.h"
 
 /* Short names, so a row fits on one line. */
 #define SIG_EXITED LEDGER_SIGNAL_REPLICA_EXITED

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_jcs.c: unit tests of RFC 8785 canonicalisation and the
- * argument fingerprint (ledger/jcs.c). Fingerprints must agree with every
+ * argument fingerprint (ledger/common/jcs.c). Fingerprints must agree with every
  * SDK byte for byte, so the published vectors in tests/data/jcs/ are the
  * judge; the tables here pin the cases those vectors do not reach.
  */
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ledger/buf.h"
-#include "ledger/jcs.h"
-#include "ledger/json.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/jcs.h"
+#include "ledger/common/json.h"
 
 #define DEPTH 64
 #define DATA "tests/data/jcs"

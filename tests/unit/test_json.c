@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_json.c: unit tests of the JSON reader (ledger/json.c), the
- * byte buffer and the writer (ledger/buf.c, ledger/jsonw.c). The reader is
+ * tests/unit/test_json.c: unit tests of the JSON reader (ledger/common/json.c), the
+ * byte buffer and the writer (ledger/common/buf.c, ledger/common/jsonw.c). The reader is
  * the first code to see client bytes, so its refusals are pinned down here
  * one by one, with the offsets they report.
  */
@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ledger/buf.h"
-#include "ledger/json.h"
-#include "ledger/jsonw.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/json.h"
+#include "ledger/common/jsonw.h"
 
 #define DEPTH 64
 

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_policy.c: unit tests of the failover policy loader
- * (ledger/policy.c). The policy file may only restate what ledgerd does, so
+ * (ledger/core/policy.c). The policy file may only restate what ledgerd does, so
  * most tables here are documents that must be refused, each pinned to the
  * line and key path its one-line error names.
  */
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ledger/policy.h"
+#include "ledger/core/policy.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_replay_cache.c: unit tests of the replay cache
- * (ledger/replay_cache.c): what it serves, what it must never serve (a
+ * (ledger/store/replay_cache.c): what it serves, what it must never serve (a
  * stale stamp, a call near retention, another key), and that it keeps to
  * its byte budget, also under concurrent use.
  */
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ledger/replay_cache.h"
+#include "ledger/store/replay_cache.h"
 
 #define DAY_MS (24LL * 3600 * 1000)
 #define WEEK_MS (7 * DAY_MS)

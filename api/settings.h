@@ -1,0 +1,59 @@
+/*
+ * api/settings.h: every setting of ledgerd in one table, each a flag and
+ * an environment variable (the flag wins), validated at start-up so that
+ * ledgerd never runs half-configured.
+ */
+#ifndef API_SETTINGS_H
+#define API_SETTINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ledger/common/err.h"
+#include "ledger/common/log.h"
+
+struct api_settings {
+	char *database_url;         /* libpq connection string or URI; NULL: unset */
+	char *listen;               /* "host:port", "[v6]:port" or "unix:/path" */
+	char *policy_path;          /* NULL: the built-in policy */
+	int64_t workers;            /* store workers, one connection each */
+	int64_t batch_max;          /* calls a worker may commit together (1: no batching) */
+	int64_t replay_cache_bytes; /* budget of the replay cache; 0: off */
+	int64_t fast_paths;         /* 1: fast paths, batching, replay-cache answers; 0: off */
+	int64_t http_threads;       /* HTTP polling threads */
+	int64_t retention_ms;       /* settled requests older than this are removed */
+	int64_t tombstone_ms;       /* how long a removed call's tombstone stays */
+	enum ledger_log_level log_level;
+	int64_t max_body_bytes; /* larger bodies: 413 body_too_large */
+	int64_t min_lease_ms;   /* lease_ms bounds; outside: 400 invalid_field */
+	int64_t max_lease_ms;
+	int64_t unavailable_retry_ms; /* retry_after_ms of 503 store_unavailable */
+	int64_t drain_timeout_ms;     /* how long SIGTERM waits for calls in flight */
+	int64_t gc_interval_ms;       /* how often serve runs retention */
+	int64_t gc_batch;             /* requests (and tombstones) per retention transaction */
+	char *tenant;                 /* token create: --tenant */
+	char *role;                   /* token create: --role */
+	char *from_env;               /* token create: the variable holding the token to store */
+};
+
+/**
+ * Fills @p cfg from the defaults, then the environment, then @p argv
+ * (flags as "--name value" or "--name=value"; the first non-flag words are
+ * the command, stored in @p words up to @p max_words).
+ *
+ * @param cfg receives owned strings; release with api_settings_free()
+ * @param err receives one line saying what is wrong (no trailing newline)
+ * @return LEDGER_OK or LEDGER_ERR_INVALID
+ */
+LEDGER_MUSTCHECK enum ledger_err api_settings_load(struct api_settings *cfg, int argc, char **argv,
+						   const char **words, size_t max_words,
+						   size_t *nwords, char *err, size_t errlen);
+
+/** Frees the strings of @p cfg. */
+void api_settings_free(struct api_settings *cfg);
+
+/** Writes the flag and variable reference (for `ledgerd help`) to @p out. */
+void api_settings_usage(FILE *out);
+
+#endif

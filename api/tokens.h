@@ -1,0 +1,41 @@
+/*
+ * api/tokens.h: API tokens. A token is "ldg_" and 43 characters of
+ * base64url (256 random bits); the database keeps only its SHA-256. A small
+ * cache of recent lookups spares the database a query per call; an entry
+ * lives API_TOKEN_CACHE_MS, so a revoked token stops working within
+ * that time.
+ */
+#ifndef API_TOKENS_H
+#define API_TOKENS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ledger/common/err.h"
+#include "ledger/core/types.h"
+
+#define API_TOKEN_LEN 47 /* "ldg_" + 43 */
+#define API_TOKEN_CACHE_MS 10000
+
+/**
+ * Creates a new random token.
+ * @param out receives the token and a NUL
+ * @return LEDGER_OK, or LEDGER_ERR_INTERNAL if no randomness is available
+ */
+LEDGER_MUSTCHECK enum ledger_err api_tokens_generate(char out[API_TOKEN_LEN + 1]);
+
+/** SHA-256 of @p len bytes of @p token. */
+void api_tokens_hash(const char *token, size_t len, unsigned char out[32]);
+
+/**
+ * Looks @p sha256 up in the cache. Thread-safe.
+ * @param tenant receives the tenant (LEDGER_ID_MAX + 1 bytes) on a hit
+ * @return true on a hit that has not expired
+ */
+bool api_tokens_cache_get(const unsigned char sha256[32], char *tenant, enum ledger_role *role);
+
+/** Remembers a token the database knows. Thread-safe. */
+void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant,
+			  enum ledger_role role);
+
+#endif

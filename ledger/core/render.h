@@ -1,0 +1,44 @@
+/*
+ * ledger/core/render.h: the JSON forms of the router-side objects: a request, an
+ * attempt as POST attempts returns it, a client error, a failover decision.
+ * They live in the domain, not in api/, because a failover decision and a
+ * client error are recorded as written (a retried call, or a late
+ * attempt, gets back the very text the first answer had).
+ */
+#ifndef LEDGER_RENDER_H
+#define LEDGER_RENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/core/attempt.h"
+#include "ledger/common/buf.h"
+#include "ledger/common/jsonw.h"
+
+/**
+ * Writes the client error OpenAI-compatible clients raise:
+ * {"error": {"code", "type", "param", "message", "request_id",
+ * "partial_output", "delivered_output_tokens", "retryable": false}}.
+ * @param code one of upstream_decode_interrupted, retry_budget_exhausted,
+ *        retry_cost_exceeded, tool_outcome_unknown, tool_call_divergence
+ */
+void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
+				const struct ledger_request *r);
+
+/**
+ * Writes the request object as the API shows it.
+ * @param client_error its recorded client error (JSON text), or NULL
+ */
+void ledger_render_request(struct ledger_jsonw *w, const char *request_id,
+			   const struct ledger_request *r, const char *client_error);
+
+/**
+ * Writes the attempt as POST attempts answers it: {"attempt_id", "epoch",
+ * "attempt_number", "lease_ms", "request": {...}}.
+ */
+void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
+			   const struct ledger_attempt *a, const struct ledger_request *r,
+			   const char *client_error);
+
+#endif

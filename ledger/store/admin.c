@@ -1,0 +1,247 @@
+/*
+ * ledger/store/admin.c: the store's housekeeping: schema migrations under
+ * an advisory lock, the schema version /readyz checks, and API tokens,
+ * which are kept only as SHA-256 hashes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/log.h"
+#include "ledger/store/migrate.h"
+#include "ledger/store/store.h"
+#include "ledger/store/rows.h"
+#include "ledger/store/statements.h"
+
+/* Any fixed number: every ledgerd takes the same lock to migrate. */
+#define MIGRATE_LOCK_KEY "7311460291"
+
+int ledger_migrate_expected_version(void)
+{
+	int v = 0;
+
+	for (unsigned i = 0; i < ledger_migration_count; i++) {
+		if (ledger_migrations[i].version > v)
+			v = ledger_migrations[i].version;
+	}
+	return v;
+}
+
+static const struct store_stmt schema_exists = {
+	"schema_exists",
+	"SELECT to_regclass('ledger_schema') IS NOT NULL",
+	0,
+};
+
+enum ledger_err ledger_store_schema_version(struct ledger_store_conn *conn, int *version_out)
+{
+	struct store_step st;
+	enum ledger_err rc;
+
+	*version_out = 0;
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	store_step_begin(&st, conn);
+	store_step_add(&st, &schema_exists, NULL);
+	rc = store_step_run(&st);
+	if (rc != LEDGER_OK || !store_bool(st.res[0], 0, 0))
+		goto out;
+	store_step_clear(&st);
+	/* Not prepared: the table may not exist when the connection is new. */
+	store_step_add_simple(&st, "SELECT coalesce(max(version), 0) FROM ledger_schema");
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK)
+		*version_out = (int)store_int(st.res[0], 0, 0);
+out:
+	store_step_clear(&st);
+	return rc;
+}
+
+/* Runs @p sql (possibly several statements) outside pipeline mode. */
+static enum ledger_err exec_script(PGconn *pg, const char *sql, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(pg, sql);
+	enum ledger_err rc = LEDGER_OK;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *msg = PQresultErrorMessage(res);
+		snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+		rc = PQstatus(pg) == CONNECTION_OK ? LEDGER_ERR_INTERNAL : LEDGER_ERR_UNAVAILABLE;
+	}
+	PQclear(res);
+	return rc;
+}
+
+static enum ledger_err apply_one(PGconn *pg, const struct ledger_migration *m, char *err,
+				 size_t errlen)
+{
+	char version[16];
+	const char *params[2] = {version, m->name};
+	PGresult *res = NULL;
+	enum ledger_err rc;
+
+	snprintf(version, sizeof(version), "%d", m->version);
+	rc = exec_script(pg, "BEGIN", err, errlen);
+	if (rc != LEDGER_OK)
+		return rc;
+	rc = exec_script(pg, m->sql, err, errlen);
+	if (rc == LEDGER_OK) {
+		res = PQexecParams(pg, "INSERT INTO ledger_schema (version, name) VALUES ($1, $2)",
+				   2, NULL, params, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			snprintf(err, errlen, "%s", PQresultErrorMessage(res));
+			rc = LEDGER_ERR_INTERNAL;
+		}
+		PQclear(res);
+	}
+	if (rc == LEDGER_OK)
+		rc = exec_script(pg, "COMMIT", err, errlen);
+	else
+		(void)exec_script(pg, "ROLLBACK", (char[64]){0}, 64);
+	if (rc != LEDGER_OK) {
+		char what[256];
+		snprintf(what, sizeof(what), "%s", err);
+		snprintf(err, errlen, "migration %s: %s", m->name, what);
+	}
+	return rc;
+}
+
+enum ledger_err ledger_store_migrate(struct ledger_store_conn *conn, unsigned *applied_out,
+				     char *err, size_t errlen)
+{
+	PGconn *pg = conn->pg;
+	PGresult *res = NULL;
+	enum ledger_err rc;
+	bool locked = false;
+	int current = 0;
+
+	*applied_out = 0;
+	if (pg == NULL || PQexitPipelineMode(pg) != 1) {
+		snprintf(err, errlen, "the connection is not idle");
+		return LEDGER_ERR_INTERNAL;
+	}
+	/* Concurrent migrators wait here; each then sees what the other applied. */
+	rc = exec_script(pg, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", err, errlen);
+	if (rc != LEDGER_OK)
+		goto out;
+	locked = true;
+	rc = exec_script(pg,
+			 "SET client_min_messages = warning;"
+			 "CREATE TABLE IF NOT EXISTS ledger_schema ("
+			 "  version integer PRIMARY KEY,"
+			 "  name text NOT NULL,"
+			 "  applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+			 err, errlen);
+	if (rc != LEDGER_OK)
+		goto out;
+	res = PQexec(pg, "SELECT coalesce(max(version), 0) FROM ledger_schema");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(err, errlen, "%s", PQresultErrorMessage(res));
+		rc = LEDGER_ERR_INTERNAL;
+		goto out;
+	}
+	current = atoi(PQgetvalue(res, 0, 0));
+	if (current > ledger_migrate_expected_version()) {
+		snprintf(err, errlen,
+			 "the database is at schema %d, newer than this ledgerd knows (%d)",
+			 current, ledger_migrate_expected_version());
+		rc = LEDGER_ERR_INVALID;
+		goto out;
+	}
+	for (unsigned i = 0; i < ledger_migration_count; i++) {
+		if (ledger_migrations[i].version <= current)
+			continue;
+		rc = apply_one(pg, &ledger_migrations[i], err, errlen);
+		if (rc != LEDGER_OK)
+			goto out;
+		LOG_INFO("applied migration %s", ledger_migrations[i].name);
+		(*applied_out)++;
+	}
+out:
+	PQclear(res);
+	if (locked)
+		(void)exec_script(pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")",
+				  (char[64]){0}, 64);
+	if (PQstatus(pg) == CONNECTION_OK && PQenterPipelineMode(pg) != 1 && rc == LEDGER_OK) {
+		snprintf(err, errlen, "cannot enter pipeline mode");
+		rc = LEDGER_ERR_INTERNAL;
+	}
+	return rc;
+}
+
+static void sha_param(const unsigned char sha256[32], char out[67])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	out[0] = '\\';
+	out[1] = 'x';
+	for (int i = 0; i < 32; i++) {
+		out[2 + 2 * i] = hex[sha256[i] >> 4];
+		out[3 + 2 * i] = hex[sha256[i] & 15];
+	}
+	out[66] = '\0';
+}
+
+static const struct store_stmt token_lookup = {
+	"token_lookup",
+	"SELECT tenant, role FROM api_tokens WHERE token_sha256 = $1::bytea AND revoked_at IS NULL",
+	1,
+};
+
+static const struct store_stmt token_insert = {
+	"token_insert",
+	"INSERT INTO api_tokens (token_sha256, tenant, role) VALUES ($1::bytea, $2, $3)",
+	3,
+};
+
+enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
+					  const unsigned char sha256[32], bool *found, char *tenant,
+					  enum ledger_role *role)
+{
+	char hex[67];
+	const char *params[1] = {hex};
+	struct store_step st;
+	enum ledger_err rc;
+
+	*found = false;
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	sha_param(sha256, hex);
+	store_step_begin(&st, conn);
+	store_step_add(&st, &token_lookup, params);
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK && PQntuples(st.res[0]) == 1 &&
+	    ledger_role_parse(PQgetvalue(st.res[0], 0, 1), role) == 0) {
+		store_copy(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
+		*found = true;
+	}
+	store_step_clear(&st);
+	return rc;
+}
+
+enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
+					  const unsigned char sha256[32], const char *tenant,
+					  enum ledger_role role)
+{
+	char hex[67];
+	const char *params[3] = {hex, tenant, ledger_role_name(role)};
+	struct store_step st;
+	enum ledger_err rc;
+
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	sha_param(sha256, hex);
+	store_step_begin(&st, conn);
+	store_step_add(&st, &token_insert, params);
+	rc = store_step_run(&st);
+	store_step_clear(&st);
+	return rc;
+}
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_admin_statements[] = {
+	&schema_exists,
+	&token_lookup,
+	&token_insert,
+	NULL,
+};

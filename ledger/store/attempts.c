@@ -1,0 +1,336 @@
+/*
+ * ledger/store/attempts.c: attempts on PostgreSQL: creating one (POST
+ * attempts) and an attempt's own calls (renew, deliver, cancel, cancel-ack,
+ * finish). Each locks the request, reads it and its attempts after the
+ * lock, asks ledger/core/attempt.c, and writes the decision with its events in
+ * the same transaction. The partial unique index on live attempts and the
+ * trigger refusing an attempt after the first delta hold invariants 1 and 2
+ * even against a bug here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/log.h"
+#include "ledger/store/store.h"
+#include "ledger/store/rows.h"
+#include "ledger/store/statements.h"
+
+void ledger_attempt_result_clear(struct ledger_attempt_result *r)
+{
+	if (r == NULL)
+		return;
+	free(r->client_error);
+	memset(r, 0, sizeof(*r));
+}
+
+static void reset_attempt_result(void *out)
+{
+	ledger_attempt_result_clear(out);
+}
+
+/* Hands the request as it stands, and its client error, to the result. */
+static void take_request(struct ledger_attempt_result *out, struct store_locked *lk)
+{
+	out->request = lk->request;
+	out->client_error = lk->client_error;
+	lk->client_error = NULL;
+}
+
+static void event_refused_attempt(struct store_step *st, const char *tenant, const char *request_id,
+				  struct store_event *ev, const char *operation, const char *code,
+				  const char *attempt_id, const struct ledger_attempt *a)
+{
+	struct ledger_call_key key = {tenant, request_id, NULL};
+
+	store_event_refused(ev, operation, code, attempt_id);
+	if (a != NULL && a->exists)
+		store_event_str(ev, "attempt_state", ledger_attempt_state_name(a->state));
+	store_event_add(st, &key, ev);
+}
+
+/* --- create --- */
+
+struct create_arg {
+	const char *tenant;
+	const char *request_id;
+	const struct ledger_attempt_request *in;
+	const struct ledger_policy *policy;
+};
+
+static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	const struct create_arg *a = arg;
+	struct ledger_attempt_result *out = out_;
+	const struct store_lookup look = {.attempt_id = a->in->attempt_id, .calls_summary = true};
+	struct ledger_call_key key = {a->tenant, a->request_id, NULL};
+	struct ledger_create_decision d;
+	struct ledger_budget budget = {0, 0};
+	struct store_event created, superseded, reopened;
+	struct ledger_attempt next;
+	struct store_locked lk;
+	struct store_step st;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&created, 0, sizeof(created));
+	memset(&superseded, 0, sizeof(superseded));
+	memset(&reopened, 0, sizeof(reopened));
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, a->tenant, a->request_id, true, &look, &lk, NULL);
+	if (rc != LEDGER_OK)
+		goto out;
+	out->found = true;
+	/* Only a retry needs the pool-wide budget, and its per-tenant lock. */
+	if (!lk.named.exists && lk.request.attempt_count > 0) {
+		rc = store_read_budget(conn, a->tenant, a->policy, &budget);
+		if (rc != LEDGER_OK)
+			goto out;
+	}
+	ledger_attempt_decide_create(a->in, &lk.request, &lk.named, &lk.newest, &lk.calls, &budget,
+				     a->policy, &d);
+	out->outcome.create = d.outcome;
+	out->retry_after_ms = d.retry_after_ms;
+
+	if (d.outcome == LEDGER_CREATE_REPEATED) {
+		out->attempt = lk.named;
+		take_request(out, &lk);
+		rc = store_rollback(conn);
+		goto out;
+	}
+	if (d.outcome != LEDGER_CREATE_CREATED) {
+		take_request(out, &lk);
+		if (lk.created) { /* nothing to keep a history under */
+			rc = store_rollback(conn);
+			goto out;
+		}
+		event_refused_attempt(&st, a->tenant, a->request_id, &created, "attempt_create",
+				      ledger_create_code(d.outcome), a->in->attempt_id, NULL);
+		rc = store_commit(&st);
+		goto out;
+	}
+
+	memset(&next, 0, sizeof(next));
+	next.exists = true;
+	snprintf(next.attempt_id, sizeof(next.attempt_id), "%s", a->in->attempt_id);
+	next.epoch = lk.request.attempt_count + 1;
+	snprintf(next.replica, sizeof(next.replica), "%s", a->in->replica ? a->in->replica : "");
+	snprintf(next.model_revision, sizeof(next.model_revision), "%s",
+		 d.model_revision ? d.model_revision : "");
+	next.revision_given = a->in->model_revision != NULL;
+	next.state = LEDGER_ATTEMPT_LIVE;
+	next.lease_ms_left = a->in->lease_ms;
+	next.is_retry = d.is_retry;
+
+	if (d.supersede_newest) {
+		store_attempt_set(&st, a->tenant, a->request_id, lk.newest.attempt_id,
+				  LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
+		store_event_start(&superseded, "attempt_revoked", lk.newest.attempt_id);
+		store_event_str(&superseded, "state", "superseded");
+		store_event_str(&superseded, "cause", "next_attempt");
+		store_event_add(&st, &key, &superseded);
+	}
+	store_attempt_insert(&st, a->tenant, a->request_id, &next, &created, d.reopen);
+	lk.request.attempt_count = next.epoch;
+	lk.request.max_attempts = d.max_attempts;
+	if (lk.request.model_revision[0] == '\0')
+		snprintf(lk.request.model_revision, sizeof(lk.request.model_revision), "%s",
+			 next.model_revision);
+	if (d.reopen) {
+		lk.request.status = LEDGER_REQUEST_OPEN;
+		store_event_start(&reopened, "request_status", next.attempt_id);
+		store_event_str(&reopened, "status", "open");
+		store_event_str(&reopened, "cause", "reopened");
+		store_event_add(&st, &key, &reopened);
+	}
+	store_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
+	rc = store_commit(&st);
+	if (rc == LEDGER_OK) {
+		out->attempt = next;
+		take_request(out, &lk);
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&created);
+	store_event_free(&superseded);
+	store_event_free(&reopened);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, const char *tenant,
+					    const char *request_id,
+					    const struct ledger_attempt_request *in,
+					    const struct ledger_policy *p,
+					    struct ledger_attempt_result *out)
+{
+	struct create_arg a = {tenant, request_id, in, p};
+
+	return store_with_retries(conn, create_op, &a, out, sizeof(*out), reset_attempt_result);
+}
+
+/* --- an attempt's own calls --- */
+
+static const char *const op_names[] = {
+	[LEDGER_OP_RENEW] = "attempt_renew", [LEDGER_OP_DELIVER] = "deliver",
+	[LEDGER_OP_CANCEL] = "cancel",       [LEDGER_OP_CANCEL_ACK] = "cancel_ack",
+	[LEDGER_OP_FINISH] = "finish",
+};
+
+struct call_arg {
+	const char *tenant;
+	const char *request_id;
+	const char *attempt_id;
+	const struct ledger_attempt_call *call;
+};
+
+/* Decides @p call on attempt @p a of request @p r. */
+static enum ledger_attempt_op_outcome decide(const struct ledger_attempt_call *call,
+					     const struct ledger_request *r,
+					     const struct ledger_attempt *a)
+{
+	switch (call->op) {
+	case LEDGER_OP_RENEW:
+	case LEDGER_OP_DELIVER:
+		return ledger_attempt_decide_renew(r, a);
+	case LEDGER_OP_CANCEL:
+		return ledger_attempt_decide_cancel(a, false);
+	case LEDGER_OP_CANCEL_ACK:
+		return ledger_attempt_decide_cancel(a, true);
+	case LEDGER_OP_FINISH:
+		return ledger_attempt_decide_finish(r, a, call->completed);
+	}
+	abort();
+}
+
+/*
+ * Queues the writes of a call decided DONE, and their events (@p ev and
+ * @p ev2 outlive the step); leaves the result's rows as they will be.
+ */
+static void apply(struct store_step *st, const struct call_arg *a, struct store_locked *lk,
+		  struct ledger_attempt *att, struct store_event *ev, struct store_event *ev2)
+{
+	const struct ledger_attempt_call *call = a->call;
+	struct ledger_request *r = &lk->request;
+	struct ledger_call_key key = {a->tenant, a->request_id, NULL};
+	int64_t delivered = call->delivered_output_tokens;
+
+	switch (call->op) {
+	case LEDGER_OP_RENEW:
+		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+				  LEDGER_ATTEMPT_LIVE, call->lease_ms, 0, NULL);
+		att->lease_ms_left = call->lease_ms;
+		return;
+	case LEDGER_OP_DELIVER:
+	case LEDGER_OP_FINISH:
+		if (delivered > r->delivered_output_tokens)
+			r->delivered_output_tokens = delivered;
+		if (delivered > att->delivered_output_tokens)
+			att->delivered_output_tokens = delivered;
+		break;
+	case LEDGER_OP_CANCEL:
+		att->state = LEDGER_ATTEMPT_CANCEL_REQUESTED;
+		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0, 0,
+				  NULL);
+		store_event_start(ev, "attempt_cancel_requested", att->attempt_id);
+		store_event_str(ev, "reason", call->reason);
+		store_event_add(st, &key, ev);
+		return;
+	case LEDGER_OP_CANCEL_ACK:
+		att->state = LEDGER_ATTEMPT_CANCELLED;
+		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0, 0,
+				  NULL);
+		store_event_start(ev, "attempt_cancelled", att->attempt_id);
+		store_event_add(st, &key, ev);
+		return;
+	}
+
+	if (call->op == LEDGER_OP_DELIVER) {
+		/* The point of no retry: durable before the router writes a byte. */
+		if (!r->first_delta_sent) {
+			r->first_delta_sent = true;
+			store_event_start(ev, "first_delta", att->attempt_id);
+			store_event_int(ev, "delivered_output_tokens", r->delivered_output_tokens);
+			store_event_add(st, &key, ev);
+		}
+		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+				  LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
+	} else {
+		att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
+		att->lease_ms_left = 0;
+		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
+				  att->delivered_output_tokens,
+				  call->completed ? "completed" : "failed");
+		store_event_start(ev, "attempt_finished", att->attempt_id);
+		store_event_str(ev, "outcome", call->completed ? "completed" : "failed");
+		store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
+		store_event_str(ev, "reason", call->reason);
+		store_event_add(st, &key, ev);
+		if (call->completed) {
+			r->status = LEDGER_REQUEST_COMPLETED;
+			store_event_start(ev2, "request_status", att->attempt_id);
+			store_event_str(ev2, "status", "completed");
+			store_event_add(st, &key, ev2);
+		}
+	}
+	store_request_set(st, a->tenant, a->request_id, r, lk->client_error);
+}
+
+static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	const struct call_arg *a = arg;
+	struct ledger_attempt_result *out = out_;
+	const struct store_lookup look = {.attempt_id = a->attempt_id};
+	enum ledger_attempt_op_outcome o;
+	struct store_event ev, ev2;
+	struct store_locked lk;
+	struct store_step st;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	memset(&ev2, 0, sizeof(ev2));
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
+	if (rc != LEDGER_OK)
+		goto out;
+	if (!lk.named.exists) {
+		rc = store_rollback(conn);
+		goto out;
+	}
+	out->found = true;
+	out->attempt = lk.named;
+	o = decide(a->call, &lk.request, &lk.named);
+	out->outcome.op = o;
+	switch (o) {
+	case LEDGER_ATTEMPT_OP_REPEATED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_ATTEMPT_OP_FENCED:
+		/* A zombie trying to act is what an incident review looks for. */
+		event_refused_attempt(&st, a->tenant, a->request_id, &ev, op_names[a->call->op],
+				      "attempt_fenced", a->attempt_id, &lk.named);
+		rc = store_commit(&st);
+		break;
+	case LEDGER_ATTEMPT_OP_DONE:
+		apply(&st, a, &lk, &out->attempt, &ev, &ev2);
+		rc = store_commit(&st);
+		break;
+	}
+	take_request(out, &lk);
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_event_free(&ev2);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const char *tenant,
+					  const char *request_id, const char *attempt_id,
+					  const struct ledger_attempt_call *call,
+					  struct ledger_attempt_result *out)
+{
+	struct call_arg a = {tenant, request_id, attempt_id, call};
+
+	return store_with_retries(conn, call_op, &a, out, sizeof(*out), reset_attempt_result);
+}

@@ -1,0 +1,661 @@
+/*
+ * ledger/store/calls.c: the tool-call operations on PostgreSQL: claim,
+ * complete, renew, release and resolve. Each first tries its fast path
+ * (ledger/store/fast.c) where it has one; otherwise it locks the request,
+ * reads the call after the lock, asks ledger/core/decide.c, and writes
+ * what was decided with its event in the same transaction.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/buf.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
+#include "ledger/core/render.h"
+#include "ledger/store/fast.h"
+#include "ledger/store/rows.h"
+#include "ledger/store/statements.h"
+#include "ledger/store/store.h"
+
+/* The statements are laid out as SQL, not as C. */
+/* clang-format off */
+/* The general path's writes; the lock is held, so the clock is read now. */
+static const struct store_stmt call_insert = {
+	"call_insert",
+	"INSERT INTO tool_calls (tenant, request_id, tool_call_id, tool, args_sha256, args,"
+	"  tool_dedupes, state, fencing_token, claim_id, attempt_id, owner, lease_until, created_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_progress', 1, $8, $9, $10, "
+	STORE_LEASE_FROM("clock_timestamp()", "$11") ", clock_timestamp())",
+	11,
+};
+
+static const struct store_stmt call_reclaim = {
+	"call_reclaim",
+	"UPDATE tool_calls SET state = 'in_progress', fencing_token = fencing_token + 1,"
+	"  claim_id = $5, attempt_id = $6, owner = $7, args = coalesce(args, $8),"
+	"  lease_until = " STORE_LEASE_FROM("clock_timestamp()", "$9") ", renewed_at = NULL"
+	" WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $3 AND fencing_token = $4",
+	9,
+};
+
+static const struct store_stmt call_renew = {
+	"call_renew",
+	"UPDATE tool_calls SET lease_until = " STORE_LEASE_FROM("clock_timestamp()", "$5")
+	", renewed_at = clock_timestamp()"
+	" WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $3 AND fencing_token = $4",
+	5,
+};
+
+/* $4 token read, $5 outcome, $6 result, $7 completed_token, $8 by, $9 new token */
+static const struct store_stmt call_settle = {
+	"call_settle",
+	"UPDATE tool_calls SET state = $5, outcome = $5, result = $6, completed_token = $7,"
+	"  completed_by = $8, completed_at = clock_timestamp(), fencing_token = $9"
+	" WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $3 AND fencing_token = $4"
+	" RETURNING " STORE_TS("completed_at"),
+	9,
+};
+
+/* $4 token read, $5 new token */
+static const struct store_stmt call_release = {
+	"call_release",
+	"UPDATE tool_calls SET state = 'released', fencing_token = $5"
+	" WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $3 AND fencing_token = $4",
+	5,
+};
+
+/* clang-format on */
+
+/* Clears a result between tries, keeping nothing of the last one. */
+static void reset_result(void *out)
+{
+	struct ledger_call_result *r = out;
+
+	ledger_call_clear(&r->call);
+	memset(r, 0, sizeof(*r));
+}
+
+/* --- claim --- */
+
+/*
+ * A rerun emitted another call under an existing ordinal: the sequence has
+ * shifted, and the next ordinal could slip a repeated action in. The
+ * attempt is revoked and the request fails with tool_call_divergence.
+ */
+static void diverge(struct store_step *st, const struct ledger_call_key *key,
+		    struct store_locked *lk, struct store_event *revoked,
+		    struct store_event *failed)
+{
+	struct ledger_request after = lk->request;
+	struct ledger_buf client_error = LEDGER_BUF_INIT;
+
+	after.status = LEDGER_REQUEST_FAILED;
+	ledger_render_client_error(&client_error, "tool_call_divergence", key->request_id, &after);
+	store_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
+			  LEDGER_ATTEMPT_CANCEL_REQUESTED, 0, 0, NULL);
+	store_event_start(revoked, "attempt_revoked", lk->named.attempt_id);
+	store_event_str(revoked, "state",
+			ledger_attempt_state_name(LEDGER_ATTEMPT_CANCEL_REQUESTED));
+	store_event_str(revoked, "cause", "tool_call_divergence");
+	store_event_add(st, key, revoked);
+	/* The step owns the text until it runs: keep it in the event's buffer. */
+	store_event_start(failed, "request_status", lk->named.attempt_id);
+	store_event_str(failed, "status", ledger_request_status_name(after.status));
+	store_event_str(failed, "client_error", "tool_call_divergence");
+	store_event_add(st, key, failed);
+	free(lk->client_error);
+	lk->client_error = ledger_buf_steal(&client_error, NULL);
+	store_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
+}
+
+static enum ledger_err claim_locked(struct ledger_store_conn *conn,
+				    const struct ledger_call_key *key,
+				    const struct ledger_claim_request *req,
+				    struct ledger_call_result *out)
+{
+	const struct ledger_claim *c = &req->claim;
+	const struct store_lookup look = {.attempt_id = c->attempt_id,
+					  .tool_call_id = key->tool_call_id};
+	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
+	enum ledger_claim_outcome o;
+	struct store_locked lk;
+	struct store_step st;
+	struct store_event ev, revoked, failed;
+	char lease[24], token[24];
+	const char *from = NULL;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	memset(&revoked, 0, sizeof(revoked));
+	memset(&failed, 0, sizeof(failed));
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, true, &look, &lk, &out->call);
+	if (rc != LEDGER_OK)
+		goto out;
+	if (c->attempt_id != NULL)
+		attempt = ledger_attempt_standing(&lk.request, &lk.named);
+	o = ledger_decide_claim(c, &out->call, lk.request.attempt_count > 0, attempt,
+				&out->mismatch);
+	out->outcome.claim = o;
+	out->no_attempts = lk.request.attempt_count == 0;
+	store_fmt_int(lease, c->lease_ms);
+
+	switch (o) {
+	case LEDGER_CLAIM_NEW: {
+		const char *params[11] = {key->tenant,
+					  key->request_id,
+					  key->tool_call_id,
+					  c->tool,
+					  c->args_sha256,
+					  req->args,
+					  c->tool_dedupes ? "true" : "false",
+					  c->claim_id,
+					  c->attempt_id,
+					  c->owner,
+					  lease};
+		store_event_start(&ev, "claimed", c->attempt_id);
+		store_event_claimed(&ev, c, 1, NULL);
+		store_step_add(&st, &call_insert, params);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc == LEDGER_OK)
+			store_call_set_claimed(&out->call, c, 1);
+		break;
+	}
+	case LEDGER_CLAIM_RECLAIM: {
+		int64_t next = out->call.fencing_token + 1;
+		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
+					 token,       c->claim_id,     c->attempt_id,
+					 c->owner,    req->args,       lease};
+		store_fmt_int(token, out->call.fencing_token);
+		from = ledger_call_state_name(out->call.state);
+		store_event_start(&ev, "claimed", c->attempt_id);
+		store_event_claimed(&ev, c, next, from);
+		store_step_add(&st, &call_reclaim, params);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc == LEDGER_OK)
+			store_call_set_claimed(&out->call, c, next);
+		break;
+	}
+	case LEDGER_CLAIM_HELD:
+	case LEDGER_CLAIM_REPLAY:
+	case LEDGER_CLAIM_RESULT_EXPIRED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_CLAIM_ATTEMPT_NOT_FOUND:
+	case LEDGER_CLAIM_ATTEMPT_REQUIRED:
+	case LEDGER_CLAIM_ARGS_MISMATCH:
+	case LEDGER_CLAIM_ATTEMPT_FENCED:
+	case LEDGER_CLAIM_IN_PROGRESS:
+	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
+		/* A request this refusal would create has no history to add to. */
+		if (lk.created) {
+			rc = store_rollback(conn);
+			break;
+		}
+		store_event_refused(&ev, "claim", ledger_claim_code(o), c->attempt_id);
+		if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
+			store_event_str(&ev, "field", out->mismatch);
+			store_event_str(&ev, "expected_args_sha256", out->call.args_sha256);
+			store_event_str(&ev, "got_args_sha256", c->args_sha256);
+		}
+		if (o == LEDGER_CLAIM_IN_PROGRESS) {
+			store_event_int(&ev, "fencing_token", out->call.fencing_token);
+			store_event_str(&ev, "holder_attempt_id", out->call.attempt_id);
+			store_event_str(&ev, "holder_owner", out->call.owner);
+		}
+		store_event_str(&ev, "owner", c->owner);
+		store_event_add(&st, key, &ev);
+		if (o == LEDGER_CLAIM_ARGS_MISMATCH && attempt == LEDGER_STANDING_HAS_RIGHTS)
+			diverge(&st, key, &lk, &revoked, &failed);
+		rc = store_commit(&st);
+		break;
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_event_free(&revoked);
+	store_event_free(&failed);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+struct claim_arg {
+	const struct ledger_call_key *key;
+	const struct ledger_claim_request *req;
+};
+
+static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	struct ledger_call_result *out = out_;
+	const struct claim_arg *a = arg;
+	bool done = false;
+	enum ledger_err rc;
+
+	if (a->req->claim.attempt_id == NULL && store_fast_enabled()) {
+		rc = store_fast_claim(conn, a->key, a->req, out, &done);
+		if (rc != LEDGER_OK || done)
+			return rc;
+		ledger_call_clear(&out->call);
+	}
+	return claim_locked(conn, a->key, a->req, out);
+}
+
+enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key,
+				   const struct ledger_claim_request *req,
+				   struct ledger_call_result *out)
+{
+	struct claim_arg a = {key, req};
+
+	return store_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
+}
+
+/* --- complete --- */
+
+static enum ledger_err complete_locked(struct ledger_store_conn *conn,
+				       const struct ledger_call_key *key,
+				       const struct ledger_completion *c,
+				       struct ledger_call_result *out)
+{
+	enum ledger_complete_outcome o;
+	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
+	struct store_step st;
+	struct store_event ev;
+	char read_token[24], given[24];
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	if (rc != LEDGER_OK)
+		goto out;
+	o = ledger_decide_complete(c, &out->call);
+	out->outcome.complete = o;
+	store_fmt_int(read_token, out->call.fencing_token);
+	store_fmt_int(given, c->fencing_token);
+
+	switch (o) {
+	case LEDGER_COMPLETE_NOT_FOUND:
+	case LEDGER_COMPLETE_RESULT_EXPIRED:
+	case LEDGER_COMPLETE_REPEATED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_COMPLETE_STALE_TOKEN:
+	case LEDGER_COMPLETE_ALREADY_COMPLETED:
+		store_event_refused(&ev, "complete", ledger_complete_code(o), out->call.attempt_id);
+		store_event_completion(&ev, c);
+		store_event_int(&ev, "current_token", out->call.fencing_token);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		break;
+	case LEDGER_COMPLETE_STORED:
+	case LEDGER_COMPLETE_LATE: {
+		enum ledger_completed_by by = o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER
+									  : LEDGER_COMPLETED_LATE;
+		const char *params[9] = {key->tenant,
+					 key->request_id,
+					 key->tool_call_id,
+					 read_token,
+					 c->succeeded ? "succeeded" : "failed",
+					 c->result,
+					 given,
+					 store_completed_by_name(by),
+					 read_token};
+		store_event_start(&ev,
+				  o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
+				  out->call.attempt_id);
+		store_event_completion(&ev, c);
+		if (o == LEDGER_COMPLETE_LATE) {
+			store_event_int(&ev, "current_token", out->call.fencing_token);
+			store_event_str(&ev, "previous_state",
+					ledger_call_state_name(out->call.state));
+		}
+		store_step_add(&st, &call_settle, params);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc == LEDGER_OK)
+			rc = store_call_set_completed(&out->call, c, st.res[0], 0, 0, by);
+		break;
+	}
+	case LEDGER_COMPLETE_RELEASED: {
+		const char *params[5] = {key->tenant, key->request_id, key->tool_call_id,
+					 read_token, read_token};
+		store_event_start(&ev, "released", out->call.attempt_id);
+		store_event_completion(&ev, c);
+		store_step_add(&st, &call_release, params);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc == LEDGER_OK)
+			out->call.state = LEDGER_CALL_RELEASED;
+		break;
+	}
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+struct complete_arg {
+	const struct ledger_call_key *key;
+	const struct ledger_completion *c;
+};
+
+static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	struct ledger_call_result *out = out_;
+	const struct complete_arg *a = arg;
+	bool done = false;
+	enum ledger_err rc;
+
+	if (store_fast_enabled()) {
+		rc = store_fast_complete(conn, a->key, a->c, out, &done);
+		if (rc != LEDGER_OK || done)
+			return rc;
+		ledger_call_clear(&out->call);
+	}
+	return complete_locked(conn, a->key, a->c, out);
+}
+
+enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
+				      const struct ledger_call_key *key,
+				      const struct ledger_completion *c,
+				      struct ledger_call_result *out)
+{
+	struct complete_arg a = {key, c};
+
+	return store_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
+}
+
+/* --- renew --- */
+
+struct renew_arg {
+	const struct ledger_call_key *key;
+	int64_t fencing_token;
+	int64_t lease_ms;
+};
+
+static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	struct ledger_call_result *out = out_;
+	const struct renew_arg *a = arg;
+	const struct ledger_call_key *key = a->key;
+	int64_t fencing_token = a->fencing_token, lease_ms = a->lease_ms;
+	char token[24], lease[24];
+	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, lease};
+	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
+	enum ledger_renew_outcome o;
+	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
+	struct store_step st;
+	struct store_event ev;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	store_fmt_int(token, fencing_token);
+	store_fmt_int(lease, lease_ms);
+	store_step_begin(&st, conn);
+
+	if (store_fast_enabled()) {
+		store_fast_renew_add(&st, key, fencing_token, lease_ms);
+		rc = store_step_run(&st);
+		if (rc != LEDGER_OK ||
+		    store_fast_renew_read(st.res[0], fencing_token, lease_ms, out))
+			goto out;
+		store_step_clear(&st);
+	}
+
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	if (rc != LEDGER_OK)
+		goto out;
+	/* A claim made under an attempt is fenced with it. */
+	if (out->call.attempt_id[0] != '\0')
+		attempt = ledger_attempt_standing(&lk.request, &lk.of_call);
+	o = ledger_decide_renew(fencing_token, &out->call, attempt);
+	out->outcome.renew = o;
+	switch (o) {
+	case LEDGER_RENEW_NOT_FOUND:
+	case LEDGER_RENEW_RESULT_EXPIRED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_RENEW_STALE_TOKEN:
+	case LEDGER_RENEW_ATTEMPT_FENCED:
+	case LEDGER_RENEW_OUTCOME_UNKNOWN:
+		store_event_refused(&ev, "renew", ledger_renew_code(o), out->call.attempt_id);
+		store_event_int(&ev, "fencing_token", fencing_token);
+		store_event_int(&ev, "current_token", out->call.fencing_token);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		break;
+	case LEDGER_RENEW_RENEWED:
+		store_step_add(&st, &call_renew, params);
+		rc = store_commit(&st);
+		out->call.lease_ms_left = lease_ms;
+		break;
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key, int64_t fencing_token,
+				   int64_t lease_ms, struct ledger_call_result *out)
+{
+	struct renew_arg a = {key, fencing_token, lease_ms};
+
+	return store_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
+}
+
+/* --- release --- */
+
+struct release_arg {
+	const struct ledger_call_key *key;
+	int64_t fencing_token;
+	const char *reason;
+};
+
+static enum ledger_err release_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	struct ledger_call_result *out = out_;
+	const struct release_arg *a = arg;
+	const struct ledger_call_key *key = a->key;
+	int64_t fencing_token = a->fencing_token;
+	const char *reason = a->reason;
+	char token[24];
+	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, token};
+	enum ledger_release_outcome o;
+	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
+	struct store_step st;
+	struct store_event ev;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	store_fmt_int(token, fencing_token);
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	if (rc != LEDGER_OK)
+		goto out;
+	o = ledger_decide_release(fencing_token, &out->call);
+	out->outcome.release = o;
+	switch (o) {
+	case LEDGER_RELEASE_NOT_FOUND:
+	case LEDGER_RELEASE_RESULT_EXPIRED:
+	case LEDGER_RELEASE_REPEATED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_RELEASE_STALE_TOKEN:
+		store_event_refused(&ev, "release", ledger_release_code(o), out->call.attempt_id);
+		store_event_int(&ev, "fencing_token", fencing_token);
+		store_event_int(&ev, "current_token", out->call.fencing_token);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		break;
+	case LEDGER_RELEASE_RELEASED:
+		store_event_start(&ev, "released", out->call.attempt_id);
+		store_event_int(&ev, "fencing_token", fencing_token);
+		store_event_str(&ev, "reason", reason);
+		store_step_add(&st, &call_release, params);
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc == LEDGER_OK)
+			out->call.state = LEDGER_CALL_RELEASED;
+		break;
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
+				     const struct ledger_call_key *key, int64_t fencing_token,
+				     const char *reason, struct ledger_call_result *out)
+{
+	struct release_arg a = {key, fencing_token, reason};
+
+	return store_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
+}
+
+/* --- resolve --- */
+
+static const char *resolution_name(enum ledger_resolution r)
+{
+	switch (r) {
+	case LEDGER_RESOLVE_SUCCEEDED:
+		return "succeeded";
+	case LEDGER_RESOLVE_FAILED:
+		return "failed";
+	case LEDGER_RESOLVE_NOT_EXECUTED:
+		return "not_executed";
+	}
+	abort();
+}
+
+struct resolve_arg {
+	const struct ledger_call_key *key;
+	enum ledger_resolution resolution;
+	const char *result;
+	size_t result_len;
+	const char *note;
+};
+
+static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+{
+	struct ledger_call_result *out = out_;
+	const struct resolve_arg *a = arg;
+	const struct ledger_call_key *key = a->key;
+	enum ledger_resolution resolution = a->resolution;
+	const char *result = a->result, *note = a->note;
+	size_t result_len = a->result_len;
+	char read_token[24], next_token[24];
+	enum ledger_resolve_outcome o;
+	enum ledger_call_state previous;
+	struct store_locked lk;
+	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
+	struct store_step st;
+	struct store_event ev;
+	enum ledger_err rc;
+
+	memset(&lk, 0, sizeof(lk));
+	memset(&ev, 0, sizeof(ev));
+	store_step_begin(&st, conn);
+	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	if (rc != LEDGER_OK)
+		goto out;
+	o = ledger_decide_resolve(resolution, result, result_len, &out->call);
+	out->outcome.resolve = o;
+	previous = out->call.state;
+	store_fmt_int(read_token, out->call.fencing_token);
+	/* Whoever held the call is revoked: the next holder gets a higher token. */
+	store_fmt_int(next_token, out->call.fencing_token + 1);
+
+	switch (o) {
+	case LEDGER_RESOLVE_NOT_FOUND:
+	case LEDGER_RESOLVE_RESULT_EXPIRED:
+	case LEDGER_RESOLVE_REPEATED:
+		rc = store_rollback(conn);
+		break;
+	case LEDGER_RESOLVE_ALREADY_COMPLETED:
+		store_event_refused(&ev, "resolve", ledger_resolve_code(o), NULL);
+		store_event_str(&ev, "resolution", resolution_name(resolution));
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		break;
+	case LEDGER_RESOLVE_SETTLED:
+		store_event_start(&ev, "resolved", NULL);
+		store_event_str(&ev, "resolution", resolution_name(resolution));
+		store_event_str(&ev, "previous_state", ledger_call_state_name(previous));
+		store_event_int(&ev, "fencing_token", out->call.fencing_token + 1);
+		store_event_str(&ev, "note", note);
+		if (resolution == LEDGER_RESOLVE_NOT_EXECUTED) {
+			const char *params[5] = {key->tenant, key->request_id, key->tool_call_id,
+						 read_token, next_token};
+			store_step_add(&st, &call_release, params);
+		} else {
+			const char *params[9] = {key->tenant,
+						 key->request_id,
+						 key->tool_call_id,
+						 read_token,
+						 resolution_name(resolution),
+						 result != NULL ? result : "null",
+						 next_token,
+						 "resolve",
+						 next_token};
+			store_step_add(&st, &call_settle, params);
+		}
+		store_event_add(&st, key, &ev);
+		rc = store_commit(&st);
+		if (rc != LEDGER_OK)
+			break;
+		out->call.fencing_token++;
+		out->call.lease_ms_left = 0;
+		if (resolution == LEDGER_RESOLVE_NOT_EXECUTED) {
+			out->call.state = LEDGER_CALL_RELEASED;
+		} else {
+			struct ledger_completion as = {
+				.fencing_token = out->call.fencing_token,
+				.succeeded = resolution == LEDGER_RESOLVE_SUCCEEDED,
+				.result = result != NULL ? result : "null",
+				.result_len = result != NULL ? result_len : 4,
+			};
+			rc = store_call_set_completed(&out->call, &as, st.res[0], 0, 0,
+						      LEDGER_COMPLETED_RESOLVE);
+		}
+		break;
+	}
+out:
+	store_step_clear(&st);
+	store_event_free(&ev);
+	store_locked_clear(&lk);
+	return rc;
+}
+
+enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
+				     const struct ledger_call_key *key,
+				     enum ledger_resolution resolution, const char *result,
+				     size_t result_len, const char *note,
+				     struct ledger_call_result *out)
+{
+	struct resolve_arg a = {key, resolution, result, result_len, note};
+
+	return store_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
+}
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_calls_statements[] = {
+	&call_insert, &call_reclaim, &call_renew, &call_settle, &call_release, NULL,
+};

@@ -1,0 +1,529 @@
+/*
+ * ledger/store/step.c: the bottom of the store. A connection to
+ * PostgreSQL stays in libpq pipeline mode for its whole life; statements
+ * are prepared lazily, in the same pipeline as their first execution, so a
+ * fresh connection costs no extra round trip and a database that is not
+ * migrated yet fails only the calls that need its tables. A step is a set
+ * of statements sent and read together; a transaction is one or more steps.
+ */
+#include "ledger/store/step.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ledger/common/log.h"
+
+/* Failures by kind, indexed by enum ledger_err; /metrics reads them. */
+static atomic_ullong errors[LEDGER_ERR_INTERNAL + 1];
+
+uint64_t ledger_store_errors(enum ledger_err kind)
+{
+	return (unsigned)kind <= LEDGER_ERR_INTERNAL ? atomic_load(&errors[kind]) : 0;
+}
+
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * libpq reports server notices on stderr by default; make them log lines.
+ * One notice changes an answer: when a commit's wait for the synchronous
+ * standby is cancelled (a cancel request, or the backend terminated), the
+ * server reports success with a WARNING that the transaction "has already
+ * committed locally, but might not have been replicated to the standby".
+ * That commit is not durable: a failover may lose it, so the step fails.
+ */
+static void notice_receiver(void *arg, const PGresult *res)
+{
+	struct ledger_store_conn *c = arg;
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+
+	if ((msg != NULL && strstr(msg, "wait for synchronous replication") != NULL) ||
+	    (detail != NULL && strstr(detail, "might not have been replicated") != NULL)) {
+		c->unreplicated = true;
+		LOG_WARN("a commit was not confirmed by the synchronous standby: %s",
+			 msg != NULL ? msg : detail);
+		return;
+	}
+	LOG_DEBUG("database notice: %s", msg);
+}
+
+/*
+ * The cancelled wait for a synchronous standby is told by the WARNING's
+ * English text alone (PostgreSQL gives it no SQLSTATE of its own), so a
+ * server that translates its messages would hide it: say so once.
+ */
+static void warn_if_localized(PGconn *pg)
+{
+	static atomic_bool warned;
+	PGresult *res = PQexec(pg, "SHOW lc_messages");
+	const char *lc =
+		res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+			? PQgetvalue(res, 0, 0)
+			: NULL;
+
+	if (lc != NULL && lc[0] != '\0' && strncmp(lc, "C", 1) != 0 &&
+	    strncmp(lc, "POSIX", 5) != 0 && strncmp(lc, "en", 2) != 0 &&
+	    !atomic_exchange(&warned, true))
+		LOG_WARN("the database's lc_messages is %s: set it to C (or English) so that a "
+			 "commit the synchronous standby did not confirm is recognised",
+			 lc);
+	PQclear(res);
+}
+
+void store_conn_drop(struct ledger_store_conn *c)
+{
+	if (c->pg != NULL)
+		PQfinish(c->pg);
+	c->pg = NULL;
+	c->nprepared = 0;
+}
+
+/* Opens the connection; on failure leaves it down and fills @p err. */
+static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t errlen)
+{
+	/*
+	 * The URL comes last so that whatever it sets wins over these
+	 * defaults; expand_dbname makes libpq read it as a connection string.
+	 * Keepalives find a database that vanished without closing the
+	 * connection within about 45 s; the call in flight then answers 503.
+	 */
+	const char *keys[] = {"application_name",
+			      "connect_timeout",
+			      "keepalives_idle",
+			      "keepalives_interval",
+			      "keepalives_count",
+			      "dbname",
+			      NULL};
+	const char *vals[] = {"ledgerd", "5", "30", "5", "3", c->database_url, NULL};
+	PGconn *pg = NULL;
+
+	c->last_attempt_ms = monotonic_ms();
+	pg = PQconnectdbParams(keys, vals, 1);
+	if (pg == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	if (PQstatus(pg) != CONNECTION_OK) {
+		const char *msg = PQerrorMessage(pg);
+		size_t len = strcspn(msg, "\n");
+		snprintf(err, errlen, "%.*s", (int)len, msg);
+		PQfinish(pg);
+		return LEDGER_ERR_UNAVAILABLE;
+	}
+	PQsetNoticeReceiver(pg, notice_receiver, c);
+	warn_if_localized(pg);
+	if (PQenterPipelineMode(pg) != 1) {
+		snprintf(err, errlen, "cannot enter pipeline mode");
+		PQfinish(pg);
+		return LEDGER_ERR_INTERNAL;
+	}
+	c->pg = pg;
+	c->nprepared = 0;
+	return LEDGER_OK;
+}
+
+bool store_conn_ready(struct ledger_store_conn *c)
+{
+	char err[256];
+
+	if (c->pg != NULL && PQstatus(c->pg) == CONNECTION_OK)
+		return true;
+	store_conn_drop(c);
+	if (monotonic_ms() - c->last_attempt_ms < c->reconnect_ms)
+		return false;
+	if (conn_open(c, err, sizeof(err)) != LEDGER_OK) {
+		atomic_fetch_add(&errors[LEDGER_ERR_UNAVAILABLE], 1);
+		if (!c->down_logged)
+			LOG_WARN("database unreachable: %s", err);
+		c->down_logged = true;
+		return false;
+	}
+	if (c->down_logged)
+		LOG_INFO("database reachable again");
+	c->down_logged = false;
+	return true;
+}
+
+enum ledger_err ledger_store_connect(const char *database_url, struct ledger_store_conn **out,
+				     char *err, size_t errlen)
+{
+	struct ledger_store_conn *c = calloc(1, sizeof(*c));
+	enum ledger_err rc;
+
+	*out = NULL;
+	if (c == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return LEDGER_ERR_NOMEM;
+	}
+	c->database_url = database_url;
+	rc = conn_open(c, err, errlen);
+	if (rc != LEDGER_OK) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return LEDGER_OK;
+}
+
+void ledger_store_disconnect(struct ledger_store_conn *c)
+{
+	if (c == NULL)
+		return;
+	store_conn_drop(c);
+	free(c);
+}
+
+void store_conn_init(struct ledger_store_conn *c, const char *database_url, int64_t reconnect_ms)
+{
+	memset(c, 0, sizeof(*c));
+	c->database_url = database_url;
+	c->reconnect_ms = reconnect_ms;
+	c->last_attempt_ms = monotonic_ms() - reconnect_ms; /* the first try is due at once */
+}
+
+/* --- steps --- */
+
+void store_step_begin(struct store_step *st, struct ledger_store_conn *conn)
+{
+	st->conn = conn;
+	st->n = st->nsent = st->nints = 0;
+	st->cap = STORE_MAX_STEP;
+	st->res = st->res_inline;
+	st->sent = st->sent_inline;
+	st->ints = st->ints_inline;
+	memset(st->res_inline, 0, sizeof(st->res_inline));
+}
+
+enum ledger_err store_step_begin_many(struct store_step *st, struct ledger_store_conn *conn,
+				      unsigned cap)
+{
+	store_step_begin(st, conn);
+	if (cap <= STORE_MAX_STEP)
+		return LEDGER_OK;
+	st->res = calloc(cap, sizeof(*st->res));
+	st->sent = calloc(2 * (size_t)cap, sizeof(*st->sent));
+	st->ints = calloc(4 * (size_t)cap, sizeof(*st->ints));
+	st->cap = cap;
+	if (st->res == NULL || st->sent == NULL || st->ints == NULL) {
+		store_step_free(st);
+		return LEDGER_ERR_NOMEM;
+	}
+	return LEDGER_OK;
+}
+
+void store_step_free(struct store_step *st)
+{
+	store_step_clear(st);
+	if (st->res != st->res_inline) {
+		free(st->res);
+		free(st->sent);
+		free(st->ints);
+	}
+	store_step_begin(st, st->conn);
+}
+
+static bool is_prepared(const struct ledger_store_conn *c, const struct store_stmt *stmt)
+{
+	for (unsigned i = 0; i < c->nprepared; i++) {
+		if (c->prepared[i] == stmt)
+			return true;
+	}
+	return false;
+}
+
+void store_step_add(struct store_step *st, const struct store_stmt *stmt, const char *const *params)
+{
+	struct ledger_store_conn *c = st->conn;
+
+	if (st->n >= st->cap)
+		abort();
+	if (!is_prepared(c, stmt)) {
+		if (c->nprepared >= STORE_MAX_STMTS)
+			abort();
+		PQsendPrepare(c->pg, stmt->name, stmt->sql, stmt->nparams, NULL);
+		c->prepared[c->nprepared++] = stmt;
+		st->sent[st->nsent++] = stmt;
+	}
+	PQsendQueryPrepared(c->pg, stmt->name, stmt->nparams, params, NULL, NULL, 0);
+	st->sent[st->nsent++] = NULL;
+	st->n++;
+}
+
+void store_step_add_simple(struct store_step *st, const char *sql)
+{
+	if (st->n >= st->cap)
+		abort();
+	PQsendQueryParams(st->conn->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+	st->sent[st->nsent++] = NULL;
+	st->n++;
+}
+
+/* Forgets a statement whose prepare did not succeed, to prepare it again. */
+static void forget_prepared(struct ledger_store_conn *c, const struct store_stmt *stmt)
+{
+	for (unsigned i = 0; i < c->nprepared; i++) {
+		if (c->prepared[i] == stmt) {
+			c->prepared[i] = c->prepared[--c->nprepared];
+			return;
+		}
+	}
+}
+
+/* Sorts a failure into what the caller can do about it. */
+static enum ledger_err classify(const PGresult *res, PGconn *pg)
+{
+	const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (PQstatus(pg) != CONNECTION_OK || state == NULL)
+		return LEDGER_ERR_UNAVAILABLE;
+	if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+		return LEDGER_ERR_CONFLICT;
+	/*
+	 * Connection exceptions, operator intervention (shutdown, recovery),
+	 * insufficient resources, system errors, and a read-only server (a
+	 * standby that has not been promoted yet): the database cannot take
+	 * the call now, but may soon.
+	 */
+	if (strncmp(state, "08", 2) == 0 || strncmp(state, "57", 2) == 0 ||
+	    strncmp(state, "53", 2) == 0 || strncmp(state, "58", 2) == 0 ||
+	    strcmp(state, "25006") == 0)
+		return LEDGER_ERR_UNAVAILABLE;
+	/* An undefined table or column: the schema is not migrated. */
+	if (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0)
+		return LEDGER_ERR_UNAVAILABLE;
+	return LEDGER_ERR_INTERNAL;
+}
+
+enum ledger_err store_step_run(struct store_step *st)
+{
+	struct ledger_store_conn *c = st->conn;
+	enum ledger_err rc = LEDGER_OK;
+	PGresult *res = NULL;
+	unsigned nres = 0;
+	char what[300] = "";
+
+	c->unreplicated = false;
+	if (PQpipelineSync(c->pg) != 1) {
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+		goto out;
+	}
+	for (unsigned i = 0; i < st->nsent; i++) {
+		ExecStatusType status;
+		bool ok;
+
+		res = PQgetResult(c->pg);
+		if (res == NULL) {
+			rc = LEDGER_ERR_UNAVAILABLE;
+			snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+			goto out;
+		}
+		status = PQresultStatus(res);
+		ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+		if (!ok && rc == LEDGER_OK) {
+			/* The first failure names the cause; the rest were skipped. */
+			rc = classify(res, c->pg);
+			snprintf(what, sizeof(what), "%s", PQresultErrorMessage(res));
+		}
+		if (st->sent[i] != NULL) {
+			if (!ok)
+				forget_prepared(c, st->sent[i]);
+			PQclear(res);
+		} else {
+			st->res[nres++] = res;
+		}
+		res = PQgetResult(c->pg); /* each statement's results end with a NULL */
+		if (res != NULL) {
+			/* Only COPY or multiple statements yield more: a bug here. */
+			LOG_ERROR(
+				"database step: unexpected extra result %s after %s (%u of %u): %s",
+				PQresStatus(PQresultStatus(res)), PQresStatus(status), i, st->nsent,
+				PQresultErrorMessage(res));
+			abort();
+		}
+	}
+	res = PQgetResult(c->pg);
+	if ((res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) && rc == LEDGER_OK) {
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+	}
+	if (c->unreplicated && rc == LEDGER_OK) {
+		/* Committed here, maybe not on the standby: never answered as durable. */
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "commit not confirmed by the synchronous standby");
+	}
+out:
+	PQclear(res);
+	if (rc != LEDGER_OK) {
+		atomic_fetch_add(&errors[rc], 1);
+		what[strcspn(what, "\n")] = '\0';
+		if (rc == LEDGER_ERR_INTERNAL)
+			LOG_ERROR("database error: %s", what);
+		else
+			LOG_DEBUG("database step failed: %s", what);
+		if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
+			/* The connection broke mid-step: nothing more can be read. */
+			rc = LEDGER_ERR_UNAVAILABLE;
+			store_conn_drop(c);
+		} else {
+			store_abort(c);
+		}
+	}
+	return rc;
+}
+
+const char *store_step_int(struct store_step *st, int64_t v)
+{
+	char *slot = NULL;
+
+	if (st->nints >= 4 * st->cap)
+		abort(); /* a step with this many integers is a bug */
+	slot = st->ints[st->nints++];
+	snprintf(slot, sizeof(st->ints[0]), "%lld", (long long)v);
+	return slot;
+}
+
+void store_step_clear(struct store_step *st)
+{
+	for (unsigned i = 0; i < st->cap; i++) {
+		PQclear(st->res[i]);
+		st->res[i] = NULL;
+	}
+	st->n = 0;
+	st->nsent = 0;
+	st->nints = 0;
+}
+
+void store_abort(struct ledger_store_conn *c)
+{
+	PGresult *res = NULL;
+	bool ok = false;
+
+	if (c->pg == NULL || PQtransactionStatus(c->pg) == PQTRANS_IDLE)
+		return;
+	if (PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+	    PQpipelineSync(c->pg) == 1) {
+		/* The ROLLBACK's result, the NULL that ends it, then the sync. */
+		res = PQgetResult(c->pg);
+		ok = res != NULL && PQresultStatus(res) == PGRES_COMMAND_OK;
+		PQclear(res);
+		res = PQgetResult(c->pg);
+		ok = ok && res == NULL;
+		PQclear(res);
+		res = PQgetResult(c->pg);
+		ok = ok && res != NULL && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+		PQclear(res);
+	}
+	if (!ok)
+		store_conn_drop(c);
+}
+
+/* --- reading results --- */
+
+void store_copy(const PGresult *res, int row, int col, char *dst, size_t cap)
+{
+	const char *v = PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col);
+
+	snprintf(dst, cap, "%s", v);
+}
+
+int64_t store_int(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+bool store_bool(const PGresult *res, int row, int col)
+{
+	return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
+}
+
+char *store_dup(const PGresult *res, int row, int col, size_t *len_out)
+{
+	size_t len;
+	char *p = NULL;
+
+	if (len_out != NULL)
+		*len_out = 0;
+	if (PQgetisnull(res, row, col))
+		return NULL;
+	len = (size_t)PQgetlength(res, row, col);
+	p = malloc(len + 1);
+	if (p == NULL)
+		return NULL;
+	memcpy(p, PQgetvalue(res, row, col), len);
+	p[len] = '\0';
+	if (len_out != NULL)
+		*len_out = len;
+	return p;
+}
+
+/* --- transactions --- */
+
+enum ledger_err store_commit(struct store_step *st)
+{
+	store_step_add_simple(st, "COMMIT");
+	return store_step_run(st);
+}
+
+enum ledger_err store_rollback(struct ledger_store_conn *conn)
+{
+	store_abort(conn);
+	return conn->pg != NULL ? LEDGER_OK : LEDGER_ERR_UNAVAILABLE;
+}
+
+void store_fmt_int(char buf[24], int64_t v)
+{
+	snprintf(buf, 24, "%lld", (long long)v);
+}
+
+/* Serialization failures and deadlocks are rare under one row lock: a few tries do. */
+#define MAX_TRIES 3
+
+enum ledger_err store_with_retries(struct ledger_store_conn *conn,
+				   enum ledger_err (*op)(struct ledger_store_conn *conn,
+							 const void *arg, void *out),
+				   const void *arg, void *out, size_t size,
+				   void (*reset)(void *out))
+{
+	enum ledger_err rc;
+
+	memset(out, 0, size);
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	for (int i = 0;; i++) {
+		rc = op(conn, arg, out);
+		if (rc != LEDGER_ERR_CONFLICT || i + 1 == MAX_TRIES)
+			return rc;
+		reset(out);
+	}
+}
+
+void store_array_add(struct ledger_buf *b, const char *s)
+{
+	ledger_buf_putc(b, b->len == 0 ? '{' : ',');
+	if (s == NULL) {
+		ledger_buf_puts(b, "NULL");
+		return;
+	}
+	ledger_buf_putc(b, '"');
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			ledger_buf_putc(b, '\\');
+		ledger_buf_putc(b, *s);
+	}
+	ledger_buf_putc(b, '"');
+}
+
+void store_array_end(struct ledger_buf *b)
+{
+	ledger_buf_puts(b, b->len == 0 ? "{}" : "}");
+}

@@ -1,0 +1,460 @@
+/*
+ * ledger/store/store.h: ledgerd's only door to PostgreSQL. A pool of workers,
+ * each with its own connection (in pipeline mode) and prepared statements,
+ * takes jobs from one queue; the HTTP layer never waits on the database.
+ *
+ * Every mutation locks its request's row first and reads the database clock
+ * after the lock (DESIGN.md, Concurrency). The common operations (a claim
+ * of a new key, a completion or renewal by the current holder) are one
+ * statement; everything else reads the call under the lock, asks
+ * ledger/core/decide.c, and writes what it decided, with its event, in the same
+ * transaction. A function returns only after its COMMIT is durable.
+ */
+#ifndef LEDGER_STORE_H
+#define LEDGER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/core/attempt.h"
+#include "ledger/core/decide.h"
+#include "ledger/core/failover.h"
+#include "ledger/core/policy.h"
+#include "ledger/common/err.h"
+#include "ledger/core/types.h"
+
+struct ledger_store;      /* the pool: queue and workers */
+struct ledger_store_conn; /* one connection; owned by one thread at a time */
+
+struct ledger_store_config {
+	const char *database_url; /* borrowed for the store's lifetime */
+	unsigned workers;
+	unsigned batch_max;   /* jobs a worker may take at once (1: no batching) */
+	int64_t reconnect_ms; /* least time between connection attempts */
+};
+
+struct ledger_batch_op;
+
+/* What a job says when a worker offers it a place in a batch. */
+enum ledger_offer {
+	LEDGER_OFFER_ALONE, /* it runs by itself: run() */
+	LEDGER_OFFER_BATCH, /* it joined: op is filled; settle() follows the batch */
+	LEDGER_OFFER_DONE,  /* it finished already (say, its token was refused) */
+};
+
+/*
+ * A unit of work. The caller embeds it in its own state; a worker calls
+ * run() with its connection, which may be down (then every store function
+ * answers LEDGER_ERR_UNAVAILABLE at once). A job whose work may share a
+ * transaction with others also has offer() and settle(): when several jobs
+ * wait, a worker commits their fast paths together (ledger_store_batch()).
+ */
+struct ledger_job {
+	void (*run)(struct ledger_job *job, struct ledger_store_conn *conn);
+	enum ledger_offer (*offer)(struct ledger_job *job, struct ledger_store_conn *conn,
+				   struct ledger_batch_op *op);
+	/* @param rc the batch's result: LEDGER_ERR_UNAVAILABLE, or else op says */
+	void (*settle)(struct ledger_job *job, struct ledger_store_conn *conn,
+		       struct ledger_batch_op *op, enum ledger_err rc);
+	struct ledger_job *next; /* private to the queue */
+};
+
+/**
+ * Starts the workers; they connect in the background, so the store starts
+ * even while the database is down.
+ * @param out a new store; stop with ledger_store_close()
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_open(const struct ledger_store_config *cfg,
+						   struct ledger_store **out);
+
+/** Queues @p job (borrowed until its run() returns). Thread-safe. */
+void ledger_store_submit(struct ledger_store *store, struct ledger_job *job);
+
+/** Jobs waiting for a worker. Thread-safe. */
+size_t ledger_store_queue_depth(struct ledger_store *store);
+
+/**
+ * Database failures since start, by kind: LEDGER_ERR_UNAVAILABLE (the
+ * database could not be reached or the connection broke), _CONFLICT
+ * (serialization failure or deadlock, retried), _INTERNAL (anything else).
+ * Thread-safe.
+ */
+uint64_t ledger_store_errors(enum ledger_err kind);
+
+/**
+ * Batches committed (transactions of two calls or more) and the calls they
+ * carried, since start. Thread-safe.
+ */
+void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls);
+
+/**
+ * The text of the statement called @p name, as ledgerd prepares it; NULL if
+ * there is none. Benchmarks run the very same SQL through pgbench.
+ */
+const char *ledger_store_sql(const char *name);
+
+/**
+ * The name and text of the @p i-th statement the store prepares, counting
+ * from 0; NULL past the last. Static strings. Tests read every statement
+ * through these (docs/scaling.md: each names its distribution key).
+ */
+const char *ledger_store_sql_name(size_t i);
+const char *ledger_store_sql_text(size_t i);
+
+/**
+ * Turns the one-statement fast paths (ledger/store/fast.c), and with them
+ * batching and the replay cache's answers, on or off for the whole
+ * process: off, every call takes the general path that locks, reads and
+ * decides in C. The contract suite runs both ways (make test). Call before
+ * serving; thread-safe.
+ */
+void ledger_store_set_fast_paths(bool on);
+
+/** Whether the fast paths are on. Thread-safe. */
+bool ledger_store_fast_paths(void);
+
+/** Runs the jobs still queued, then stops the workers and frees @p store. */
+void ledger_store_close(struct ledger_store *store);
+
+/**
+ * A standalone connection, for the command-line tools.
+ * @param out a new connection; free with ledger_store_disconnect()
+ * @param err receives one line on failure
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_connect(const char *database_url,
+						      struct ledger_store_conn **out, char *err,
+						      size_t errlen);
+void ledger_store_disconnect(struct ledger_store_conn *conn);
+
+/* --- operations: each takes the connection of the calling worker --- */
+
+/**
+ * The schema version the database is at (0: never migrated).
+ * @return LEDGER_OK or LEDGER_ERR_UNAVAILABLE
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_schema_version(struct ledger_store_conn *conn,
+							     int *version_out);
+
+/**
+ * Applies the migrations built into ledgerd under an advisory lock, so
+ * concurrent processes apply each exactly once.
+ * @param applied_out how many this call applied
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_migrate(struct ledger_store_conn *conn,
+						      unsigned *applied_out, char *err,
+						      size_t errlen);
+
+/** Finds the tenant and role of a token by its SHA-256. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
+							   const unsigned char sha256[32],
+							   bool *found, char *tenant,
+							   enum ledger_role *role);
+
+/** Records a token's SHA-256 for @p tenant with @p role. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
+							   const unsigned char sha256[32],
+							   const char *tenant,
+							   enum ledger_role role);
+
+/* The key of a tool call, within a tenant. All borrowed. */
+struct ledger_call_key {
+	const char *tenant;
+	const char *request_id;
+	const char *tool_call_id;
+};
+
+/* What an operation decided, and the call as it stands afterwards. */
+struct ledger_call_result {
+	union {
+		enum ledger_claim_outcome claim;
+		enum ledger_complete_outcome complete;
+		enum ledger_renew_outcome renew;
+		enum ledger_release_outcome release;
+		enum ledger_resolve_outcome resolve;
+	} outcome;
+	const char *mismatch;    /* claim ARGS_MISMATCH: the field that differs */
+	bool no_attempts;        /* known: the request had no attempts (replay cache) */
+	struct ledger_call call; /* owned: ledger_call_clear() when done */
+};
+
+/* A claim as sent, with what the store keeps beyond the decision. */
+struct ledger_claim_request {
+	struct ledger_claim claim; /* what decides */
+	const char *args;          /* exact text to keep when store_args; else NULL */
+	size_t args_len;
+};
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
+						    const struct ledger_call_key *key,
+						    const struct ledger_claim_request *req,
+						    struct ledger_call_result *out);
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
+						       const struct ledger_call_key *key,
+						       const struct ledger_completion *c,
+						       struct ledger_call_result *out);
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
+						    const struct ledger_call_key *key,
+						    int64_t fencing_token, int64_t lease_ms,
+						    struct ledger_call_result *out);
+
+/** @param reason free text for the history, or NULL */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
+						      const struct ledger_call_key *key,
+						      int64_t fencing_token, const char *reason,
+						      struct ledger_call_result *out);
+
+/**
+ * @param result exact JSON text, or NULL for null
+ * @param note free text for the history, or NULL
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_resolve(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+		     enum ledger_resolution resolution, const char *result, size_t result_len,
+		     const char *note, struct ledger_call_result *out);
+
+/** Reads one call (no lock). out->call.state is ABSENT or TOMBSTONE if gone. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_get_call(struct ledger_store_conn *conn,
+						       const struct ledger_call_key *key,
+						       struct ledger_call *out);
+
+/* One listed call: the row and its key. */
+struct ledger_listed_call {
+	char request_id[LEDGER_ID_MAX + 1];
+	char tool_call_id[LEDGER_ID_MAX + 1];
+	struct ledger_call call; /* owned */
+};
+
+/**
+ * Lists a tenant's calls in key order after the cursor key.
+ * @param state ABSENT for every state, or one of IN_PROGRESS, UNKNOWN,
+ *        SUCCEEDED, FAILED, RELEASED
+ * @param after_request_id, after_tool_call_id the last key of the previous
+ *        page, or NULL for the first page
+ * @param items_out a new array of @p *count_out items (up to @p limit);
+ *        free with ledger_store_free_list()
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_list_calls(struct ledger_store_conn *conn, const char *tenant,
+			enum ledger_call_state state, const char *after_request_id,
+			const char *after_tool_call_id, unsigned limit,
+			struct ledger_listed_call **items_out, size_t *count_out);
+
+void ledger_store_free_list(struct ledger_listed_call *items, size_t count);
+
+/* --- batches (ledger/store/calls.c) --- */
+
+enum ledger_batch_kind {
+	LEDGER_BATCH_CLAIM,    /* a claim of a key nobody claimed, or a replay */
+	LEDGER_BATCH_COMPLETE, /* the current holder's completion */
+	LEDGER_BATCH_RENEW,    /* the current holder's renewal */
+};
+
+/* One call of a batch: its one-statement fast path, and what it answered. */
+struct ledger_batch_op {
+	enum ledger_batch_kind kind;
+	struct ledger_call_key key;
+	const struct ledger_claim_request *claim;   /* CLAIM; borrowed */
+	const struct ledger_completion *completion; /* COMPLETE; borrowed */
+	int64_t fencing_token, lease_ms;            /* RENEW */
+	bool done;                     /* the fast path answered; else run the operation alone */
+	struct ledger_call_result out; /* when done; owned: ledger_call_clear(&out.call) */
+};
+
+/**
+ * Runs the fast paths of @p n calls in one transaction and one round trip,
+ * their requests locked in one order. Each call's outcome is its own: a
+ * call whose fast path does not apply comes back not done, for its
+ * operation to run alone, and does not disturb the others.
+ * @return LEDGER_OK; LEDGER_ERR_UNAVAILABLE when the outcome of the commit
+ *         cannot be known (answer 503: every call is idempotent); any
+ *         other error when the transaction rolled back (every op not done:
+ *         run each alone)
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_batch(struct ledger_store_conn *conn,
+						    struct ledger_batch_op *ops, size_t n);
+
+/* --- attempts (ledger/store/attempts.c, ledger/store/failover.c) --- */
+
+/* What an attempt operation decided, and how things stand afterwards. */
+struct ledger_attempt_result {
+	bool found; /* false: no such attempt (404 attempt_not_found) */
+	union {
+		enum ledger_create_outcome create;
+		enum ledger_attempt_op_outcome op;
+	} outcome;
+	struct ledger_request request; /* the request afterwards */
+	char *client_error;            /* owned: its recorded client error, or NULL */
+	struct ledger_attempt attempt; /* the attempt concerned, afterwards */
+	int64_t retry_after_ms;        /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+};
+
+/** Frees what @p r owns. */
+void ledger_attempt_result_clear(struct ledger_attempt_result *r);
+
+/** POST attempts: creates (or finds again) an attempt of @p request_id. */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_attempt_create(struct ledger_store_conn *conn, const char *tenant,
+			    const char *request_id, const struct ledger_attempt_request *in,
+			    const struct ledger_policy *p, struct ledger_attempt_result *out);
+
+enum ledger_attempt_op {
+	LEDGER_OP_RENEW,
+	LEDGER_OP_DELIVER,
+	LEDGER_OP_CANCEL,
+	LEDGER_OP_CANCEL_ACK,
+	LEDGER_OP_FINISH,
+};
+
+/* One of an attempt's own calls. */
+struct ledger_attempt_call {
+	enum ledger_attempt_op op;
+	int64_t lease_ms;                /* RENEW */
+	int64_t delivered_output_tokens; /* DELIVER, FINISH; -1: not given */
+	bool completed;                  /* FINISH: "completed"; false: "failed" */
+	const char *reason;              /* CANCEL, FINISH; NULL: none */
+};
+
+LEDGER_MUSTCHECK enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   const char *attempt_id,
+							   const struct ledger_attempt_call *call,
+							   struct ledger_attempt_result *out);
+
+struct ledger_failover_request {
+	const char *source_attempt_id;
+	enum ledger_signal signal;
+	int64_t retry_prefill_tokens;
+	const struct ledger_attempt_request *next; /* the rerun to create; NULL: none */
+};
+
+enum ledger_failover_status {
+	LEDGER_FAILOVER_ANSWERED,      /* 200 with body (decided now, or recorded) */
+	LEDGER_FAILOVER_REFUSED,       /* 409: decision.action says which */
+	LEDGER_FAILOVER_NO_ATTEMPT,    /* 404 attempt_not_found */
+	LEDGER_FAILOVER_NEXT_MISMATCH, /* 422 request_mismatch: next_attempt's id is taken */
+	LEDGER_FAILOVER_NEXT_REVISION, /* 409 revision_mismatch: next_attempt's revision */
+};
+
+struct ledger_failover_result {
+	enum ledger_failover_status status;
+	struct ledger_failover_decision decision;
+	char current_attempt_id[LEDGER_ID_MAX + 1]; /* ATTEMPT_FENCED: the newest */
+	char *client_error; /* owned: REQUEST_CLOSED, the request's recorded one */
+	char *body;         /* owned: ANSWERED, the decision as recorded */
+	bool replayed;      /* ANSWERED with a decision taken before */
+};
+
+/** Frees what @p r owns. */
+void ledger_failover_result_clear(struct ledger_failover_result *r);
+
+/**
+ * POST failover: decides by ledger_failover_decide() under the request's
+ * lock and performs the decision (revocations, the rerun, the request's
+ * end) with its event in one transaction; final decisions are recorded
+ * and answered again, as they were, to a retried call.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn *conn,
+						       const char *tenant, const char *request_id,
+						       const struct ledger_failover_request *in,
+						       const struct ledger_policy *p,
+						       struct ledger_failover_result *out);
+
+/* --- incident review (ledger/store/reads.c) --- */
+
+/* One event of a request's history. */
+struct ledger_event {
+	int64_t seq; /* orders a request's events */
+	char at[LEDGER_TIMESTAMP_MAX];
+	char type[64];
+	char attempt_id[LEDGER_ID_MAX + 1];   /* "" none */
+	char tool_call_id[LEDGER_ID_MAX + 1]; /* "" none */
+	char *detail;                         /* owned: JSON object text */
+};
+
+/* A request with everything under it, read in one snapshot. */
+struct ledger_request_view {
+	struct ledger_request request;   /* request.exists false: no such request */
+	char *client_error;              /* owned, or NULL */
+	struct ledger_attempt *attempts; /* owned, by epoch */
+	size_t nattempts;
+	struct ledger_listed_call *calls; /* owned, by tool_call_id */
+	size_t ncalls;
+	struct ledger_event *events; /* owned, by seq */
+	size_t nevents;
+	bool more_events; /* the history goes on after the last one */
+};
+
+void ledger_request_view_clear(struct ledger_request_view *v);
+
+/**
+ * Reads request @p request_id with its attempts, its calls and up to
+ * @p max_events events after seq @p after_seq, all from one snapshot.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_request_view(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   int64_t after_seq, unsigned max_events,
+							   struct ledger_request_view *out);
+
+/* One listed request. */
+struct ledger_listed_request {
+	char request_id[LEDGER_ID_MAX + 1];
+	int64_t created_us; /* created_at in microseconds: the page cursor */
+	struct ledger_request request;
+	char *client_error; /* owned, or NULL */
+};
+
+/* Which requests to list; NULL or 0 fields do not filter. */
+struct ledger_request_filter {
+	const char *status; /* a status name */
+	const char *since;  /* RFC 3339: created at or after */
+	bool has_cursor;    /* after the last of the previous page: */
+	int64_t cursor_created_us;
+	const char *cursor_request_id;
+	unsigned limit;
+};
+
+/**
+ * Lists a tenant's requests newest first ((created_at, request_id)
+ * descending), after the cursor.
+ * @param items_out a new array; free with ledger_store_free_requests()
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_list_requests(struct ledger_store_conn *conn, const char *tenant,
+			   const struct ledger_request_filter *f,
+			   struct ledger_listed_request **items_out, size_t *count_out);
+
+void ledger_store_free_requests(struct ledger_listed_request *items, size_t count);
+
+/* --- retention (ledger/store/gc.c) --- */
+
+struct ledger_gc_stats {
+	int64_t requests;   /* settled requests removed */
+	int64_t tool_calls; /* their calls */
+	int64_t tombstones; /* tombstones left for their settled calls */
+	int64_t attempts;
+	int64_t events;
+	int64_t expired_tombstones; /* tombstones whose period ended, removed */
+};
+
+/**
+ * Removes one batch of up to @p batch settled requests older than
+ * @p retention_ms (with their attempts, calls and events; a tombstone
+ * stays for each settled call for @p tombstone_ms), and one batch of
+ * expired tombstones. Each batch is one short transaction that skips rows
+ * others hold. Adds what it removed to @p stats.
+ * @param done_out true when neither batch was full: nothing is left to do
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_gc_batch(struct ledger_store_conn *conn, int64_t retention_ms, int64_t tombstone_ms,
+		      unsigned batch, struct ledger_gc_stats *stats, bool *done_out);
+
+/** Counts the unknown outcomes outstanding, all tenants (for /metrics). */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_count_unknown(struct ledger_store_conn *conn,
+							    int64_t *count_out);
+
+#endif
