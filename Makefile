@@ -137,11 +137,15 @@ install-sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_cli
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do $$t; done
 
-# The README's test command: every test, on a throwaway PostgreSQL.
+# The README's test command: every test, on a throwaway PostgreSQL; then the
+# HTTP contract again with the fast paths off, so that every answer the fast
+# paths give is also the one the locked path decides in C.
 test:
 	@scripts/deps.sh test
 	$(MAKE) all unit $(SDK_TEST)
+	$(PYTHON) scripts/check_layers.py
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
+	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
 bench:
@@ -161,6 +165,7 @@ format:
 
 lint:
 	@scripts/deps.sh dev
+	$(PYTHON) scripts/check_layers.py
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -I. -I$(BUILD)/gen \
 		--suppress=missingIncludeSystem ledger api sdk

@@ -1,40 +1,41 @@
 /*
  * api/attempts.c: the router's endpoints: creating an attempt, its own
  * calls (renew, deliver, cancel, cancel-ack, finish) and failover. As in
- * api/toolcalls.c, prepare() validates on the HTTP thread and execute()
- * runs the store operation on a worker and answers its outcome.
+ * api/toolcalls.c, parse() validates and names the store operation, and
+ * answer() replies the outcome the store decided.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/handlers.h"
+#include "api/attempts.h"
+
+#include "api/input.h"
 #include "api/metrics.h"
-#include "api/server.h"
+#include "api/reply.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/render.h"
-#include "ledger/store/replay_cache.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
 /* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
 static int64_t default_lease(const struct api_request *req)
 {
-	int64_t ms = api_server_policy(req)->default_lease_ms;
+	int64_t ms = req->policy->default_lease_ms;
 
-	if (ms > api_server_settings(req)->max_lease_ms)
-		ms = api_server_settings(req)->max_lease_ms;
-	if (ms < api_server_settings(req)->min_lease_ms)
-		ms = api_server_settings(req)->min_lease_ms;
+	if (ms > req->settings->max_lease_ms)
+		ms = req->settings->max_lease_ms;
+	if (ms < req->settings->min_lease_ms)
+		ms = req->settings->min_lease_ms;
 	return ms;
 }
 
 static enum ledger_err lease_or_reply(struct api_request *req, const struct ledger_json_value *obj,
 				      int64_t *out)
 {
-	return api_field_int_or_reply(req, obj, "lease_ms", api_server_settings(req)->min_lease_ms,
-				      api_server_settings(req)->max_lease_ms, default_lease(req), out);
+	return api_input_int_or_reply(req, obj, "lease_ms", req->settings->min_lease_ms,
+				      req->settings->max_lease_ms, default_lease(req), out);
 }
 
 /* One of @p names (NULL-terminated), required. @return its index, or -1 after replying. */
@@ -109,9 +110,9 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 					     const struct ledger_json_value *obj,
 					     struct ledger_attempt_request *in, bool with_max)
 {
-	if (api_field_id_or_reply(req, obj, "attempt_id", 1, &in->attempt_id) ||
-	    api_field_text_or_reply(req, obj, "replica", LEDGER_TEXT_MAX, &in->replica) ||
-	    api_field_text_or_reply(req, obj, "model_revision", LEDGER_TEXT_MAX,
+	if (api_input_id_or_reply(req, obj, "attempt_id", 1, &in->attempt_id) ||
+	    api_input_text_or_reply(req, obj, "replica", LEDGER_TEXT_MAX, &in->replica) ||
+	    api_input_text_or_reply(req, obj, "model_revision", LEDGER_TEXT_MAX,
 				    &in->model_revision) ||
 	    lease_or_reply(req, obj, &in->lease_ms))
 		return LEDGER_ERR_INVALID;
@@ -120,25 +121,31 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 		return LEDGER_ERR_INVALID;
 	}
 	if (with_max &&
-	    api_field_int_or_reply(req, obj, "max_attempts", 1, api_server_policy(req)->max_attempts_limit,
-				   0, &in->max_attempts))
+	    api_input_int_or_reply(req, obj, "max_attempts", 1, req->policy->max_attempts_limit, 0,
+				   &in->max_attempts))
 		return LEDGER_ERR_INVALID;
 	return LEDGER_OK;
 }
 
-static enum ledger_err create_prepare(struct api_request *req)
+static enum ledger_err create_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"attempt_id", "replica",      "model_revision",
 					     "lease_ms",   "max_attempts", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct create_input *in = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	in = api_input_alloc_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	return parse_attempt_request(req, body, &in->in, true);
+	req->job.op.kind = LEDGER_STORE_ATTEMPT_CREATE;
+	req->job.op.in.attempt = &in->in;
+	req->job.op.policy = req->policy;
+	if (parse_attempt_request(req, body, &in->in, true) != LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	req->job.ids.attempt_id = in->in.attempt_id;
+	return LEDGER_OK;
 }
 
 static void reply_attempt(struct api_request *req, unsigned status,
@@ -208,29 +215,20 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 	api_reply_error_end(req, &w);
 }
 
-static void create_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void create_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct create_input *in = req->input;
-	struct ledger_attempt_result res;
-	enum ledger_err rc;
+	const struct ledger_attempt_result *res = &r->u.attempt;
 
-	rc = ledger_store_attempt_create(conn, req->tenant, req->params[0], &in->in,
-					 api_server_policy(req), &res);
-	/* Committed or not (503 cannot tell), claims must now name an attempt. */
-	ledger_replay_cache_invalidate(req->tenant, req->params[0]);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else if (res.outcome.create == LEDGER_CREATE_CREATED)
-		reply_attempt(req, 201, &res);
-	else if (res.outcome.create == LEDGER_CREATE_REPEATED)
-		reply_attempt(req, 200, &res);
+	if (res->outcome.create == LEDGER_CREATE_CREATED)
+		reply_attempt(req, 201, res);
+	else if (res->outcome.create == LEDGER_CREATE_REPEATED)
+		reply_attempt(req, 200, res);
 	else
-		reply_create_refusal(req, in, &res);
-	ledger_attempt_result_clear(&res);
+		reply_create_refusal(req, in, res);
 }
 
-const struct api_handler api_attempts_create = {.prepare = create_prepare,
-						.execute = create_execute};
+const struct api_handler api_attempts_create = {.parse = create_parse, .answer = create_answer};
 
 /* --- an attempt's own calls --- */
 
@@ -238,24 +236,26 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 				    const char *const *fields)
 {
 	static const char *const outcomes[] = {"completed", "failed", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct ledger_attempt_call *call = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	call = api_input_or_reply(req, sizeof(*call));
+	call = api_input_alloc_or_reply(req, sizeof(*call));
 	if (call == NULL)
 		return LEDGER_ERR_NOMEM;
 	call->op = op;
 	call->delivered_output_tokens = -1;
+	req->job.op.kind = LEDGER_STORE_ATTEMPT_CALL;
+	req->job.op.in.attempt_call = call;
 	switch (op) {
 	case LEDGER_OP_RENEW:
 		return lease_or_reply(req, body, &call->lease_ms);
 	case LEDGER_OP_DELIVER:
-		return api_field_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+		return api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
 					      &call->delivered_output_tokens);
 	case LEDGER_OP_CANCEL:
-		return api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason);
+		return api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason);
 	case LEDGER_OP_CANCEL_ACK:
 		return LEDGER_OK;
 	case LEDGER_OP_FINISH: {
@@ -264,9 +264,9 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 		if (outcome < 0)
 			return LEDGER_ERR_INVALID;
 		call->completed = outcome == 0;
-		if (api_field_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+		if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
 					   &call->delivered_output_tokens) ||
-		    api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason))
+		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason))
 			return LEDGER_ERR_INVALID;
 		return LEDGER_OK;
 	}
@@ -274,35 +274,35 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 	abort();
 }
 
-static enum ledger_err renew_prepare(struct api_request *req)
+static enum ledger_err renew_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"lease_ms", NULL};
 
 	return call_prepare(req, LEDGER_OP_RENEW, fields);
 }
 
-static enum ledger_err deliver_prepare(struct api_request *req)
+static enum ledger_err deliver_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"delivered_output_tokens", NULL};
 
 	return call_prepare(req, LEDGER_OP_DELIVER, fields);
 }
 
-static enum ledger_err cancel_prepare(struct api_request *req)
+static enum ledger_err cancel_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"reason", NULL};
 
 	return call_prepare(req, LEDGER_OP_CANCEL, fields);
 }
 
-static enum ledger_err cancel_ack_prepare(struct api_request *req)
+static enum ledger_err cancel_ack_parse(struct api_request *req)
 {
 	static const char *const fields[] = {NULL};
 
 	return call_prepare(req, LEDGER_OP_CANCEL_ACK, fields);
 }
 
-static enum ledger_err finish_prepare(struct api_request *req)
+static enum ledger_err finish_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason", NULL};
 
@@ -353,32 +353,25 @@ static void reply_call_done(struct api_request *req, const struct ledger_attempt
 	ledger_jsonw_object_end(&w);
 }
 
-static void call_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void call_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct ledger_attempt_call *call = req->input;
-	struct ledger_attempt_result res;
-	enum ledger_err rc;
+	const struct ledger_attempt_result *res = &r->u.attempt;
 
-	rc = ledger_store_attempt_call(conn, req->tenant, req->params[0], req->params[1], call,
-				       &res);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else if (!res.found)
+	if (!res->found)
 		reply_attempt_not_found(req, req->params[1]);
-	else if (res.outcome.op == LEDGER_ATTEMPT_OP_FENCED)
-		reply_fenced(req, call, &res.attempt);
+	else if (res->outcome.op == LEDGER_ATTEMPT_OP_FENCED)
+		reply_fenced(req, call, &res->attempt);
 	else
-		reply_call_done(req, call, &res);
-	ledger_attempt_result_clear(&res);
+		reply_call_done(req, call, res);
 }
 
-const struct api_handler api_attempts_renew = {.prepare = renew_prepare, .execute = call_execute};
-const struct api_handler api_attempts_deliver = {.prepare = deliver_prepare,
-						 .execute = call_execute};
-const struct api_handler api_attempts_cancel = {.prepare = cancel_prepare, .execute = call_execute};
-const struct api_handler api_attempts_cancel_ack = {.prepare = cancel_ack_prepare,
-						    .execute = call_execute};
-const struct api_handler api_attempts_finish = {.prepare = finish_prepare, .execute = call_execute};
+const struct api_handler api_attempts_renew = {.parse = renew_parse, .answer = call_answer};
+const struct api_handler api_attempts_deliver = {.parse = deliver_parse, .answer = call_answer};
+const struct api_handler api_attempts_cancel = {.parse = cancel_parse, .answer = call_answer};
+const struct api_handler api_attempts_cancel_ack = {.parse = cancel_ack_parse,
+						    .answer = call_answer};
+const struct api_handler api_attempts_finish = {.parse = finish_parse, .answer = call_answer};
 
 /* --- failover --- */
 
@@ -387,7 +380,7 @@ struct failover_input {
 	struct ledger_attempt_request next;
 };
 
-static enum ledger_err failover_prepare(struct api_request *req)
+static enum ledger_err failover_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"attempt_id", "signal", "retry_prefill_tokens",
 					     "next_attempt", NULL};
@@ -396,17 +389,17 @@ static enum ledger_err failover_prepare(struct api_request *req)
 	static const char *const signals[] = {
 		"replica_exited",    "pod_lost",   "upstream_closed",     "network_error",
 		"heartbeat_timeout", "overloaded", "client_disconnected", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	const struct ledger_json_value *next = NULL;
 	struct failover_input *in = NULL;
 	int signal;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	in = api_input_alloc_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	if (api_field_id_or_reply(req, body, "attempt_id", 1, &in->in.source_attempt_id))
+	if (api_input_id_or_reply(req, body, "attempt_id", 1, &in->in.source_attempt_id))
 		return LEDGER_ERR_INVALID;
 	if (in->in.source_attempt_id == NULL) {
 		api_reply_invalid_field(req, "attempt_id", "is required");
@@ -415,7 +408,7 @@ static enum ledger_err failover_prepare(struct api_request *req)
 	signal = choice_or_reply(req, body, "signal", signals);
 	if (signal < 0 || ledger_signal_parse(signals[signal], &in->in.signal) != 0)
 		return LEDGER_ERR_INVALID;
-	if (api_field_int_or_reply(req, body, "retry_prefill_tokens", 0, MAX_INT, 0,
+	if (api_input_int_or_reply(req, body, "retry_prefill_tokens", 0, MAX_INT, 0,
 				   &in->in.retry_prefill_tokens))
 		return LEDGER_ERR_INVALID;
 	next = ledger_json_get(body, "next_attempt");
@@ -440,23 +433,19 @@ static enum ledger_err failover_prepare(struct api_request *req)
 			return LEDGER_ERR_INVALID;
 		in->in.next = &in->next;
 	}
+	req->job.op.kind = LEDGER_STORE_FAILOVER;
+	req->job.op.in.failover = &in->in;
+	req->job.op.policy = req->policy;
+	req->job.ids.attempt_id = in->in.source_attempt_id;
 	return LEDGER_OK;
 }
 
-static void failover_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void failover_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct failover_input *in = req->input;
-	struct ledger_failover_result res;
+	const struct ledger_failover_result res = r->u.failover;
 	struct ledger_jsonw w;
-	enum ledger_err rc;
 
-	rc = ledger_store_failover(conn, req->tenant, req->params[0], &in->in, api_server_policy(req),
-				   &res);
-	ledger_replay_cache_invalidate(req->tenant, req->params[0]); /* it may start one */
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		goto out;
-	}
 	if ((res.status == LEDGER_FAILOVER_ANSWERED && !res.replayed) ||
 	    res.status == LEDGER_FAILOVER_REFUSED)
 		api_metrics_failover(res.decision.action);
@@ -492,9 +481,7 @@ static void failover_execute(struct api_request *req, struct ledger_store_conn *
 		api_reply_error_end(req, &w);
 		break;
 	}
-out:
-	ledger_failover_result_clear(&res);
 }
 
-const struct api_handler api_attempts_failover = {.prepare = failover_prepare,
-						  .execute = failover_execute};
+const struct api_handler api_attempts_failover = {.parse = failover_parse,
+						  .answer = failover_answer};

@@ -1,17 +1,20 @@
 /*
  * api/ops.c: the operational endpoints, which need no token: /healthz (the
  * process runs), /readyz (the database answers and its schema is the one
- * this binary expects) and /metrics (Prometheus text).
+ * this binary expects) and /metrics (Prometheus text). Only /readyz asks
+ * the database; the other two answer on the HTTP thread from parse().
  */
+#include "api/ops.h"
+
 #include <stdio.h>
 
-#include "api/handlers.h"
 #include "api/metrics.h"
+#include "api/reply.h"
 #include "api/server.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/store/migrate.h"
 
-static enum ledger_err healthz_prepare(struct api_request *req)
+static enum ledger_err healthz_parse(struct api_request *req)
 {
 	struct ledger_jsonw w;
 
@@ -24,28 +27,21 @@ static enum ledger_err healthz_prepare(struct api_request *req)
 	return LEDGER_OK;
 }
 
-static void no_execute(struct api_request *req, struct ledger_store_conn *conn)
-{
-	(void)req;
-	(void)conn;
-}
+const struct api_handler api_ops_healthz = {.parse = healthz_parse};
 
-const struct api_handler api_ops_healthz = {.prepare = healthz_prepare, .execute = no_execute};
-
-static enum ledger_err readyz_prepare(struct api_request *req)
+static enum ledger_err readyz_parse(struct api_request *req)
 {
-	(void)req;
+	req->job.op.kind = LEDGER_STORE_SCHEMA_VERSION;
 	return LEDGER_OK;
 }
 
-static void readyz_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void readyz_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	int expected = ledger_migrate_expected_version(), version = 0;
-	enum ledger_err rc = ledger_store_schema_version(conn, &version);
+	int expected = ledger_migrate_expected_version(), version = res->u.schema_version;
 	struct ledger_jsonw w;
 
-	if (rc != LEDGER_OK) {
-		api_reply_unavailable(req);
+	if (res->rc != LEDGER_OK) {
+		api_reply_unavailable(req); /* whatever went wrong, the process is not ready */
 		return;
 	}
 	if (version != expected) {
@@ -69,17 +65,18 @@ static void readyz_execute(struct api_request *req, struct ledger_store_conn *co
 	ledger_jsonw_object_end(&w);
 }
 
-const struct api_handler api_ops_readyz = {.prepare = readyz_prepare, .execute = readyz_execute};
+const struct api_handler api_ops_readyz = {
+	.parse = readyz_parse, .answer = readyz_answer, .answers_errors = true};
 
-static enum ledger_err metrics_prepare(struct api_request *req)
+static enum ledger_err metrics_parse(struct api_request *req)
 {
 	req->reply.status = 0;
 	ledger_buf_free(&req->reply.body);
-	api_metrics_render(&req->reply.body, ledger_store_queue_depth(api_server_store(req)),
+	api_metrics_render(&req->reply.body, api_server_queue_depth(req),
 			   api_server_in_flight(req));
 	req->reply.status = 200;
 	req->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
 	return LEDGER_OK;
 }
 
-const struct api_handler api_ops_metrics = {.prepare = metrics_prepare, .execute = no_execute};
+const struct api_handler api_ops_metrics = {.parse = metrics_parse};

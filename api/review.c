@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/handlers.h"
-#include "api/server.h"
+#include "api/review.h"
+
+#include "api/input.h"
+#include "api/reply.h"
+#include "api/toolcalls.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/core/render.h"
 
@@ -34,7 +37,7 @@ static bool parse_int(const char *s, int64_t *out)
 
 static enum ledger_err limit_or_reply(struct api_request *req, unsigned *out)
 {
-	const char *limit = api_query(req, "limit");
+	const char *limit = api_input_query(req, "limit");
 	int64_t v = 0;
 
 	*out = DEFAULT_LIMIT;
@@ -50,19 +53,22 @@ static enum ledger_err limit_or_reply(struct api_request *req, unsigned *out)
 
 /* --- one request --- */
 
-static enum ledger_err view_prepare(struct api_request *req)
+static enum ledger_err view_parse(struct api_request *req)
 {
-	const char *cursor = api_query(req, "events_cursor");
-	int64_t *after = api_input_or_reply(req, sizeof(*after));
+	const char *cursor = api_input_query(req, "events_cursor");
+	int64_t *after = api_input_alloc_or_reply(req, sizeof(*after));
 	char raw[32];
 
 	if (after == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (cursor != NULL &&
-	    (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || !parse_int(raw, after))) {
+	    (api_input_cursor_decode(cursor, raw, sizeof(raw)) <= 0 || !parse_int(raw, after))) {
 		api_reply_invalid_field(req, "events_cursor", "is not a cursor this request gave");
 		return LEDGER_ERR_INVALID;
 	}
+	req->job.op.kind = LEDGER_STORE_REQUEST_VIEW;
+	req->job.op.in.view.after_seq = *after;
+	req->job.op.in.view.max_events = MAX_EVENTS;
 	return LEDGER_OK;
 }
 
@@ -114,21 +120,14 @@ static void write_event(struct ledger_jsonw *w, const struct ledger_event *e)
 	ledger_jsonw_object_end(w);
 }
 
-static void view_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void view_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	const int64_t *after = req->input;
-	struct ledger_request_view v;
+	const struct ledger_request_view v = res->u.view;
 	struct ledger_jsonw w;
-	enum ledger_err rc;
 
-	rc = ledger_store_request_view(conn, req->tenant, req->params[0], *after, MAX_EVENTS, &v);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		return;
-	}
 	if (!v.request.exists) {
 		api_reply_error(req, 404, "not_found", "no such request");
-		goto out;
+		return;
 	}
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
@@ -142,8 +141,8 @@ static void view_execute(struct api_request *req, struct ledger_store_conn *conn
 	ledger_jsonw_key(&w, "tool_calls");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < v.ncalls; i++)
-		api_write_call(&w, v.calls[i].request_id, v.calls[i].tool_call_id, &v.calls[i].call,
-			       false);
+		api_toolcalls_write_call(&w, v.calls[i].request_id, v.calls[i].tool_call_id,
+					 &v.calls[i].call, false);
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "events");
 	ledger_jsonw_array_begin(&w);
@@ -154,16 +153,14 @@ static void view_execute(struct api_request *req, struct ledger_store_conn *conn
 		char seq[24], cursor[40];
 
 		snprintf(seq, sizeof(seq), "%lld", (long long)v.events[v.nevents - 1].seq);
-		api_cursor_encode(seq, strlen(seq), cursor, sizeof(cursor));
+		api_input_cursor_encode(seq, strlen(seq), cursor, sizeof(cursor));
 		ledger_jsonw_key(&w, "next_events_cursor");
 		ledger_jsonw_string(&w, cursor);
 	}
 	ledger_jsonw_object_end(&w);
-out:
-	ledger_request_view_clear(&v);
 }
 
-const struct api_handler api_review_request = {.prepare = view_prepare, .execute = view_execute};
+const struct api_handler api_review_request = {.parse = view_parse, .answer = view_answer};
 
 /* --- a tenant's requests --- */
 
@@ -172,6 +169,7 @@ struct list_input {
 	char status[16];
 	char since[40];
 	char cursor_id[LEDGER_ID_MAX + 1];
+	unsigned limit; /* the page's */
 };
 
 /* RFC 3339 with a zone: 2026-11-30T01:29:43Z, with seconds' fraction and offsets. */
@@ -199,12 +197,12 @@ static bool is_rfc3339(const char *s)
 	       s[i + 6] == '\0';
 }
 
-static enum ledger_err list_prepare(struct api_request *req)
+static enum ledger_err list_parse(struct api_request *req)
 {
-	const char *status = api_query(req, "status");
-	const char *since = api_query(req, "since");
-	const char *cursor = api_query(req, "cursor");
-	struct list_input *in = api_input_or_reply(req, sizeof(*in));
+	const char *status = api_input_query(req, "status");
+	const char *since = api_input_query(req, "since");
+	const char *cursor = api_input_query(req, "cursor");
+	struct list_input *in = api_input_alloc_or_reply(req, sizeof(*in));
 	enum ledger_request_status parsed;
 
 	if (in == NULL)
@@ -233,7 +231,7 @@ static enum ledger_err list_prepare(struct api_request *req)
 		char raw[LEDGER_ID_MAX + 32];
 		char *colon = NULL;
 
-		if (api_cursor_decode(cursor, raw, sizeof(raw)) <= 0 ||
+		if (api_input_cursor_decode(cursor, raw, sizeof(raw)) <= 0 ||
 		    (colon = strchr(raw, ':')) == NULL) {
 			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
 			return LEDGER_ERR_INVALID;
@@ -248,25 +246,23 @@ static enum ledger_err list_prepare(struct api_request *req)
 		in->filter.cursor_request_id = in->cursor_id;
 		in->filter.has_cursor = true;
 	}
-	return limit_or_reply(req, &in->filter.limit);
+	if (limit_or_reply(req, &in->filter.limit) != LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	in->limit = in->filter.limit;
+	in->filter.limit = in->limit + 1; /* one more tells whether a next page exists */
+	req->job.op.kind = LEDGER_STORE_LIST_REQUESTS;
+	req->job.op.in.requests = &in->filter;
+	return LEDGER_OK;
 }
 
-static void list_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void list_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	struct list_input *in = req->input;
-	struct ledger_request_filter f = in->filter;
-	struct ledger_listed_request *items = NULL;
-	unsigned limit = f.limit;
+	const struct list_input *in = req->input;
+	const struct ledger_listed_request *items = res->u.requests.items;
+	size_t n = res->u.requests.count;
+	unsigned limit = in->limit;
 	struct ledger_jsonw w;
-	size_t n = 0;
-	enum ledger_err rc;
 
-	f.limit = limit + 1; /* one more tells whether a next page exists */
-	rc = ledger_store_list_requests(conn, req->tenant, &f, &items, &n);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		return;
-	}
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
 	ledger_jsonw_key(&w, "items");
@@ -282,13 +278,12 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 				   (long long)items[limit - 1].created_us,
 				   items[limit - 1].request_id);
 
-		api_cursor_encode(raw, (size_t)len, cursor, sizeof(cursor));
+		api_input_cursor_encode(raw, (size_t)len, cursor, sizeof(cursor));
 		ledger_jsonw_string(&w, cursor);
 	} else {
 		ledger_jsonw_null(&w);
 	}
 	ledger_jsonw_object_end(&w);
-	ledger_store_free_requests(items, n);
 }
 
-const struct api_handler api_review_list = {.prepare = list_prepare, .execute = list_execute};
+const struct api_handler api_review_list = {.parse = list_parse, .answer = list_answer};

@@ -4,11 +4,16 @@
  * decoded only after a route matched, so "%2F" inside an id is an invalid
  * id and never a path separator.
  */
+#include "api/routes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/handlers.h"
-#include "api/server.h"
+#include "api/attempts.h"
+#include "api/ops.h"
+#include "api/review.h"
+#include "api/toolcalls.h"
+#include "ledger/core/types.h"
 
 #define AGENT LEDGER_ROLE_BIT(LEDGER_ROLE_AGENT)
 #define ROUTER LEDGER_ROLE_BIT(LEDGER_ROLE_ROUTER)
@@ -196,8 +201,8 @@ static bool decode_params(const struct segs *pat, const struct segs *path, const
 }
 
 enum api_match api_routes_match(const char *method, const char *path,
-			       const struct api_route **route_out, char *params[API_MAX_PARAMS],
-			       const char **allow_out, const char **bad_out)
+				const struct api_route **route_out, char *params[API_MAX_PARAMS],
+				const char **allow_out, const char **bad_out)
 {
 	struct segs p, pat;
 	unsigned first[API_MAX_PARAMS + 1], count[API_MAX_PARAMS + 1];

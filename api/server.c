@@ -1,10 +1,10 @@
 /*
- * api/server.c: the HTTP server. libmicrohttpd's polling threads route a
- * request, read its body and validate it; then the connection is
- * suspended and the request goes to the store's workers as a job. The
- * worker authenticates, executes and resumes the connection, and the
- * polling thread sends the reply. A polling thread never waits on the
- * database.
+ * api/server.c: the HTTP server and its driver. libmicrohttpd's polling
+ * threads route a call from its head and read its body; then drive()
+ * walks it through its life: authenticate, parse, answer from the replay
+ * cache, or queue its operation for the store's workers with the
+ * connection suspended; the worker resumes it and drive() answers what
+ * the store said. A polling thread never waits on the database.
  */
 #include "api/server.h"
 
@@ -26,13 +26,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/input.h"
 #include "api/metrics.h"
+#include "api/reply.h"
+#include "api/tokens.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
-#include "api/tokens.h"
 
 struct api_server {
-	const struct api_settings *cfg;    /* borrowed */
+	const struct api_settings *cfg;     /* borrowed */
 	const struct ledger_policy *policy; /* borrowed */
 	struct ledger_store *store;         /* borrowed */
 	struct MHD_Daemon *daemon;
@@ -40,19 +42,9 @@ struct api_server {
 	atomic_bool draining;  /* shutting down: replies close their connection */
 };
 
-const struct api_settings *api_server_settings(const struct api_request *req)
+size_t api_server_queue_depth(const struct api_request *req)
 {
-	return req->server->cfg;
-}
-
-const struct ledger_policy *api_server_policy(const struct api_request *req)
-{
-	return req->server->policy;
-}
-
-struct ledger_store *api_server_store(const struct api_request *req)
-{
-	return req->server->store;
+	return ledger_store_queue_depth(req->server->store);
 }
 
 long api_server_in_flight(const struct api_request *req)
@@ -70,7 +62,7 @@ static int64_t monotonic_ns(void)
 
 /* --- replies --- */
 
-/* The request's ids, as the route's pattern names its parameters. */
+/* The call's ids, as the route's pattern names its parameters. */
 static struct ledger_log_ids ids_of(const struct api_request *req)
 {
 	struct ledger_log_ids ids = {NULL, NULL, NULL};
@@ -104,7 +96,7 @@ static void log_reply(const struct api_request *req)
 		level = LEDGER_LOG_ERROR;
 	if (level < ledger_log_threshold)
 		return;
-	ids = ids_of(req);
+	ids = req->route != NULL ? req->job.ids : ids_of(req);
 	snprintf(extra, sizeof(extra), "\"status\":%u,\"ms\":%.3f", req->reply.status,
 		 (double)(monotonic_ns() - req->started_ns) / 1e6);
 	ledger_log_write(level, &ids, extra, "%s", req->route ? req->route->name : "unmatched");
@@ -151,114 +143,140 @@ static enum MHD_Result send_reply(struct api_request *req)
 	return ret;
 }
 
-/* --- the worker's side --- */
-
-/* Finds the caller's tenant and role; replies 401, 403 or 503 when it cannot. */
-static void authenticate(struct api_request *req, struct ledger_store_conn *conn)
-{
-	bool found = false;
-	enum ledger_err rc;
-
-	if (!api_tokens_cache_get(req->token_sha256, req->tenant, &req->role)) {
-		rc = ledger_store_token_lookup(conn, req->token_sha256, &found, req->tenant,
-					       &req->role);
-		if (rc != LEDGER_OK) {
-			api_reply_store_error(req, rc);
-			return;
-		}
-		if (!found) {
-			api_reply_error(req, 401, "unauthorized", "the token is not valid");
-			return;
-		}
-		api_tokens_cache_put(req->token_sha256, req->tenant, req->role);
-	}
-	req->authenticated = true;
-	if ((req->route->roles & LEDGER_ROLE_BIT(req->role)) == 0)
-		api_reply_error(req, 403, "forbidden", "the role %s may not call %s %s",
-				ledger_role_name(req->role), req->route->method,
-				req->route->pattern);
-}
+/* --- the life of a call --- */
 
 static struct api_request *request_of(struct ledger_job *job)
 {
 	return (struct api_request *)(void *)((char *)job - offsetof(struct api_request, job));
 }
 
-static void run_job(struct ledger_job *job, struct ledger_store_conn *conn)
+/* On a worker: the call's operation was answered; its polling thread takes it on. */
+static void job_done(struct ledger_job *job)
 {
-	struct api_request *req = request_of(job);
-
-	if (req->route->roles != 0 && !req->authenticated)
-		authenticate(req, conn);
-	if (req->reply.status == 0)
-		req->route->handler->execute(req, conn);
-	if (req->reply.status == 0) {
-		LOG_ERROR("handler %s gave no reply", req->route->name);
-		abort();
-	}
-	/* The last touch: once resumed, the polling thread may free req. */
-	MHD_resume_connection(req->conn);
+	/* The last touch: once resumed, the polling thread may free the call. */
+	MHD_resume_connection(request_of(job)->conn);
 }
 
-/* A worker offers the call a place in a batch: only after its token passed. */
-static enum ledger_offer offer_job(struct ledger_job *job, struct ledger_store_conn *conn,
-				   struct ledger_batch_op *op)
+/* Hands the call's operation to the store's workers; drive() goes on when it is back. */
+static void queue(struct api_request *req, enum api_stage next)
 {
-	struct api_request *req = request_of(job);
-
-	if (req->route->roles != 0 && !req->authenticated)
-		authenticate(req, conn);
-	if (req->reply.status != 0) {
-		MHD_resume_connection(req->conn);
-		return LEDGER_OFFER_DONE;
-	}
-	if (!req->route->handler->offer(req, op))
-		return LEDGER_OFFER_ALONE;
-	return LEDGER_OFFER_BATCH;
+	req->stage = next;
+	req->job.done = job_done;
+	MHD_suspend_connection(req->conn);
+	ledger_store_submit(req->server->store, &req->job);
 }
 
-static void settle_job(struct ledger_job *job, struct ledger_store_conn *conn,
-		       struct ledger_batch_op *op, enum ledger_err rc)
-{
-	struct api_request *req = request_of(job);
-
-	if (rc == LEDGER_ERR_UNAVAILABLE)
-		api_reply_store_error(req,
-				      rc); /* the batch's commit may or may not have happened */
-	else if (rc == LEDGER_OK && op->done)
-		req->route->handler->answer(req, &op->out);
-	else
-		req->route->handler->execute(req, conn); /* alone, from the start */
-	ledger_call_clear(&op->out.call);
-	if (req->reply.status == 0) {
-		LOG_ERROR("handler %s gave no reply", req->route->name);
-		abort();
-	}
-	MHD_resume_connection(req->conn);
-}
-
-/* --- the polling thread's side --- */
-
-/*
- * Authenticates from the token cache alone. False when the token is not
- * cached or its role may not call the route: a worker then answers, with
- * the database and the same replies as ever.
- */
+/* Knows the token from the cache alone. @return false: the store must look it up */
 static bool authenticate_from_cache(struct api_request *req)
 {
-	char tenant[sizeof(req->tenant)];
-	enum ledger_role role;
-
-	if (req->route->roles == 0)
-		return true;
-	if (!api_tokens_cache_get(req->token_sha256, tenant, &role) ||
-	    (req->route->roles & LEDGER_ROLE_BIT(role)) == 0)
+	if (!api_tokens_cache_get(req->token_sha256, req->tenant, &req->role))
 		return false;
-	memcpy(req->tenant, tenant, sizeof(tenant));
-	req->role = role;
 	req->authenticated = true;
 	return true;
 }
+
+/* What the store said of the token. @return false after replying 401 or 503 */
+static bool authenticate_from_store(struct api_request *req)
+{
+	const struct ledger_store_result *res = &req->job.res;
+	bool ok = false;
+
+	if (res->rc != LEDGER_OK) {
+		api_reply_store_error(req, res->rc);
+	} else if (!res->u.token.found) {
+		api_reply_error(req, 401, "unauthorized", "the token is not valid");
+	} else {
+		snprintf(req->tenant, sizeof(req->tenant), "%s", res->u.token.tenant);
+		req->role = res->u.token.role;
+		req->authenticated = true;
+		api_tokens_cache_put(req->token_sha256, req->tenant, req->role);
+		ok = true;
+	}
+	ledger_store_result_clear(&req->job);
+	return ok;
+}
+
+/* Replies what the store answered for the call's operation. */
+static void answer(struct api_request *req)
+{
+	const struct api_handler *h = req->route->handler;
+	enum ledger_err rc = req->job.res.rc;
+
+	if (rc != LEDGER_OK && !h->answers_errors)
+		api_reply_store_error(req, rc);
+	else
+		h->answer(req, &req->job.res);
+	ledger_store_result_clear(&req->job);
+	if (req->reply.status == 0) {
+		LOG_ERROR("handler %s gave no reply", req->route->name);
+		abort();
+	}
+}
+
+/*
+ * The life of a call, once its body is in: parse, authenticate, check the
+ * role, then answer from the replay cache or queue the operation for a
+ * worker, and answer what the store said. It runs on the polling thread,
+ * again each time a worker hands the call back; a stage that needs the
+ * database queues the call and returns. It ends with a reply.
+ */
+static void drive(struct api_request *req)
+{
+	const struct api_route *route = req->route;
+
+	switch (req->stage) {
+	case API_STAGE_HEAD:
+		if (req->body_too_large) {
+			api_reply_error(req, 413, "body_too_large",
+					"the body is larger than %lld bytes",
+					(long long)req->settings->max_body_bytes);
+			return;
+		}
+		if (req->body.oom) {
+			api_reply_error(req, 500, "internal_error", "out of memory");
+			return;
+		}
+		req->job.op.kind = LEDGER_STORE_NONE;
+		req->job.op.key.tenant = req->tenant; /* filled in by authentication */
+		if (route->handler->parse(req) != LEDGER_OK || req->reply.status != 0)
+			return;
+		if (req->job.op.kind == LEDGER_STORE_NONE) {
+			LOG_ERROR("handler %s neither replied nor named an operation", route->name);
+			abort();
+		}
+		if (route->roles != 0 && !authenticate_from_cache(req)) {
+			req->stash = req->job.op;
+			req->job.op.kind = LEDGER_STORE_TOKEN_LOOKUP;
+			req->job.op.in.token_sha256 = req->token_sha256;
+			queue(req, API_STAGE_AUTHENTICATING);
+			return;
+		}
+		break;
+	case API_STAGE_AUTHENTICATING:
+		if (!authenticate_from_store(req))
+			return;
+		req->job.op = req->stash;
+		break;
+	case API_STAGE_STORING:
+		answer(req);
+		return;
+	case API_STAGE_ANSWERED:
+		return;
+	}
+	if (route->roles != 0 && (route->roles & LEDGER_ROLE_BIT(req->role)) == 0) {
+		api_reply_error(req, 403, "forbidden", "the role %s may not call %s %s",
+				ledger_role_name(req->role), route->method, route->pattern);
+		return;
+	}
+	if (ledger_store_replay(&req->job)) {
+		api_metrics_replay_cache_hit();
+		answer(req);
+		return;
+	}
+	queue(req, API_STAGE_STORING);
+}
+
+/* --- the polling thread's side --- */
 
 static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
 				     const char *value)
@@ -286,7 +304,7 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
 			api_reply_invalid_field(req, name, "is malformed");
 			goto fail;
 		}
-		if (api_query(req, name) != NULL) {
+		if (api_input_query(req, name) != NULL) {
 			api_reply_invalid_field(req, name, "given twice");
 			goto fail;
 		}
@@ -346,6 +364,10 @@ static void start(struct api_request *req, const char *url, const char *method)
 		return;
 	}
 	}
+	req->job.ids = ids_of(req);
+	req->job.op.key.request_id = req->job.ids.request_id;
+	req->job.op.key.tool_call_id = req->job.ids.tool_call_id;
+	req->job.op.attempt_id = req->job.ids.attempt_id;
 	if (req->route->roles != 0) {
 		read_token(req);
 		if (!req->has_token) {
@@ -357,9 +379,9 @@ static void start(struct api_request *req, const char *url, const char *method)
 	clen = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
 					   MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen != NULL &&
-	    strtoull(clen, NULL, 10) > (unsigned long long)api_server_settings(req)->max_body_bytes) {
+	    strtoull(clen, NULL, 10) > (unsigned long long)req->settings->max_body_bytes) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
-				(long long)api_server_settings(req)->max_body_bytes);
+				(long long)req->settings->max_body_bytes);
 		return;
 	}
 	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
@@ -378,6 +400,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (req == NULL)
 			return MHD_NO;
 		req->server = srv;
+		req->settings = srv->cfg;
+		req->policy = srv->policy;
 		req->conn = conn;
 		req->started_ns = monotonic_ns();
 		*req_cls = req;
@@ -398,32 +422,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (req->reply.status != 0) /* resumed by its worker, or answered early */
-		return send_reply(req);
-	if (req->body_too_large) {
-		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
-				(long long)srv->cfg->max_body_bytes);
-		return send_reply(req);
+	if (req->reply.status == 0) {
+		/* The whole body is in, or a worker handed the call back. */
+		ledger_log_context_set(&req->job.ids);
+		drive(req);
+		ledger_log_context_set(NULL);
 	}
-	if (req->body.oom) {
-		api_reply_error(req, 500, "internal_error", "out of memory");
-		return send_reply(req);
-	}
-	(void)req->route->handler->prepare(req);
-	if (req->reply.status != 0)
-		return send_reply(req);
-	if (req->route->handler->answer_now != NULL && authenticate_from_cache(req) &&
-	    req->route->handler->answer_now(req))
-		return send_reply(req);
-	req->job.run = run_job;
-	if (req->route->handler->offer != NULL) {
-		req->job.offer = offer_job;
-		req->job.settle = settle_job;
-	}
-	req->suspended = true;
-	MHD_suspend_connection(conn);
-	ledger_store_submit(srv->store, &req->job);
-	return MHD_YES;
+	if (req->reply.status == 0)
+		return MHD_YES; /* queued: suspended until its worker resumes it */
+	req->stage = API_STAGE_ANSWERED;
+	return send_reply(req);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,

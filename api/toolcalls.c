@@ -1,31 +1,25 @@
 /*
  * api/toolcalls.c: the tool-call endpoints: claim, renew, complete,
- * release, resolve, get and list. prepare() turns a body into the domain's
- * input on the HTTP thread; execute() runs the store operation on a worker
- * and writes the reply API.md prescribes for its outcome.
+ * release, resolve, get and list. parse() turns a body into the store
+ * operation it asks for; answer() writes the reply docs/api.md prescribes for
+ * the outcome the store decided.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/handlers.h"
+#include "api/toolcalls.h"
+
+#include "api/input.h"
 #include "api/metrics.h"
-#include "api/server.h"
+#include "api/reply.h"
 #include "ledger/common/jcs.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
-#include "ledger/store/replay_cache.h"
 
 #define DEFAULT_LEASE_MS 30000
 #define DEFAULT_LIMIT 50
 #define MAX_LIMIT 1000
-
-static struct ledger_call_key key_of(const struct api_request *req)
-{
-	struct ledger_call_key key = {req->tenant, req->params[0], req->params[1]};
-
-	return key;
-}
 
 static void write_key(struct ledger_jsonw *w, const struct api_request *req)
 {
@@ -48,7 +42,7 @@ static void write_text(struct ledger_jsonw *w, const char *key, const char *s)
 
 static int64_t lease_bound(const struct api_request *req, bool max)
 {
-	return max ? api_server_settings(req)->max_lease_ms : api_server_settings(req)->min_lease_ms;
+	return max ? req->settings->max_lease_ms : req->settings->min_lease_ms;
 }
 
 /* The lease of a call that names none, within the configured bounds. */
@@ -63,7 +57,7 @@ static int64_t default_lease(const struct api_request *req)
 	return ms;
 }
 
-/* An integer in 0..2^53-1, as API.md bounds every integer. */
+/* An integer in 0..2^53-1, as docs/api.md bounds every integer. */
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
 
 /* --- common replies --- */
@@ -164,19 +158,6 @@ static void reply_refusal(struct api_request *req, const char *code, const struc
 	}
 }
 
-/*
- * Offers the replay cache a call the store answered with, when it is
- * settled and its request had no attempts (the cache checks the state).
- * @p stamp is the request's stamp read before the store was.
- */
-static void keep_for_replay(const struct api_request *req, const struct ledger_call_result *res,
-			    uint32_t stamp)
-{
-	if (res->no_attempts)
-		ledger_replay_cache_put(req->tenant, req->params[0], req->params[1], &res->call,
-					stamp);
-}
-
 /* --- claim --- */
 
 static const char *const claim_fields[] = {"claim_id",     "tool",       "args",  "args_sha256",
@@ -185,7 +166,6 @@ static const char *const claim_fields[] = {"claim_id",     "tool",       "args",
 
 struct claim_input {
 	struct ledger_claim_request req;
-	uint32_t cache_stamp; /* the request's replay-cache stamp before the store read */
 	char args_sha256[LEDGER_SHA256_HEX + 1];
 	char args[]; /* the args kept (store_args), NUL-terminated for the store */
 };
@@ -199,9 +179,9 @@ static bool is_lower_hex(const char *s, size_t len)
 	return true;
 }
 
-static enum ledger_err claim_prepare(struct api_request *req)
+static enum ledger_err claim_parse(struct api_request *req)
 {
-	const struct ledger_json_value *body = api_body_object_or_reply(req, claim_fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, claim_fields);
 	const struct ledger_json_value *args = NULL, *sha = NULL;
 	struct claim_input *in = NULL;
 	struct ledger_claim *c = NULL;
@@ -212,18 +192,18 @@ static enum ledger_err claim_prepare(struct api_request *req)
 	args = ledger_json_get(body, "args");
 	if (args != NULL && args->type == LEDGER_JSON_NULL)
 		args = NULL;
-	in = api_input_or_reply(req, sizeof(*in) + (args != NULL ? args->raw_len + 1 : 0));
+	in = api_input_alloc_or_reply(req, sizeof(*in) + (args != NULL ? args->raw_len + 1 : 0));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	c = &in->req.claim;
-	if (api_field_id_or_reply(req, body, "claim_id", LEDGER_CLAIM_ID_MIN, &c->claim_id) ||
-	    api_field_text_or_reply(req, body, "tool", LEDGER_TEXT_MAX, &c->tool) ||
-	    api_field_bool_or_reply(req, body, "store_args", false, &store_args) ||
-	    api_field_id_or_reply(req, body, "attempt_id", 1, &c->attempt_id) ||
-	    api_field_text_or_reply(req, body, "owner", LEDGER_TEXT_MAX, &c->owner) ||
-	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
+	if (api_input_id_or_reply(req, body, "claim_id", LEDGER_CLAIM_ID_MIN, &c->claim_id) ||
+	    api_input_text_or_reply(req, body, "tool", LEDGER_TEXT_MAX, &c->tool) ||
+	    api_input_bool_or_reply(req, body, "store_args", false, &store_args) ||
+	    api_input_id_or_reply(req, body, "attempt_id", 1, &c->attempt_id) ||
+	    api_input_text_or_reply(req, body, "owner", LEDGER_TEXT_MAX, &c->owner) ||
+	    api_input_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
 				   lease_bound(req, true), default_lease(req), &c->lease_ms) ||
-	    api_field_bool_or_reply(req, body, "tool_dedupes", false, &c->tool_dedupes))
+	    api_input_bool_or_reply(req, body, "tool_dedupes", false, &c->tool_dedupes))
 		return LEDGER_ERR_INVALID;
 
 	sha = ledger_json_get(body, "args_sha256");
@@ -263,13 +243,16 @@ static enum ledger_err claim_prepare(struct api_request *req)
 		}
 	}
 	c->args_sha256 = in->args_sha256[0] != '\0' ? in->args_sha256 : NULL;
+	req->job.op.kind = LEDGER_STORE_CLAIM;
+	req->job.op.in.claim = &in->req;
+	req->job.ids.attempt_id = c->attempt_id;
 	return LEDGER_OK;
 }
 
 /* Replies a claim's outcome, however the store reached it. */
-static void claim_answer(struct api_request *req, const struct ledger_call_result *r)
+static void claim_answer(struct api_request *req, const struct ledger_store_result *r)
 {
-	const struct ledger_call_result res = *r;
+	const struct ledger_call_result res = r->u.call;
 	const struct claim_input *in = req->input;
 	struct ledger_jsonw w;
 
@@ -336,80 +319,7 @@ static void claim_answer(struct api_request *req, const struct ledger_call_resul
 	}
 }
 
-/* Replies what the store decided, keeping a settled call for the replay cache. */
-static void claim_answer_stored(struct api_request *req, const struct ledger_call_result *res)
-{
-	const struct claim_input *in = req->input;
-
-	keep_for_replay(req, res, in->cache_stamp);
-	claim_answer(req, res);
-}
-
-static void claim_execute(struct api_request *req, struct ledger_store_conn *conn)
-{
-	struct claim_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
-	enum ledger_err rc;
-
-	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
-	rc = ledger_store_claim(conn, &key, &in->req, &res);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else
-		claim_answer_stored(req, &res);
-	ledger_call_clear(&res.call);
-}
-
-/* Only a claim outside attempts has a one-statement fast path to batch. */
-static bool claim_offer(struct api_request *req, struct ledger_batch_op *op)
-{
-	struct claim_input *in = req->input;
-
-	if (in->req.claim.attempt_id != NULL)
-		return false;
-	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
-	op->kind = LEDGER_BATCH_CLAIM;
-	op->key = key_of(req);
-	op->claim = &in->req;
-	return true;
-}
-
-/*
- * The replay of a settled call, from the replay cache, on the HTTP thread.
- * Only outside attempts: under one, whether the attempt exists decides
- * first, and only the database knows. Anything but a replay (args that
- * differ: a refusal the history records) goes to the store.
- */
-static bool claim_answer_now(struct api_request *req)
-{
-	const struct claim_input *in = req->input;
-	struct ledger_call_result res;
-	bool answered = false;
-
-	if (in->req.claim.attempt_id != NULL)
-		return false;
-	memset(&res, 0, sizeof(res));
-	if (!ledger_replay_cache_get(req->tenant, req->params[0], req->params[1], &res.call))
-		return false;
-	res.outcome.claim = ledger_decide_claim(&in->req.claim, &res.call, false,
-						LEDGER_STANDING_NOT_GIVEN, &res.mismatch);
-	if (res.outcome.claim == LEDGER_CLAIM_REPLAY) {
-		api_metrics_replay_cache_hit();
-		claim_answer(req, &res);
-		answered = true;
-	}
-	ledger_call_clear(&res.call);
-	return answered;
-}
-
-const struct api_handler api_toolcalls_claim = {
-	.prepare = claim_prepare,
-	.execute = claim_execute,
-	.offer = claim_offer,
-	.answer = claim_answer_stored,
-	.answer_now = claim_answer_now,
-};
+const struct api_handler api_toolcalls_claim = {.parse = claim_parse, .answer = claim_answer};
 
 /* --- renew --- */
 
@@ -418,22 +328,25 @@ struct renew_input {
 	int64_t lease_ms;
 };
 
-static enum ledger_err renew_prepare(struct api_request *req)
+static enum ledger_err renew_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"fencing_token", "lease_ms", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct renew_input *in = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	in = api_input_alloc_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+	if (api_input_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
-	    api_field_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
+	    api_input_int_or_reply(req, body, "lease_ms", lease_bound(req, false),
 				   lease_bound(req, true), default_lease(req), &in->lease_ms))
 		return LEDGER_ERR_INVALID;
+	req->job.op.kind = LEDGER_STORE_RENEW;
+	req->job.op.in.renew.fencing_token = in->fencing_token;
+	req->job.op.in.renew.lease_ms = in->lease_ms;
 	return LEDGER_OK;
 }
 
@@ -450,8 +363,9 @@ static void reply_renewed(struct api_request *req, const struct renew_input *in)
 	ledger_jsonw_object_end(&w);
 }
 
-static void renew_answer(struct api_request *req, const struct ledger_call_result *res)
+static void renew_answer(struct api_request *req, const struct ledger_store_result *r)
 {
+	const struct ledger_call_result *res = &r->u.call;
 	const char *code = ledger_renew_code(res->outcome.renew);
 
 	if (res->outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
@@ -462,38 +376,7 @@ static void renew_answer(struct api_request *req, const struct ledger_call_resul
 		reply_renewed(req, req->input);
 }
 
-static void renew_execute(struct api_request *req, struct ledger_store_conn *conn)
-{
-	struct renew_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
-	enum ledger_err rc;
-
-	rc = ledger_store_renew(conn, &key, in->fencing_token, in->lease_ms, &res);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else
-		renew_answer(req, &res);
-	ledger_call_clear(&res.call);
-}
-
-static bool renew_offer(struct api_request *req, struct ledger_batch_op *op)
-{
-	const struct renew_input *in = req->input;
-
-	op->kind = LEDGER_BATCH_RENEW;
-	op->key = key_of(req);
-	op->fencing_token = in->fencing_token;
-	op->lease_ms = in->lease_ms;
-	return true;
-}
-
-const struct api_handler api_toolcalls_renew = {
-	.prepare = renew_prepare,
-	.execute = renew_execute,
-	.offer = renew_offer,
-	.answer = renew_answer,
-};
+const struct api_handler api_toolcalls_renew = {.parse = renew_parse, .answer = renew_answer};
 
 /* --- complete --- */
 
@@ -525,16 +408,15 @@ static enum ledger_err outcome_or_reply(struct api_request *req,
 
 struct complete_input {
 	struct ledger_completion c;
-	uint32_t cache_stamp; /* the request's replay-cache stamp before the store read */
-	char result[];        /* the result's exact text, NUL-terminated for the store */
+	char result[]; /* the result's exact text, NUL-terminated for the store */
 };
 
-static enum ledger_err complete_prepare(struct api_request *req)
+static enum ledger_err complete_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"fencing_token", "outcome", "result", "retryable",
 					     NULL};
 	static const char *const outcomes[] = {"succeeded", "failed", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	const struct ledger_json_value *result = NULL;
 	struct complete_input *input = NULL;
 	struct ledger_completion *in = NULL;
@@ -543,15 +425,15 @@ static enum ledger_err complete_prepare(struct api_request *req)
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
 	result = ledger_json_get(body, "result");
-	input = api_input_or_reply(req,
-				   sizeof(*input) + (result != NULL ? result->raw_len : 4) + 1);
+	input = api_input_alloc_or_reply(req, sizeof(*input) +
+						      (result != NULL ? result->raw_len : 4) + 1);
 	if (input == NULL)
 		return LEDGER_ERR_NOMEM;
 	in = &input->c;
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+	if (api_input_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
 	    outcome_or_reply(req, body, "outcome", outcomes, &outcome) ||
-	    api_field_bool_or_reply(req, body, "retryable", false, &in->retryable))
+	    api_input_bool_or_reply(req, body, "retryable", false, &in->retryable))
 		return LEDGER_ERR_INVALID;
 	in->succeeded = outcome == 0;
 	if (in->retryable && in->succeeded) {
@@ -562,11 +444,14 @@ static enum ledger_err complete_prepare(struct api_request *req)
 	memcpy(input->result, result != NULL ? result->raw : "null", in->result_len);
 	input->result[in->result_len] = '\0';
 	in->result = input->result;
+	req->job.op.kind = LEDGER_STORE_COMPLETE;
+	req->job.op.in.completion = in;
 	return LEDGER_OK;
 }
 
-static void complete_answer(struct api_request *req, const struct ledger_call_result *res)
+static void complete_answer(struct api_request *req, const struct ledger_store_result *r)
 {
+	const struct ledger_call_result *res = &r->u.call;
 	const char *code = ledger_complete_code(res->outcome.complete);
 
 	if (res->outcome.complete == LEDGER_COMPLETE_LATE)
@@ -582,49 +467,8 @@ static void complete_answer(struct api_request *req, const struct ledger_call_re
 				res->call.completed_by == LEDGER_COMPLETED_LATE);
 }
 
-/* The completion just stored is what a replay will answer: kept from now. */
-static void complete_answer_stored(struct api_request *req, const struct ledger_call_result *res)
-{
-	const struct complete_input *in = req->input;
-
-	if (res->outcome.complete == LEDGER_COMPLETE_STORED)
-		keep_for_replay(req, res, in->cache_stamp);
-	complete_answer(req, res);
-}
-
-static void complete_execute(struct api_request *req, struct ledger_store_conn *conn)
-{
-	struct complete_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
-	enum ledger_err rc;
-
-	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
-	rc = ledger_store_complete(conn, &key, &in->c, &res);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else
-		complete_answer_stored(req, &res);
-	ledger_call_clear(&res.call);
-}
-
-static bool complete_offer(struct api_request *req, struct ledger_batch_op *op)
-{
-	struct complete_input *in = req->input;
-
-	in->cache_stamp = ledger_replay_cache_stamp(req->tenant, req->params[0]);
-	op->kind = LEDGER_BATCH_COMPLETE;
-	op->key = key_of(req);
-	op->completion = &in->c;
-	return true;
-}
-
-const struct api_handler api_toolcalls_complete = {
-	.prepare = complete_prepare,
-	.execute = complete_execute,
-	.offer = complete_offer,
-	.answer = complete_answer_stored,
-};
+const struct api_handler api_toolcalls_complete = {.parse = complete_parse,
+						   .answer = complete_answer};
 
 /* --- release --- */
 
@@ -633,131 +477,106 @@ struct release_input {
 	const char *reason;
 };
 
-static enum ledger_err release_prepare(struct api_request *req)
+static enum ledger_err release_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"fencing_token", "reason", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct release_input *in = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	in = api_input_alloc_or_reply(req, sizeof(*in));
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
-	if (api_field_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
+	if (api_input_int_or_reply(req, body, "fencing_token", 0, MAX_INT, -1,
 				   &in->fencing_token) ||
-	    api_field_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &in->reason))
+	    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &in->reason))
 		return LEDGER_ERR_INVALID;
+	req->job.op.kind = LEDGER_STORE_RELEASE;
+	req->job.op.in.release.fencing_token = in->fencing_token;
+	req->job.op.in.release.reason = in->reason;
 	return LEDGER_OK;
 }
 
-static void release_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void release_answer(struct api_request *req, const struct ledger_store_result *r)
 {
-	struct release_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
-	const char *code = NULL;
-	enum ledger_err rc;
+	const struct ledger_call_result *res = &r->u.call;
+	const char *code = ledger_release_code(res->outcome.release);
 
-	rc = ledger_store_release(conn, &key, in->fencing_token, in->reason, &res);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		goto out;
-	}
-	code = ledger_release_code(res.outcome.release);
 	if (code != NULL)
-		reply_refusal(req, code, &res.call);
+		reply_refusal(req, code, &res->call);
 	else
-		reply_released(req, res.call.fencing_token);
-out:
-	ledger_call_clear(&res.call);
+		reply_released(req, res->call.fencing_token);
 }
 
-const struct api_handler api_toolcalls_release = {.prepare = release_prepare,
-						  .execute = release_execute};
+const struct api_handler api_toolcalls_release = {.parse = release_parse, .answer = release_answer};
 
 /* --- resolve --- */
 
 struct resolve_input {
 	enum ledger_resolution resolution;
-	const char *result; /* exact text, NULL: null */
-	size_t result_len;
 	const char *note;
+	char result[]; /* the result's exact text, NUL-terminated for the store */
 };
 
-static enum ledger_err resolve_prepare(struct api_request *req)
+static enum ledger_err resolve_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"resolution", "result", "note", NULL};
 	static const char *const resolutions[] = {"succeeded", "failed", "not_executed", NULL};
-	const struct ledger_json_value *body = api_body_object_or_reply(req, fields);
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	const struct ledger_json_value *result = NULL;
 	struct resolve_input *in = NULL;
 	int resolution = 0;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	in = api_input_or_reply(req, sizeof(*in));
+	result = ledger_json_get(body, "result");
+	if (result != NULL && result->type == LEDGER_JSON_NULL)
+		result = NULL;
+	in = api_input_alloc_or_reply(req,
+				      sizeof(*in) + (result != NULL ? result->raw_len : 0) + 1);
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (outcome_or_reply(req, body, "resolution", resolutions, &resolution) ||
-	    api_field_text_or_reply(req, body, "note", LEDGER_TEXT_MAX, &in->note))
+	    api_input_text_or_reply(req, body, "note", LEDGER_TEXT_MAX, &in->note))
 		return LEDGER_ERR_INVALID;
 	in->resolution = (enum ledger_resolution)resolution;
-	result = ledger_json_get(body, "result");
-	if (result != NULL && result->type != LEDGER_JSON_NULL) {
+	req->job.op.kind = LEDGER_STORE_RESOLVE;
+	req->job.op.in.resolve.resolution = in->resolution;
+	req->job.op.in.resolve.note = in->note;
+	if (result != NULL) {
 		if (in->resolution == LEDGER_RESOLVE_NOT_EXECUTED) {
 			api_reply_invalid_field(req, "result",
 						"a call that did not run has no result");
 			return LEDGER_ERR_INVALID;
 		}
-		in->result = result->raw;
-		in->result_len = result->raw_len;
+		memcpy(in->result, result->raw, result->raw_len);
+		in->result[result->raw_len] = '\0';
+		req->job.op.in.resolve.result = in->result;
+		req->job.op.in.resolve.result_len = result->raw_len;
 	}
 	return LEDGER_OK;
 }
 
-static void resolve_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void resolve_answer(struct api_request *req, const struct ledger_store_result *r)
 {
-	struct resolve_input *in = req->input;
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call_result res;
-	char *result = NULL;
-	const char *code = NULL;
-	enum ledger_err rc;
+	const struct ledger_call_result *res = &r->u.call;
+	const char *code = ledger_resolve_code(res->outcome.resolve);
 
-	memset(&res, 0, sizeof(res));
-	if (in->result != NULL) {
-		result = strndup(in->result, in->result_len);
-		if (result == NULL) {
-			api_reply_error(req, 500, "internal_error", "out of memory");
-			return;
-		}
-	}
-	rc = ledger_store_resolve(conn, &key, in->resolution, result, in->result_len, in->note,
-				  &res);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		goto out;
-	}
-	code = ledger_resolve_code(res.outcome.resolve);
 	if (code != NULL)
-		reply_refusal(req, code, &res.call);
-	else if (res.call.state == LEDGER_CALL_RELEASED)
-		reply_released(req, res.call.fencing_token);
+		reply_refusal(req, code, &res->call);
+	else if (res->call.state == LEDGER_CALL_RELEASED)
+		reply_released(req, res->call.fencing_token);
 	else
-		reply_completed(req, &res.call, false, false);
-out:
-	free(result);
-	ledger_call_clear(&res.call);
+		reply_completed(req, &res->call, false, false);
 }
 
-const struct api_handler api_toolcalls_resolve = {.prepare = resolve_prepare,
-						  .execute = resolve_execute};
+const struct api_handler api_toolcalls_resolve = {.parse = resolve_parse, .answer = resolve_answer};
 
 /* --- get and list --- */
 
-void api_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
-		    const struct ledger_call *call, bool payload)
+void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
+			      const struct ledger_call *call, bool payload)
 {
 	char ikey[2 * LEDGER_ID_MAX + 2];
 	bool held = call->state == LEDGER_CALL_IN_PROGRESS || call->state == LEDGER_CALL_UNKNOWN;
@@ -812,34 +631,28 @@ void api_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
 	ledger_jsonw_object_end(w);
 }
 
-static enum ledger_err get_prepare(struct api_request *req)
+static enum ledger_err get_parse(struct api_request *req)
 {
-	(void)req;
+	req->job.op.kind = LEDGER_STORE_GET_CALL;
 	return LEDGER_OK;
 }
 
-static void get_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void get_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	struct ledger_call_key key = key_of(req);
-	struct ledger_call call;
+	const struct ledger_call *call = &res->u.call.call;
 	struct ledger_jsonw w;
-	enum ledger_err rc;
 
-	rc = ledger_store_get_call(conn, &key, &call);
-	if (rc != LEDGER_OK)
-		api_reply_store_error(req, rc);
-	else if (call.state == LEDGER_CALL_ABSENT)
-		reply_refusal(req, "not_found", &call);
-	else if (call.state == LEDGER_CALL_TOMBSTONE)
-		reply_refusal(req, "result_expired", &call);
-	else {
+	if (call->state == LEDGER_CALL_ABSENT) {
+		reply_refusal(req, "not_found", call);
+	} else if (call->state == LEDGER_CALL_TOMBSTONE) {
+		reply_refusal(req, "result_expired", call);
+	} else {
 		api_reply_begin(req, &w, 200);
-		api_write_call(&w, req->params[0], req->params[1], &call, true);
+		api_toolcalls_write_call(&w, req->params[0], req->params[1], call, true);
 	}
-	ledger_call_clear(&call);
 }
 
-const struct api_handler api_toolcalls_get = {.prepare = get_prepare, .execute = get_execute};
+const struct api_handler api_toolcalls_get = {.parse = get_parse, .answer = get_answer};
 
 /* A page cursor is the last key of the page, "rid:cid": ids never hold ':'. */
 static void cursor_encode(const char *rid, const char *cid, char *out, size_t cap)
@@ -847,7 +660,7 @@ static void cursor_encode(const char *rid, const char *cid, char *out, size_t ca
 	char raw[2 * LEDGER_ID_MAX + 2];
 	int n = snprintf(raw, sizeof(raw), "%s:%s", rid, cid);
 
-	api_cursor_encode(raw, (size_t)n, out, cap);
+	api_input_cursor_encode(raw, (size_t)n, out, cap);
 }
 
 /* @return false unless @p cursor decodes to two valid ids. */
@@ -855,7 +668,7 @@ static bool cursor_decode(const char *cursor, char *rid, char *cid)
 {
 	char raw[2 * LEDGER_ID_MAX + 2];
 	char *colon = NULL;
-	int n = api_cursor_decode(cursor, raw, sizeof(raw));
+	int n = api_input_cursor_decode(cursor, raw, sizeof(raw));
 
 	if (n <= 0 || strlen(raw) != (size_t)n || (colon = strchr(raw, ':')) == NULL)
 		return false;
@@ -875,15 +688,15 @@ struct list_input {
 	char after_cid[LEDGER_ID_MAX + 1];
 };
 
-static enum ledger_err list_prepare(struct api_request *req)
+static enum ledger_err list_parse(struct api_request *req)
 {
 	static const enum ledger_call_state states[] = {LEDGER_CALL_IN_PROGRESS,
 							LEDGER_CALL_UNKNOWN, LEDGER_CALL_SUCCEEDED,
 							LEDGER_CALL_FAILED, LEDGER_CALL_RELEASED};
-	const char *state = api_query(req, "state");
-	const char *limit = api_query(req, "limit");
-	const char *cursor = api_query(req, "cursor");
-	struct list_input *in = api_input_or_reply(req, sizeof(*in));
+	const char *state = api_input_query(req, "state");
+	const char *limit = api_input_query(req, "limit");
+	const char *cursor = api_input_query(req, "cursor");
+	struct list_input *in = api_input_alloc_or_reply(req, sizeof(*in));
 
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
@@ -918,32 +731,29 @@ static enum ledger_err list_prepare(struct api_request *req)
 		}
 		in->has_cursor = true;
 	}
+	req->job.op.kind = LEDGER_STORE_LIST_CALLS;
+	req->job.op.in.list_calls.state = in->state;
+	req->job.op.in.list_calls.after_request_id = in->has_cursor ? in->after_rid : NULL;
+	req->job.op.in.list_calls.after_tool_call_id = in->has_cursor ? in->after_cid : NULL;
+	/* One row more than the page tells whether there is a next page. */
+	req->job.op.in.list_calls.limit = in->limit + 1;
 	return LEDGER_OK;
 }
 
-static void list_execute(struct api_request *req, struct ledger_store_conn *conn)
+static void list_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	struct list_input *in = req->input;
-	struct ledger_listed_call *items = NULL;
+	const struct list_input *in = req->input;
+	const struct ledger_listed_call *items = res->u.calls.items;
+	size_t n = res->u.calls.count;
 	struct ledger_jsonw w;
-	size_t n = 0;
-	enum ledger_err rc;
 
-	/* One row more than the page tells whether there is a next page. */
-	rc = ledger_store_list_calls(
-		conn, req->tenant, in->state, in->has_cursor ? in->after_rid : NULL,
-		in->has_cursor ? in->after_cid : NULL, in->limit + 1, &items, &n);
-	if (rc != LEDGER_OK) {
-		api_reply_store_error(req, rc);
-		return;
-	}
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
 	ledger_jsonw_key(&w, "items");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < n && i < in->limit; i++)
-		api_write_call(&w, items[i].request_id, items[i].tool_call_id, &items[i].call,
-			       false);
+		api_toolcalls_write_call(&w, items[i].request_id, items[i].tool_call_id,
+					 &items[i].call, false);
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > in->limit) {
@@ -955,7 +765,6 @@ static void list_execute(struct api_request *req, struct ledger_store_conn *conn
 		ledger_jsonw_null(&w);
 	}
 	ledger_jsonw_object_end(&w);
-	ledger_store_free_list(items, n);
 }
 
-const struct api_handler api_toolcalls_list = {.prepare = list_prepare, .execute = list_execute};
+const struct api_handler api_toolcalls_list = {.parse = list_parse, .answer = list_answer};

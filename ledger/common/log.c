@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +16,19 @@
 #include "ledger/common/jsonw.h"
 
 enum ledger_log_level ledger_log_threshold = LEDGER_LOG_INFO;
+
+/* The ids of the call this thread serves now; borrowed from its owner. */
+static _Thread_local const struct ledger_log_ids *context;
+
+void ledger_log_context_set(const struct ledger_log_ids *ids)
+{
+	context = ids;
+}
+
+const struct ledger_log_ids *ledger_log_context(void)
+{
+	return context;
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -58,6 +72,8 @@ void ledger_log_write(enum ledger_log_level level, const struct ledger_log_ids *
 	ledger_buf_printf(&b, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":", ts,
 			  now.tv_nsec / 1000000, level_names[level]);
 	ledger_jsonw_escape(&b, msg, strlen(msg));
+	if (ids == NULL)
+		ids = context;
 	if (ids != NULL) {
 		put_id(&b, "request_id", ids->request_id);
 		put_id(&b, "attempt_id", ids->attempt_id);
@@ -74,4 +90,11 @@ void ledger_log_write(enum ledger_log_level level, const struct ledger_log_ids *
 		(void)ignored;
 	}
 	ledger_buf_free(&b);
+}
+
+void ledger_log_assert_failed(const char *file, int line, const char *what)
+{
+	ledger_log_write(LEDGER_LOG_ERROR, NULL, NULL, "assertion failed at %s:%d: %s", file, line,
+			 what);
+	abort();
 }

@@ -33,6 +33,21 @@ void ledger_log_write(enum ledger_log_level level, const struct ledger_log_ids *
 		      const char *extra_json, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/**
+ * Sets the ids of the call the calling thread serves (NULL: none). Until
+ * it is set again, every line the thread writes without ids of its own
+ * carries them, database errors and retries included.
+ * @param ids borrowed until the next call on this thread
+ */
+void ledger_log_context_set(const struct ledger_log_ids *ids);
+
+/** The calling thread's ids (NULL: none), borrowed. */
+const struct ledger_log_ids *ledger_log_context(void);
+
+/** Logs "assertion failed" with the ids in play, then aborts: see LEDGER_ASSERT. */
+void ledger_log_assert_failed(const char *file, int line, const char *what)
+	__attribute__((noreturn));
+
 /** Parses "debug", "info", "warn" or "error". @return 0, or -1 if unknown. */
 int ledger_log_parse_level(const char *s, enum ledger_log_level *out);
 
@@ -40,6 +55,18 @@ int ledger_log_parse_level(const char *s, enum ledger_log_level *out);
 	do {                                                                                       \
 		if ((level) >= ledger_log_threshold)                                               \
 			ledger_log_write((level), (ids), (extra), __VA_ARGS__);                    \
+	} while (0)
+
+/*
+ * A pair assertion at a seam (what SQL returned against what C decided,
+ * counts in against counts out). It holds unless ledgerd has a bug: then
+ * the line names the condition and the ids in play, and ledgerd aborts
+ * rather than answer from an impossible state.
+ */
+#define LEDGER_ASSERT(cond)                                                                        \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			ledger_log_assert_failed(__FILE__, __LINE__, #cond);                       \
 	} while (0)
 
 #define LOG_DEBUG(...) LEDGER_LOG(LEDGER_LOG_DEBUG, NULL, NULL, __VA_ARGS__)

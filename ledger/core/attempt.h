@@ -82,7 +82,7 @@ int ledger_request_status_parse(const char *s, enum ledger_request_status *out);
 const char *ledger_attempt_state_name(enum ledger_attempt_state s);
 int ledger_attempt_state_parse(const char *s, enum ledger_attempt_state *out);
 
-/** True when @p a may claim, renew, deliver and finish (invariant 3). */
+/** True when @p a may claim, renew, deliver and finish (docs/design.md invariant 3). */
 bool ledger_attempt_has_rights(const struct ledger_request *r, const struct ledger_attempt *a);
 
 /**
@@ -136,7 +136,7 @@ struct ledger_create_decision {
 };
 
 /**
- * Decides POST attempts in API.md's order.
+ * Decides POST attempts in docs/api.md's order.
  * @param same_id the attempt of this request with in->attempt_id (exists
  *        false if none); @param newest the request's newest attempt
  * All borrowed for the call; out->model_revision borrows from them.

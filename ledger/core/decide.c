@@ -1,5 +1,5 @@
 /*
- * ledger/core/decide.c: the tool-call state machine of DESIGN.md as pure
+ * ledger/core/decide.c: the tool-call state machine of docs/design.md as pure
  * functions. The state a function sees is the effective one: the store
  * derives UNKNOWN from an IN_PROGRESS row whose lease ran out by the
  * database clock, after taking the request's lock.
@@ -138,7 +138,7 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 		/* The same holder's retryable failure again, after it released. */
 		if (c->fencing_token == call->fencing_token && call->state == LEDGER_CALL_RELEASED)
 			return LEDGER_COMPLETE_REPEATED;
-		/* A stale holder must never release a newer one (invariant 8). */
+		/* A stale holder must never release a newer one (docs/design.md invariant 8). */
 		return LEDGER_COMPLETE_STALE_TOKEN;
 	}
 	/* A final outcome: the effect happened, whoever reports it. */

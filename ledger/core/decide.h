@@ -2,7 +2,7 @@
  * ledger/core/decide.h: the pure decisions of the tool-call ledger. Given a
  * call's row as read under its request's lock (lease arithmetic already
  * done with the database clock) and what the caller asks, each function
- * returns the one outcome API.md prescribes; the store then performs the
+ * returns the one outcome docs/api.md prescribes; the store then performs the
  * write that outcome names. Nothing here touches SQL or HTTP, so every
  * state x operation x holder/token/lease case is unit-tested without a
  * database (tests/unit/test_decide.c).
@@ -49,7 +49,7 @@ enum ledger_claim_outcome {
 };
 
 /**
- * Decides a claim, checking API.md's table in order.
+ * Decides a claim, checking docs/api.md's table in order.
  * @param claim, call borrowed for the call
  * @param request_has_attempts the request has at least one attempt
  * @param mismatch_out on ARGS_MISMATCH, the field that differs ("args",

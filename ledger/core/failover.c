@@ -1,6 +1,6 @@
 /*
- * ledger/core/failover.c: the failover decision of DESIGN.md's policy, in the
- * order of API.md's table. Before the first delta a rerun is allowed once
+ * ledger/core/failover.c: the failover decision of docs/design.md's policy, in the
+ * order of docs/api.md's table. Before the first delta a rerun is allowed once
  * the source can no longer act (it is fenced: certainly dead, acknowledged
  * its cancel, or its lease ran out) and no tool call of the request could
  * run twice; after it, the stream ends with a non-retryable error. Every
@@ -132,7 +132,7 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 		return;
 	}
 	out->source_after = revoked(source, in->signal);
-	/* 6: a delta reached the client: never rerun (invariant 2) */
+	/* 6: a delta reached the client: never rerun (docs/design.md invariant 2) */
 	if (r->first_delta_sent) {
 		end(out, LEDGER_FAILOVER_TERMINATE_STREAM, LEDGER_REQUEST_TERMINATED,
 		    "upstream_decode_interrupted");
@@ -161,7 +161,7 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 	if (calls->held_by_newest_ms > fence_ms)
 		fence_ms = calls->held_by_newest_ms;
 	if (fence_ms > 0) {
-		/* API.md: the source waits revoked as cancel_requested, whatever the signal */
+		/* docs/api.md: the source waits revoked as cancel_requested, whatever the signal */
 		if (out->source_after == LEDGER_ATTEMPT_DEAD &&
 		    source->state != LEDGER_ATTEMPT_DEAD)
 			out->source_after = LEDGER_ATTEMPT_CANCEL_REQUESTED;

@@ -2,7 +2,7 @@
  * ledger/core/failover.h: what a router may do when an attempt fails, decided
  * by one pure function of the request, its source attempt, the request's
  * tool calls, the signal, the retry budget and the policy, in the order of
- * API.md's failover table. The store runs it under the request's lock and
+ * docs/api.md's failover table. The store runs it under the request's lock and
  * writes what it returns in the same transaction.
  */
 #ifndef LEDGER_FAILOVER_H

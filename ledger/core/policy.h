@@ -1,5 +1,5 @@
 /*
- * ledger/core/policy.h: the failover policy (DESIGN.md, "Failover policy"),
+ * ledger/core/policy.h: the failover policy (docs/design.md, "Failover policy"),
  * built in or loaded from a YAML file. The file may only choose what
  * ledgerd implements: a setting that would promise another behaviour (an
  * automatic retry after the first delta, say) is refused at start-up.
@@ -24,7 +24,7 @@ struct ledger_policy {
 	unsigned budget_min_retries;      /* pool_retry_budget.min_retries */
 };
 
-/** Fills @p p with the built-in policy, the one DESIGN.md shows. */
+/** Fills @p p with the built-in policy, the one docs/design.md shows. */
 void ledger_policy_default(struct ledger_policy *p);
 
 /**

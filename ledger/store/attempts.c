@@ -4,7 +4,7 @@
  * finish). Each locks the request, reads it and its attempts after the
  * lock, asks ledger/core/attempt.c, and writes the decision with its events in
  * the same transaction. The partial unique index on live attempts and the
- * trigger refusing an attempt after the first delta hold invariants 1 and 2
+ * trigger refusing an attempt after the first delta hold docs/design.md invariants 1 and 2
  * even against a bug here.
  */
 #include <stdlib.h>

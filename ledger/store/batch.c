@@ -6,10 +6,12 @@
  * Each call's outcome is its own; a call the fast path does not answer
  * comes back not done and runs alone afterwards.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ledger/common/buf.h"
+#include "ledger/common/log.h"
 #include "ledger/store/fast.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -151,6 +153,14 @@ static const struct store_stmt complete_many = {
 /* clang-format on */
 
 /* --- batches --- */
+
+static atomic_ullong batches, batched_calls; /* committed together */
+
+void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls)
+{
+	*transactions = atomic_load(&batches);
+	*calls = atomic_load(&batched_calls);
+}
 
 /* Key order: requests in the one order every batch locks them in. */
 static int by_key(const void *a, const void *b)
@@ -347,10 +357,10 @@ static enum ledger_err single_read(struct ledger_batch_op *op, const PGresult *r
 {
 	switch (op->kind) {
 	case LEDGER_BATCH_CLAIM:
-		if (PQntuples(res) != 1)
-			return LEDGER_ERR_INTERNAL;
+		LEDGER_ASSERT(PQntuples(res) == 1); /* one row per key, always */
 		return store_fast_claim_read(res, 0, &op->claim->claim, &op->out, &op->done);
 	case LEDGER_BATCH_COMPLETE:
+		LEDGER_ASSERT(PQntuples(res) <= 1);
 		op->done = PQntuples(res) == 1;
 		return op->done ? store_fast_complete_read(res, 0, op->completion, &op->out)
 				: LEDGER_OK;
@@ -370,8 +380,8 @@ static enum ledger_err batch_read(struct batch_plan *p, struct store_step *st, u
 	if (p->nclaims > 0) {
 		const PGresult *res = st->res[at++];
 
-		if ((size_t)PQntuples(res) != p->nclaims)
-			return LEDGER_ERR_INTERNAL;
+		/* An answer per call sent, in the order sent: counts in equal counts out. */
+		LEDGER_ASSERT((size_t)PQntuples(res) == p->nclaims);
 		for (size_t i = 0; i < p->nclaims && rc == LEDGER_OK; i++) {
 			struct ledger_batch_op *op = p->claims[i];
 
@@ -382,8 +392,7 @@ static enum ledger_err batch_read(struct batch_plan *p, struct store_step *st, u
 	if (p->ncompletes > 0) {
 		const PGresult *res = st->res[at++];
 
-		if ((size_t)PQntuples(res) != p->ncompletes)
-			return LEDGER_ERR_INTERNAL;
+		LEDGER_ASSERT((size_t)PQntuples(res) == p->ncompletes);
 		for (size_t i = 0; i < p->ncompletes && rc == LEDGER_OK; i++) {
 			struct ledger_batch_op *op = p->completes[i];
 
@@ -456,8 +465,11 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 		single_add(&plan, &st, plan.singles[i]);
 	/* One commit, one flush, for every call of the batch; none answers before it. */
 	rc = store_commit(&st);
-	if (rc == LEDGER_OK)
+	if (rc == LEDGER_OK) {
+		atomic_fetch_add(&batches, 1);
+		atomic_fetch_add(&batched_calls, n);
 		rc = batch_read(&plan, &st, first);
+	}
 	if (rc != LEDGER_OK) {
 		/* Nothing of a failed batch is kept, or may be believed. */
 		for (size_t i = 0; i < n; i++) {

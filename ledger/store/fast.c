@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
 #include "ledger/core/decide.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -184,17 +185,24 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 	enum ledger_err rc;
 
 	*done = false;
-	if (row >= PQntuples(res))
-		return LEDGER_ERR_INTERNAL;
+	LEDGER_ASSERT(row < PQntuples(res));
+	rc = store_parse_call(res, row, 2, &out->call);
+	if (rc != LEDGER_OK)
+		return rc;
 	if (store_int(res, row, 0) == 1) {
+		/*
+		 * The statement inserted: the key it saw before had no row and
+		 * no tombstone, and its request no attempt. Under the lock, C
+		 * would have decided the same.
+		 */
+		LEDGER_ASSERT(ledger_decide_claim(c, &out->call, store_int(res, row, 1) > 0,
+						  LEDGER_STANDING_NOT_GIVEN,
+						  &out->mismatch) == LEDGER_CLAIM_NEW);
 		out->outcome.claim = LEDGER_CLAIM_NEW;
 		store_call_set_claimed(&out->call, c, 1);
 		*done = true;
 		return LEDGER_OK;
 	}
-	rc = store_parse_call(res, row, 2, &out->call);
-	if (rc != LEDGER_OK)
-		return rc;
 	/*
 	 * A settled call and a tombstone never change (but for retention), so
 	 * the snapshot is as good as a locked read for answering them. What
@@ -226,10 +234,10 @@ enum ledger_err store_fast_claim(struct ledger_store_conn *conn, const struct le
 	store_step_begin(&st, conn);
 	store_fast_claim_add(&st, key, req, &ev);
 	rc = store_step_run(&st);
-	if (rc == LEDGER_OK)
-		rc = PQntuples(st.res[0]) == 1
-			     ? store_fast_claim_read(st.res[0], 0, &req->claim, out, done)
-			     : LEDGER_ERR_INTERNAL;
+	if (rc == LEDGER_OK) {
+		LEDGER_ASSERT(PQntuples(st.res[0]) == 1); /* one row per key, always */
+		rc = store_fast_claim_read(st.res[0], 0, &req->claim, out, done);
+	}
 	store_step_clear(&st);
 	store_event_free(&ev);
 	return rc;
@@ -270,8 +278,15 @@ enum ledger_err store_fast_complete_read(const PGresult *res, int row,
 					 const struct ledger_completion *c,
 					 struct ledger_call_result *out)
 {
+	/*
+	 * The statement updated: the call was in progress under this token
+	 * within its lease. Under the lock, C would have decided the same.
+	 */
 	ledger_call_clear(&out->call);
+	out->call.state = LEDGER_CALL_IN_PROGRESS;
 	out->call.fencing_token = c->fencing_token;
+	LEDGER_ASSERT(ledger_decide_complete(c, &out->call) ==
+		      (c->retryable ? LEDGER_COMPLETE_RELEASED : LEDGER_COMPLETE_STORED));
 	store_copy(res, row, 0, out->call.attempt_id, sizeof(out->call.attempt_id));
 	if (c->retryable) {
 		out->outcome.complete = LEDGER_COMPLETE_RELEASED;
@@ -300,6 +315,7 @@ enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
 	store_fast_complete_add(&st, key, c, &ev);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK) {
+		LEDGER_ASSERT(PQntuples(st.res[0]) <= 1);
 		*done = PQntuples(st.res[0]) == 1;
 		if (*done)
 			rc = store_fast_complete_read(st.res[0], 0, c, out);
@@ -313,12 +329,18 @@ enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
 bool store_fast_renew_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
 			   struct ledger_call_result *out)
 {
-	if (store_int(res, 0, 0) != 1)
+	int64_t updated = store_int(res, 0, 0);
+
+	LEDGER_ASSERT(PQntuples(res) == 1 && updated <= 1);
+	if (updated != 1)
 		return false;
-	out->outcome.renew = LEDGER_RENEW_RENEWED;
 	out->call.state = LEDGER_CALL_IN_PROGRESS;
 	out->call.fencing_token = fencing_token;
 	out->call.lease_ms_left = lease_ms;
+	/* The holder's call, in progress within its lease, outside attempts: C agrees. */
+	out->outcome.renew =
+		ledger_decide_renew(fencing_token, &out->call, LEDGER_STANDING_NOT_GIVEN);
+	LEDGER_ASSERT(out->outcome.renew == LEDGER_RENEW_RENEWED);
 	return true;
 }
 

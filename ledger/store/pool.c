@@ -5,7 +5,7 @@
  * paths together, then runs the rest alone. The HTTP layer never waits on
  * the database: it queues a job and the worker resumes it.
  */
-#include "ledger/store/store.h"
+#include "ledger/store/job.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,14 +27,6 @@ struct ledger_store {
 	pthread_t *threads;
 	struct ledger_store_conn *conns; /* one per worker */
 };
-
-static atomic_ullong batches, batched_calls; /* committed together */
-
-void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls)
-{
-	*transactions = atomic_load(&batches);
-	*calls = atomic_load(&batched_calls);
-}
 
 /* --- the pool --- */
 
@@ -66,41 +58,6 @@ static size_t queue_pop(struct ledger_store *s, struct ledger_job **jobs, size_t
 	return n;
 }
 
-/*
- * Runs a batch: each job that can joins with its fast path, they commit
- * together, and each is settled from what it got; then the others run
- * alone, one transaction each.
- */
-static void run_batch(struct ledger_store_conn *conn, struct ledger_job **jobs, size_t n,
-		      struct ledger_batch_op *ops, struct ledger_job **joined)
-{
-	size_t k = 0, alone = 0;
-	enum ledger_err rc;
-
-	for (size_t i = 0; i < n; i++) {
-		enum ledger_offer o = LEDGER_OFFER_ALONE;
-
-		if (jobs[i]->offer != NULL)
-			o = jobs[i]->offer(jobs[i], conn, &ops[k]);
-		if (o == LEDGER_OFFER_BATCH)
-			joined[k++] = jobs[i];
-		else if (o == LEDGER_OFFER_ALONE)
-			jobs[alone++] = jobs[i];
-	}
-	if (k > 0) {
-		/* A batch of one gains nothing: it runs alone, fast path and all. */
-		rc = k == 1 ? LEDGER_ERR_CONFLICT : ledger_store_batch(conn, ops, k);
-		if (k > 1 && rc == LEDGER_OK) {
-			atomic_fetch_add(&batches, 1);
-			atomic_fetch_add(&batched_calls, k);
-		}
-		for (size_t i = 0; i < k; i++)
-			joined[i]->settle(joined[i], conn, &ops[i], rc);
-	}
-	for (size_t i = 0; i < alone; i++)
-		jobs[i]->run(jobs[i], conn);
-}
-
 static void *worker_main(void *arg)
 {
 	struct ledger_store *s = ((struct worker_arg *)arg)->store;
@@ -116,15 +73,19 @@ static void *worker_main(void *arg)
 		abort();
 	}
 	(void)store_conn_ready(conn); /* connect before the first call needs it */
+	/* Each operation connects again if it must, with its call's ids in the log. */
 	while ((n = queue_pop(s, jobs, s->batch_max)) > 0) {
-		(void)store_conn_ready(conn);
 		if (n > 1 && ledger_store_fast_paths()) {
-			run_batch(conn, jobs, n, ops, joined);
+			ledger_store_execute_many(conn, jobs, n, ops, joined);
 			continue;
 		}
 		/* A batch is made of fast paths: without them, each job runs alone. */
-		for (size_t i = 0; i < n; i++)
-			jobs[i]->run(jobs[i], conn);
+		for (size_t i = 0; i < n; i++) {
+			ledger_log_context_set(&jobs[i]->ids);
+			ledger_store_execute(conn, jobs[i]);
+			ledger_log_context_set(NULL);
+			jobs[i]->done(jobs[i]);
+		}
 	}
 	store_conn_drop(conn);
 	free(jobs);

@@ -1,6 +1,6 @@
 /*
  * ledger/store/replay_cache.h: a bounded in-process cache of settled tool calls.
- * A settled call never changes (invariant 5), so the replay of a claim made
+ * A settled call never changes (docs/design.md invariant 5), so the replay of a claim made
  * outside attempts can be answered from memory, on the HTTP thread, without
  * the database.
  *

@@ -333,6 +333,8 @@ enum ledger_err store_call_set_completed(struct ledger_call *call,
 					 const struct ledger_completion *c, const PGresult *res,
 					 int row, int col, enum ledger_completed_by by)
 {
+	/* The write that stored it matched its row: under the lock, it must have. */
+	LEDGER_ASSERT(row < PQntuples(res));
 	call->state = c->succeeded ? LEDGER_CALL_SUCCEEDED : LEDGER_CALL_FAILED;
 	call->completed_token = c->fencing_token;
 	call->completed_by = by;

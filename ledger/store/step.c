@@ -366,7 +366,10 @@ out:
 	if (rc != LEDGER_OK) {
 		atomic_fetch_add(&errors[rc], 1);
 		what[strcspn(what, "\n")] = '\0';
-		if (rc == LEDGER_ERR_INTERNAL)
+		snprintf(c->failure, sizeof(c->failure), "%s", what);
+		if (c->quiet)
+			;
+		else if (rc == LEDGER_ERR_INTERNAL)
 			LOG_ERROR("database error: %s", what);
 		else
 			LOG_DEBUG("database step failed: %s", what);

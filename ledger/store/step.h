@@ -36,6 +36,8 @@ struct ledger_store_conn {
 	unsigned nprepared;
 	bool down_logged;  /* "database unreachable" said once */
 	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
+	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
+	char failure[300]; /* what the last failed step said */
 };
 
 /*

@@ -4,7 +4,7 @@
  * takes jobs from one queue; the HTTP layer never waits on the database.
  *
  * Every mutation locks its request's row first and reads the database clock
- * after the lock (DESIGN.md, Concurrency). The common operations (a claim
+ * after the lock (docs/design.md, Concurrency). The common operations (a claim
  * of a new key, a completion or renewal by the current holder) are one
  * statement; everything else reads the call under the lock, asks
  * ledger/core/decide.c, and writes what it decided, with its event, in the same
@@ -34,32 +34,6 @@ struct ledger_store_config {
 	int64_t reconnect_ms; /* least time between connection attempts */
 };
 
-struct ledger_batch_op;
-
-/* What a job says when a worker offers it a place in a batch. */
-enum ledger_offer {
-	LEDGER_OFFER_ALONE, /* it runs by itself: run() */
-	LEDGER_OFFER_BATCH, /* it joined: op is filled; settle() follows the batch */
-	LEDGER_OFFER_DONE,  /* it finished already (say, its token was refused) */
-};
-
-/*
- * A unit of work. The caller embeds it in its own state; a worker calls
- * run() with its connection, which may be down (then every store function
- * answers LEDGER_ERR_UNAVAILABLE at once). A job whose work may share a
- * transaction with others also has offer() and settle(): when several jobs
- * wait, a worker commits their fast paths together (ledger_store_batch()).
- */
-struct ledger_job {
-	void (*run)(struct ledger_job *job, struct ledger_store_conn *conn);
-	enum ledger_offer (*offer)(struct ledger_job *job, struct ledger_store_conn *conn,
-				   struct ledger_batch_op *op);
-	/* @param rc the batch's result: LEDGER_ERR_UNAVAILABLE, or else op says */
-	void (*settle)(struct ledger_job *job, struct ledger_store_conn *conn,
-		       struct ledger_batch_op *op, enum ledger_err rc);
-	struct ledger_job *next; /* private to the queue */
-};
-
 /**
  * Starts the workers; they connect in the background, so the store starts
  * even while the database is down.
@@ -67,9 +41,6 @@ struct ledger_job {
  */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_open(const struct ledger_store_config *cfg,
 						   struct ledger_store **out);
-
-/** Queues @p job (borrowed until its run() returns). Thread-safe. */
-void ledger_store_submit(struct ledger_store *store, struct ledger_job *job);
 
 /** Jobs waiting for a worker. Thread-safe. */
 size_t ledger_store_queue_depth(struct ledger_store *store);

@@ -313,7 +313,7 @@ class Scenario:
         claim must be refused (an event in the timeline) although nobody
         else has made the call yet. Woken later, after a2 completed the
         call, its claim would be answered with a2's stored result, which
-        starts nothing (API.md, claim row 4 before row 6), and only its
+        starts nothing (docs/api.md, claim row 4 before row 6), and only its
         publish would be refused.
         """
         expect = Expect(seed=self.seed, max_tokens=MAX_TOKENS, outcome="complete", attempts=2,

@@ -5,8 +5,8 @@ neither claim, renew a claim, renew, deliver nor finish), invariants 1 and 2
 (at most one live attempt; no attempt after the first delta), the epoch,
 the reopen of an abandoned request, and roles.
 
-Contract: API.md "Attempts (router integration)", DESIGN.md invariants 1-3
-and 7 and the attempt state machine; where API.md is silent, the decisions
+Contract: docs/api.md "Attempts (router integration)", docs/design.md invariants 1-3
+and 7 and the attempt state machine; where docs/api.md is silent, the decisions
 ledgerd documents (201/200 bodies, attempt_fenced with attempt_state, ...).
 
 Every test works in a tenant of its own: the pool-wide retry budget is

@@ -16,7 +16,7 @@ from conftest import claim_id, ledgerd_cmd, new_id
 
 ACTIONS = ("claim", "renew", "complete", "release", "resolve", "get", "list")
 
-# What each role may do (API.md's role table); everything else is 403.
+# What each role may do (docs/api.md's role table); everything else is 403.
 ALLOWED = {
     "agent": {"claim", "renew", "complete", "release", "get"},
     "router": {"claim", "renew", "complete", "release", "get", "list"},

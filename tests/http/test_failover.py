@@ -6,9 +6,9 @@ the failover_decision events, settled_tool_calls; claims under attempts
 attempt, divergence); and the pool-wide retry budget on a ledgerd of its
 own with a policy file.
 
-Contract: API.md "POST /v1/requests/{rid}/failover" and the claim rows about
-attempts, DESIGN.md invariants 1-3 and 7 and the failover policy; where
-API.md is silent, the decisions ledgerd documents (response fields,
+Contract: docs/api.md "POST /v1/requests/{rid}/failover" and the claim rows about
+attempts, docs/design.md invariants 1-3 and 7 and the failover policy; where
+docs/api.md is silent, the decisions ledgerd documents (response fields,
 source_state, settled_tool_calls, keep_waiting and wait_for_fence not
 recorded, ...).
 
@@ -567,7 +567,7 @@ def test_expired_source_with_uncertain_liveness_is_rerun_at_once(rt):
 
 def test_held_call_of_a_dead_source_waits_for_the_call(rt):
     """Row 9 applies to a certainly gone replica too when it holds a call; its
-    effect in API.md: "source revoked and cancel_requested"."""
+    effect in docs/api.md: "source revoked and cancel_requested"."""
     rid, a1 = rt.started()
     cid, tok = rt.claimed(rid, a1, lease_ms=1900, tool="send_email", args={"to": "x"})
     a2 = new_id("a")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the cross-product table of tests/unit/test_failover.c.
 
-The expected values come from an oracle written from API.md's failover table
+The expected values come from an oracle written from docs/api.md's failover table
 (rows 2..10, in order) and the decisions the test's brief states, never from
 ledger/core/failover.c. The rows are checked in as C between the BEGIN/END markers
 of test_failover.c, so the test needs no Python at run time.
@@ -80,7 +80,7 @@ def revoke(state, signal, retrying):
 
 
 def decide(req, src, signal, tokens, newest, held, unknown, win):
-    """API.md's failover table, rows 2..10. Returns the expected decision."""
+    """docs/api.md's failover table, rows 2..10. Returns the expected decision."""
     status, delta, count, max_attempts = req
     state, lease = src
     nothing = dict(source_after=state, request_after=status, client_error=None,
@@ -109,7 +109,7 @@ def decide(req, src, signal, tokens, newest, held, unknown, win):
         return dict(reject, client_error="tool_outcome_unknown")
     uncertain = (signal in UNCERTAIN and state in ("live", "cancel_requested") and lease > 0)
     if uncertain or held > 0:
-        # API.md row 9: the source waits revoked as cancel_requested, whatever the signal.
+        # docs/api.md row 9: the source waits revoked as cancel_requested, whatever the signal.
         waiting = state if state in RIGHTLESS else "cancel_requested"
         return dict(action="wait_for_fence", source_after=waiting,
                     request_after="open", client_error=None,

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_attempt.c: the attempt decisions, table-driven: POST
- * attempts in the order of API.md's table, an attempt's rights, standing
+ * attempts in the order of docs/api.md's table, an attempt's rights, standing
  * and blocking time, renew, finish and cancel, the pool-wide retry budget,
  * and the API's names and codes.
  */

@@ -1,7 +1,7 @@
 /*
  * tests/unit/test_decide.c: the tool-call state machine, table-driven:
  * every state of a call x every operation x holder, token and lease cases,
- * each row with the outcome API.md prescribes.
+ * each row with the outcome docs/api.md prescribes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -272,7 +272,7 @@ static const struct complete_row complete_rows[] = {
 	{"older holder of an unknown call", UNKNOWN, 2, true, false, "1", LEDGER_COMPLETE_LATE},
 	{"holder after it released", RELEASED, 3, true, false, "1", LEDGER_COMPLETE_LATE},
 	{"older holder of a released call", RELEASED, 2, false, false, "1", LEDGER_COMPLETE_LATE},
-	/* a stale holder can never release (invariant 8) */
+	/* a stale holder can never release (docs/design.md invariant 8) */
 	{"older holder, retryable", IN_PROGRESS, 2, false, true, "1", LEDGER_COMPLETE_STALE_TOKEN},
 	{"holder after its lease, retryable", UNKNOWN, 3, false, true, "1",
 	 LEDGER_COMPLETE_STALE_TOKEN},

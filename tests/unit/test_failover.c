@@ -1,7 +1,7 @@
 /*
  * tests/unit/test_failover.c: ledger_failover_decide, table-driven: every
  * signal x phase x source state x budget x retry cost (rows generated from
- * API.md's failover table by tests/unit/gen_failover_table.py), then fencing,
+ * docs/api.md's failover table by tests/unit/gen_failover_table.py), then fencing,
  * closed requests, unknown and held tool calls, and budget boundaries.
  */
 #include <setjmp.h>
@@ -1637,7 +1637,7 @@ static const struct fo_case held_rows[] = {
 	{"held, revoked lease longer", OPEN1, S_CANCEL_REQ, 9000, NEWEST, SIG_HEARTBEAT, 4096, 4000,
 	 0, WIN0, W(A_WAIT, S_CANCEL_REQ, R_OPEN, NULL, 9000, false)},
 	/* a certainly dead replica's lease does not count; its held call does */
-	/* waiting, the source is cancel_requested whatever the signal (API.md row 9) */
+	/* waiting, the source is cancel_requested whatever the signal (docs/api.md row 9) */
 	{"held, replica exited", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096, 3000, 0, WIN0,
 	 W(A_WAIT, S_CANCEL_REQ, R_OPEN, NULL, 3000, false)},
 	{"held, pod lost, expired source", OPEN1, S_EXPIRED, 0, NEWEST, SIG_POD_LOST, 4096, 7000, 0,

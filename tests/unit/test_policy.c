@@ -28,7 +28,7 @@
 #define P_AFTER "on_upstream_failure.after_first_delta."
 #define P_UNCERTAIN "on_upstream_failure.uncertain_source_liveness."
 
-/* DESIGN.md, "Failover policy", verbatim. */
+/* docs/design.md, "Failover policy", verbatim. */
 static const char design_doc[] =
 	"on_upstream_failure:\n"
 	"  before_first_delta:\n"

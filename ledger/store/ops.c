@@ -1,0 +1,297 @@
+/*
+ * ledger/store/ops.c: runs the jobs the HTTP layer hands the store, alone
+ * or batched, and keeps the replay cache coherent with what they commit:
+ * a claim reads the request's stamp before the database and offers a
+ * settled answer to the cache after it; a completion offers the result it
+ * stored; creating an attempt or failing over (which may create one)
+ * invalidates the request's entries, committed or not, since a 503 cannot
+ * tell. No other file touches the cache's stamps, puts or invalidations.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/log.h"
+#include "ledger/store/fast.h"
+#include "ledger/store/job.h"
+#include "ledger/store/replay_cache.h"
+#include "ledger/store/step.h"
+
+/* Before the database is read: the stamp an answer must still carry to be cached. */
+static void cache_before(struct ledger_job *job)
+{
+	const struct ledger_store_op *op = &job->op;
+
+	if (op->kind == LEDGER_STORE_CLAIM || op->kind == LEDGER_STORE_COMPLETE)
+		job->cache_stamp = ledger_replay_cache_stamp(op->key.tenant, op->key.request_id);
+}
+
+/* After the operation answered: what the cache learns from it. */
+static void cache_after(struct ledger_job *job)
+{
+	const struct ledger_store_op *op = &job->op;
+	const struct ledger_call_result *r = &job->res.u.call;
+
+	switch (op->kind) {
+	case LEDGER_STORE_ATTEMPT_CREATE:
+	case LEDGER_STORE_FAILOVER:
+		/* Committed or not (a 503 cannot tell), claims may now have to name an attempt. */
+		ledger_replay_cache_invalidate(op->key.tenant, op->key.request_id);
+		return;
+	case LEDGER_STORE_CLAIM:
+		/* The cache keeps settled calls only; it checks the state itself. */
+		if (job->res.rc == LEDGER_OK && r->no_attempts)
+			ledger_replay_cache_put(op->key.tenant, op->key.request_id,
+						op->key.tool_call_id, &r->call, job->cache_stamp);
+		return;
+	case LEDGER_STORE_COMPLETE:
+		if (job->res.rc == LEDGER_OK && r->outcome.complete == LEDGER_COMPLETE_STORED &&
+		    r->no_attempts)
+			ledger_replay_cache_put(op->key.tenant, op->key.request_id,
+						op->key.tool_call_id, &r->call, job->cache_stamp);
+		return;
+	default:
+		return;
+	}
+}
+
+/* Runs the operation itself; the cache is not touched here. */
+static enum ledger_err run_op(struct ledger_store_conn *conn, struct ledger_job *job)
+{
+	const struct ledger_store_op *op = &job->op;
+	struct ledger_store_result *res = &job->res;
+
+	switch (op->kind) {
+	case LEDGER_STORE_NONE:
+		return LEDGER_OK;
+	case LEDGER_STORE_TOKEN_LOOKUP:
+		return ledger_store_token_lookup(conn, op->in.token_sha256, &res->u.token.found,
+						 res->u.token.tenant, &res->u.token.role);
+	case LEDGER_STORE_SCHEMA_VERSION:
+		return ledger_store_schema_version(conn, &res->u.schema_version);
+	case LEDGER_STORE_CLAIM:
+		return ledger_store_claim(conn, &op->key, op->in.claim, &res->u.call);
+	case LEDGER_STORE_COMPLETE:
+		return ledger_store_complete(conn, &op->key, op->in.completion, &res->u.call);
+	case LEDGER_STORE_RENEW:
+		return ledger_store_renew(conn, &op->key, op->in.renew.fencing_token,
+					  op->in.renew.lease_ms, &res->u.call);
+	case LEDGER_STORE_RELEASE:
+		return ledger_store_release(conn, &op->key, op->in.release.fencing_token,
+					    op->in.release.reason, &res->u.call);
+	case LEDGER_STORE_RESOLVE:
+		return ledger_store_resolve(conn, &op->key, op->in.resolve.resolution,
+					    op->in.resolve.result, op->in.resolve.result_len,
+					    op->in.resolve.note, &res->u.call);
+	case LEDGER_STORE_GET_CALL:
+		return ledger_store_get_call(conn, &op->key, &res->u.call.call);
+	case LEDGER_STORE_LIST_CALLS:
+		return ledger_store_list_calls(
+			conn, op->key.tenant, op->in.list_calls.state,
+			op->in.list_calls.after_request_id, op->in.list_calls.after_tool_call_id,
+			op->in.list_calls.limit, &res->u.calls.items, &res->u.calls.count);
+	case LEDGER_STORE_ATTEMPT_CREATE:
+		return ledger_store_attempt_create(conn, op->key.tenant, op->key.request_id,
+						   op->in.attempt, op->policy, &res->u.attempt);
+	case LEDGER_STORE_ATTEMPT_CALL:
+		return ledger_store_attempt_call(conn, op->key.tenant, op->key.request_id,
+						 op->attempt_id, op->in.attempt_call,
+						 &res->u.attempt);
+	case LEDGER_STORE_FAILOVER:
+		return ledger_store_failover(conn, op->key.tenant, op->key.request_id,
+					     op->in.failover, op->policy, &res->u.failover);
+	case LEDGER_STORE_REQUEST_VIEW:
+		return ledger_store_request_view(conn, op->key.tenant, op->key.request_id,
+						 op->in.view.after_seq, op->in.view.max_events,
+						 &res->u.view);
+	case LEDGER_STORE_LIST_REQUESTS:
+		return ledger_store_list_requests(conn, op->key.tenant, op->in.requests,
+						  &res->u.requests.items, &res->u.requests.count);
+	}
+	abort();
+}
+
+void ledger_store_execute(struct ledger_store_conn *conn, struct ledger_job *job)
+{
+	memset(&job->res, 0, sizeof(job->res));
+	cache_before(job);
+	job->res.rc = run_op(conn, job);
+	cache_after(job);
+}
+
+/*
+ * Fills @p bop with @p job's fast path when it has one: a claim outside
+ * attempts, a completion, a renewal. @return false: it runs alone
+ */
+static bool offer(struct ledger_job *job, struct ledger_batch_op *bop)
+{
+	const struct ledger_store_op *op = &job->op;
+
+	memset(bop, 0, sizeof(*bop));
+	bop->key = op->key;
+	switch (op->kind) {
+	case LEDGER_STORE_CLAIM:
+		if (op->in.claim->claim.attempt_id != NULL)
+			return false; /* under an attempt, the attempt decides first */
+		bop->kind = LEDGER_BATCH_CLAIM;
+		bop->claim = op->in.claim;
+		return true;
+	case LEDGER_STORE_COMPLETE:
+		bop->kind = LEDGER_BATCH_COMPLETE;
+		bop->completion = op->in.completion;
+		return true;
+	case LEDGER_STORE_RENEW:
+		bop->kind = LEDGER_BATCH_RENEW;
+		bop->fencing_token = op->in.renew.fencing_token;
+		bop->lease_ms = op->in.renew.lease_ms;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The answer a fast path gave in a batch must be one the C decision allows for it. */
+static void check_fast_answer(const struct ledger_batch_op *bop)
+{
+	const struct ledger_call_result *r = &bop->out;
+
+	switch (bop->kind) {
+	case LEDGER_BATCH_CLAIM:
+		LEDGER_ASSERT(r->outcome.claim == LEDGER_CLAIM_NEW ||
+			      r->outcome.claim == LEDGER_CLAIM_REPLAY ||
+			      r->outcome.claim == LEDGER_CLAIM_RESULT_EXPIRED);
+		LEDGER_ASSERT(
+			r->outcome.claim != LEDGER_CLAIM_NEW ||
+			(r->call.state == LEDGER_CALL_IN_PROGRESS && r->call.fencing_token == 1));
+		return;
+	case LEDGER_BATCH_COMPLETE:
+		LEDGER_ASSERT(r->outcome.complete == LEDGER_COMPLETE_STORED ||
+			      r->outcome.complete == LEDGER_COMPLETE_RELEASED);
+		LEDGER_ASSERT(r->call.fencing_token == bop->completion->fencing_token);
+		return;
+	case LEDGER_BATCH_RENEW:
+		LEDGER_ASSERT(r->outcome.renew == LEDGER_RENEW_RENEWED);
+		return;
+	}
+	abort();
+}
+
+void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job **jobs, size_t n,
+			       struct ledger_batch_op *ops, struct ledger_job **joined)
+{
+	size_t k = 0, alone = 0;
+	enum ledger_err rc = LEDGER_ERR_CONFLICT; /* nothing batched: each runs alone */
+
+	/* The jobs that join keep their place in ops[] and joined[]; the others move up in jobs[]. */
+	for (size_t i = 0; i < n; i++) {
+		if (offer(jobs[i], &ops[k])) {
+			cache_before(jobs[i]);
+			joined[k++] = jobs[i];
+		} else {
+			jobs[alone++] = jobs[i];
+		}
+	}
+	/* A batch of one gains nothing: it runs alone, fast path and all. */
+	if (k > 1) {
+		/* Its failure is said once per call below, each line with that call's ids. */
+		conn->quiet = true;
+		conn->failure[0] = '\0';
+		rc = ledger_store_batch(conn, ops, k);
+		conn->quiet = false;
+	}
+	for (size_t i = 0; i < k; i++) {
+		struct ledger_job *job = joined[i];
+		struct ledger_batch_op *bop = &ops[i];
+
+		ledger_log_context_set(&job->ids);
+		if (k > 1 && rc != LEDGER_OK && conn->failure[0] != '\0')
+			LEDGER_LOG(rc == LEDGER_ERR_INTERNAL ? LEDGER_LOG_ERROR : LEDGER_LOG_DEBUG,
+				   NULL, NULL, "database step failed in a batch of %zu calls: %s",
+				   k, conn->failure);
+		if (rc == LEDGER_ERR_UNAVAILABLE) {
+			/* The batch's commit may or may not have happened: 503, and retry. */
+			memset(&job->res, 0, sizeof(job->res));
+			job->res.rc = rc;
+		} else if (rc == LEDGER_OK && bop->done) {
+			check_fast_answer(bop);
+			memset(&job->res, 0, sizeof(job->res));
+			job->res.u.call = bop->out; /* what it owns is the job's now */
+			memset(&bop->out, 0, sizeof(bop->out));
+			cache_after(job);
+		} else {
+			ledger_call_clear(&bop->out.call);
+			ledger_store_execute(conn, job); /* alone, from the start */
+		}
+		ledger_log_context_set(NULL);
+		job->done(job);
+	}
+	for (size_t i = 0; i < alone; i++) {
+		ledger_log_context_set(&jobs[i]->ids);
+		ledger_store_execute(conn, jobs[i]);
+		ledger_log_context_set(NULL);
+		jobs[i]->done(jobs[i]);
+	}
+}
+
+bool ledger_store_replay(struct ledger_job *job)
+{
+	const struct ledger_store_op *op = &job->op;
+	struct ledger_call_result *r = &job->res.u.call;
+
+	/*
+	 * Only outside attempts: under one, whether the attempt exists decides
+	 * first, and only the database knows. Only a replay: anything else (args
+	 * that differ: a refusal the history records) goes to the database.
+	 */
+	if (op->kind != LEDGER_STORE_CLAIM || op->in.claim->claim.attempt_id != NULL ||
+	    !ledger_store_fast_paths())
+		return false;
+	memset(&job->res, 0, sizeof(job->res));
+	if (!ledger_replay_cache_get(op->key.tenant, op->key.request_id, op->key.tool_call_id,
+				     &r->call))
+		return false;
+	r->outcome.claim = ledger_decide_claim(&op->in.claim->claim, &r->call, false,
+					       LEDGER_STANDING_NOT_GIVEN, &r->mismatch);
+	if (r->outcome.claim != LEDGER_CLAIM_REPLAY) {
+		ledger_store_result_clear(job);
+		return false;
+	}
+	r->no_attempts = true;
+	return true;
+}
+
+void ledger_store_result_clear(struct ledger_job *job)
+{
+	struct ledger_store_result *res = &job->res;
+
+	switch (job->op.kind) {
+	case LEDGER_STORE_NONE:
+	case LEDGER_STORE_TOKEN_LOOKUP:
+	case LEDGER_STORE_SCHEMA_VERSION:
+		break;
+	case LEDGER_STORE_CLAIM:
+	case LEDGER_STORE_COMPLETE:
+	case LEDGER_STORE_RENEW:
+	case LEDGER_STORE_RELEASE:
+	case LEDGER_STORE_RESOLVE:
+	case LEDGER_STORE_GET_CALL:
+		ledger_call_clear(&res->u.call.call);
+		break;
+	case LEDGER_STORE_LIST_CALLS:
+		ledger_store_free_list(res->u.calls.items, res->u.calls.count);
+		break;
+	case LEDGER_STORE_ATTEMPT_CREATE:
+	case LEDGER_STORE_ATTEMPT_CALL:
+		ledger_attempt_result_clear(&res->u.attempt);
+		break;
+	case LEDGER_STORE_FAILOVER:
+		ledger_failover_result_clear(&res->u.failover);
+		break;
+	case LEDGER_STORE_REQUEST_VIEW:
+		ledger_request_view_clear(&res->u.view);
+		break;
+	case LEDGER_STORE_LIST_REQUESTS:
+		ledger_store_free_requests(res->u.requests.items, res->u.requests.count);
+		break;
+	}
+	memset(res, 0, sizeof(*res));
+}

@@ -1,0 +1,72 @@
+"""Every log line written while a call is served carries its ids, so that an
+incident review can join the log to the request's history: the reply line,
+and the database's errors, whether the worker hit them alone or in a batch."""
+
+import json
+import threading
+
+from conftest import claim_id, new_id
+
+
+def path(rid, cid, action):
+    return "/v1/requests/%s/tool-calls/%s/%s" % (rid, cid, action)
+
+
+def lines(led, since):
+    """The log's JSON lines after byte offset @since."""
+    text = led.log_text()[since:]
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_database_error_names_the_call_it_failed(service):
+    led, token = service.ledgerd, service.token("agent")
+    rid, cid = new_id(), "call_07"
+    since = len(led.log_text())
+    # The claim's table is gone: the statement fails with an undefined table.
+    service.sql("ALTER TABLE tool_calls RENAME TO tool_calls_away")
+    try:
+        r = led.post(path(rid, cid, "claim"), {"claim_id": claim_id()}, token=token)
+    finally:
+        service.sql("ALTER TABLE tool_calls_away RENAME TO tool_calls")
+    assert r.status == 503, r
+    failures = [e for e in lines(led, since) if e["msg"].startswith("database step failed")]
+    assert failures, "no database failure was logged"
+    for e in failures:
+        assert e.get("request_id") == rid and e.get("tool_call_id") == cid, e
+
+
+def test_the_reply_line_names_the_attempt_of_the_body(service):
+    led, token = service.ledgerd, service.token("router")
+    rid, aid = new_id(), new_id("a")
+    r = led.post("/v1/requests/%s/attempts" % rid, {"attempt_id": aid}, token=token)
+    assert r.status == 201, r
+    since = len(led.log_text())
+    r = led.post(path(rid, "call_01", "claim"), {"claim_id": claim_id(), "attempt_id": aid},
+                 token=token)
+    assert r.status == 201, r
+    replies = [e for e in lines(led, since) if e["msg"] == "tool_call_claim"]
+    assert replies and all(e.get("request_id") == rid and e.get("attempt_id") == aid and
+                           e.get("tool_call_id") == "call_01" for e in replies), replies
+
+
+def test_no_line_of_a_batch_is_left_without_its_call(service):
+    """Many calls at once, some failing in the database: every line that
+    speaks of a failed step names one of the calls."""
+    led, token = service.ledgerd, service.token("agent")
+    rids = [new_id() for _ in range(24)]
+    since = len(led.log_text())
+    service.sql("ALTER TABLE tool_calls RENAME TO tool_calls_away")
+    try:
+        threads = [threading.Thread(target=led.post,
+                                    args=(path(rid, "call_01", "claim"), {"claim_id": claim_id()}),
+                                    kwargs={"token": token}) for rid in rids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        service.sql("ALTER TABLE tool_calls_away RENAME TO tool_calls")
+    failures = [e for e in lines(led, since) if e["msg"].startswith("database step failed")]
+    assert failures
+    for e in failures:
+        assert e.get("request_id") in rids and e.get("tool_call_id") == "call_01", e
