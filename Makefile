@@ -144,6 +144,7 @@ test:
 	@scripts/deps.sh test
 	$(MAKE) all unit $(SDK_TEST)
 	$(PYTHON) scripts/check_layers.py
+	$(PYTHON) scripts/check_names.py $(BUILD)
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
 	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http
 

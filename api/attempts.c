@@ -161,7 +161,7 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 				 const struct ledger_attempt_result *res)
 {
 	enum ledger_create_outcome o = res->outcome.create;
-	const char *code = ledger_create_code(o);
+	const char *code = ledger_attempt_create_code(o);
 	struct ledger_jsonw w;
 	unsigned status = o == LEDGER_CREATE_REQUEST_MISMATCH ? 422 : 409;
 	const char *message = "";
@@ -406,7 +406,7 @@ static enum ledger_err failover_parse(struct api_request *req)
 		return LEDGER_ERR_INVALID;
 	}
 	signal = choice_or_reply(req, body, "signal", signals);
-	if (signal < 0 || ledger_signal_parse(signals[signal], &in->in.signal) != 0)
+	if (signal < 0 || ledger_failover_signal_parse(signals[signal], &in->in.signal) != 0)
 		return LEDGER_ERR_INVALID;
 	if (api_input_int_or_reply(req, body, "retry_prefill_tokens", 0, MAX_INT, 0,
 				   &in->in.retry_prefill_tokens))

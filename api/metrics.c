@@ -76,7 +76,8 @@ static unsigned long long get(atomic_ullong *cell)
 
 static size_t route_slot(size_t route_index)
 {
-	return route_index < api_route_count && route_index < MAX_ROUTES ? route_index : MAX_ROUTES;
+	return route_index < api_routes_count && route_index < MAX_ROUTES ? route_index
+									  : MAX_ROUTES;
 }
 
 void api_metrics_http(size_t route_index, unsigned status, double seconds)
@@ -130,7 +131,7 @@ void api_metrics_replay_cache_hit(void)
 
 static const char *route_name(size_t r)
 {
-	return r < api_route_count ? api_routes[r].name : "unmatched";
+	return r < api_routes_count ? api_routes[r].name : "unmatched";
 }
 
 static void header(struct ledger_buf *out, const char *name, const char *type, const char *help)
@@ -164,7 +165,7 @@ static void render_http(struct ledger_buf *out)
 	for (size_t r = 0; r <= MAX_ROUTES; r++) {
 		unsigned long long cumulative = 0;
 
-		if (r >= api_route_count && r != MAX_ROUTES)
+		if (r >= api_routes_count && r != MAX_ROUTES)
 			continue;
 		for (size_t b = 0; b <= NBOUNDS; b++) {
 			cumulative += get(&latency[r].buckets[b]);

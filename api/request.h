@@ -21,7 +21,8 @@
 #include "ledger/common/json.h"
 #include "ledger/common/log.h"
 #include "ledger/core/policy.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 #include "ledger/store/job.h"
 
 struct api_request;

@@ -208,7 +208,7 @@ static enum ledger_err list_parse(struct api_request *req)
 	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
 	if (status != NULL) {
-		if (ledger_request_status_parse(status, &parsed) != 0) {
+		if (ledger_attempt_request_status_parse(status, &parsed) != 0) {
 			api_reply_invalid_field(req, "status",
 						"must be open, completed, failed, terminated or "
 						"abandoned");

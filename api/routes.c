@@ -13,7 +13,8 @@
 #include "api/ops.h"
 #include "api/review.h"
 #include "api/toolcalls.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 #define AGENT LEDGER_ROLE_BIT(LEDGER_ROLE_AGENT)
 #define ROUTER LEDGER_ROLE_BIT(LEDGER_ROLE_ROUTER)
@@ -52,7 +53,7 @@ const struct api_route api_routes[] = {
 };
 /* clang-format on */
 
-const size_t api_route_count = sizeof(api_routes) / sizeof(api_routes[0]);
+const size_t api_routes_count = sizeof(api_routes) / sizeof(api_routes[0]);
 
 #define MAX_SEGMENTS 16
 
@@ -214,7 +215,7 @@ enum api_match api_routes_match(const char *method, const char *path,
 	*bad_out = NULL;
 	if (split(path, &p) != 0)
 		return API_MATCH_NOT_FOUND;
-	for (size_t i = 0; i < api_route_count; i++) {
+	for (size_t i = 0; i < api_routes_count; i++) {
 		const struct api_route *r = &api_routes[i];
 
 		if (split(r->pattern, &pat) != 0)

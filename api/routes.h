@@ -23,7 +23,7 @@ struct api_route {
 };
 
 extern const struct api_route api_routes[];
-extern const size_t api_route_count;
+extern const size_t api_routes_count;
 
 enum api_match {
 	API_MATCH_OK,

@@ -12,7 +12,8 @@
 #include <stddef.h>
 
 #include "ledger/common/err.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 #define API_TOKEN_LEN 47 /* "ldg_" + 43 */
 #define API_TOKEN_CACHE_MS 10000

@@ -301,7 +301,7 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 	case LEDGER_CLAIM_RESULT_EXPIRED:
 	case LEDGER_CLAIM_ATTEMPT_FENCED:
 	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
-		reply_refusal(req, ledger_claim_code(res.outcome.claim), &res.call);
+		reply_refusal(req, ledger_decide_claim_code(res.outcome.claim), &res.call);
 		break;
 	case LEDGER_CLAIM_IN_PROGRESS:
 		api_reply_error_begin(req, &w, 409, "in_progress",
@@ -366,7 +366,7 @@ static void reply_renewed(struct api_request *req, const struct renew_input *in)
 static void renew_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct ledger_call_result *res = &r->u.call;
-	const char *code = ledger_renew_code(res->outcome.renew);
+	const char *code = ledger_decide_renew_code(res->outcome.renew);
 
 	if (res->outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
 		api_metrics_fenced(API_FENCED_CLAIM_RENEW);
@@ -452,7 +452,7 @@ static enum ledger_err complete_parse(struct api_request *req)
 static void complete_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct ledger_call_result *res = &r->u.call;
-	const char *code = ledger_complete_code(res->outcome.complete);
+	const char *code = ledger_decide_complete_code(res->outcome.complete);
 
 	if (res->outcome.complete == LEDGER_COMPLETE_LATE)
 		api_metrics_late_completion();
@@ -501,7 +501,7 @@ static enum ledger_err release_parse(struct api_request *req)
 static void release_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct ledger_call_result *res = &r->u.call;
-	const char *code = ledger_release_code(res->outcome.release);
+	const char *code = ledger_decide_release_code(res->outcome.release);
 
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);
@@ -561,7 +561,7 @@ static enum ledger_err resolve_parse(struct api_request *req)
 static void resolve_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct ledger_call_result *res = &r->u.call;
-	const char *code = ledger_resolve_code(res->outcome.resolve);
+	const char *code = ledger_decide_resolve_code(res->outcome.resolve);
 
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);

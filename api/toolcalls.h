@@ -9,7 +9,8 @@
 
 #include "api/request.h"
 #include "ledger/common/jsonw.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 extern const struct api_handler api_toolcalls_claim;
 extern const struct api_handler api_toolcalls_renew;

@@ -47,14 +47,14 @@ static int find_name(const char *const *names, size_t n, const char *s)
 	return -1;
 }
 
-const char *ledger_request_status_name(enum ledger_request_status s)
+const char *ledger_attempt_request_status_name(enum ledger_request_status s)
 {
 	if ((size_t)s >= COUNT(status_names))
 		abort();
 	return status_names[s];
 }
 
-int ledger_request_status_parse(const char *s, enum ledger_request_status *out)
+int ledger_attempt_request_status_parse(const char *s, enum ledger_request_status *out)
 {
 	int i = find_name(status_names, COUNT(status_names), s);
 
@@ -105,7 +105,8 @@ enum ledger_standing ledger_attempt_standing(const struct ledger_request *r,
 					       : LEDGER_STANDING_FENCED;
 }
 
-bool ledger_budget_allows_retry(const struct ledger_policy *p, const struct ledger_budget *b)
+bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
+					const struct ledger_budget *b)
 {
 	/* retries < max(min, pct% of attempts), in integers: no rounding to argue about */
 	if (b->retries < (int64_t)p->budget_min_retries)
@@ -162,7 +163,7 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 			    : in->max_attempts > 0 ? in->max_attempts
 						   : (int64_t)p->max_attempts;
 	if (r->attempt_count >= out->max_attempts ||
-	    (out->is_retry && !ledger_budget_allows_retry(p, budget))) {
+	    (out->is_retry && !ledger_attempt_budget_allows_retry(p, budget))) {
 		out->outcome = LEDGER_CREATE_BUDGET_EXHAUSTED;
 		return;
 	}
@@ -191,7 +192,7 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 	out->model_revision = revision;
 }
 
-const char *ledger_create_code(enum ledger_create_outcome o)
+const char *ledger_attempt_create_code(enum ledger_create_outcome o)
 {
 	switch (o) {
 	case LEDGER_CREATE_REQUEST_MISMATCH:

@@ -15,7 +15,8 @@
 
 #include "ledger/core/decide.h"
 #include "ledger/core/policy.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 enum ledger_request_status {
 	LEDGER_REQUEST_OPEN,
@@ -77,8 +78,8 @@ struct ledger_budget {
 };
 
 /** The API's names, and their inverses (@return -1 if unknown). */
-const char *ledger_request_status_name(enum ledger_request_status s);
-int ledger_request_status_parse(const char *s, enum ledger_request_status *out);
+const char *ledger_attempt_request_status_name(enum ledger_request_status s);
+int ledger_attempt_request_status_parse(const char *s, enum ledger_request_status *out);
 const char *ledger_attempt_state_name(enum ledger_attempt_state s);
 int ledger_attempt_state_parse(const char *s, enum ledger_attempt_state *out);
 
@@ -100,7 +101,8 @@ enum ledger_standing ledger_attempt_standing(const struct ledger_request *r,
  * retries are fewer than max(min_retries, percent_of_attempts% of its
  * attempts).
  */
-bool ledger_budget_allows_retry(const struct ledger_policy *p, const struct ledger_budget *b);
+bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
+					const struct ledger_budget *b);
 
 /* --- creating an attempt (POST /v1/requests/{rid}/attempts) --- */
 
@@ -150,7 +152,7 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 				  struct ledger_create_decision *out);
 
 /** The API's error code of a refused creation, NULL for REPEATED and CREATED. */
-const char *ledger_create_code(enum ledger_create_outcome o);
+const char *ledger_attempt_create_code(enum ledger_create_outcome o);
 
 /* --- an attempt's own calls --- */
 

@@ -204,7 +204,7 @@ enum ledger_resolve_outcome ledger_decide_resolve(enum ledger_resolution resolut
 	return LEDGER_RESOLVE_SETTLED;
 }
 
-const char *ledger_claim_code(enum ledger_claim_outcome o)
+const char *ledger_decide_claim_code(enum ledger_claim_outcome o)
 {
 	switch (o) {
 	case LEDGER_CLAIM_ATTEMPT_NOT_FOUND:
@@ -230,7 +230,7 @@ const char *ledger_claim_code(enum ledger_claim_outcome o)
 	return NULL;
 }
 
-const char *ledger_complete_code(enum ledger_complete_outcome o)
+const char *ledger_decide_complete_code(enum ledger_complete_outcome o)
 {
 	switch (o) {
 	case LEDGER_COMPLETE_NOT_FOUND:
@@ -250,7 +250,7 @@ const char *ledger_complete_code(enum ledger_complete_outcome o)
 	return NULL;
 }
 
-const char *ledger_renew_code(enum ledger_renew_outcome o)
+const char *ledger_decide_renew_code(enum ledger_renew_outcome o)
 {
 	switch (o) {
 	case LEDGER_RENEW_NOT_FOUND:
@@ -269,7 +269,7 @@ const char *ledger_renew_code(enum ledger_renew_outcome o)
 	return NULL;
 }
 
-const char *ledger_release_code(enum ledger_release_outcome o)
+const char *ledger_decide_release_code(enum ledger_release_outcome o)
 {
 	switch (o) {
 	case LEDGER_RELEASE_NOT_FOUND:
@@ -285,7 +285,7 @@ const char *ledger_release_code(enum ledger_release_outcome o)
 	return NULL;
 }
 
-const char *ledger_resolve_code(enum ledger_resolve_outcome o)
+const char *ledger_decide_resolve_code(enum ledger_resolve_outcome o)
 {
 	switch (o) {
 	case LEDGER_RESOLVE_NOT_FOUND:

@@ -14,7 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 /* How the attempt named by a claim stands at the database instant. */
 enum ledger_standing {
@@ -137,10 +138,10 @@ enum ledger_resolve_outcome ledger_decide_resolve(enum ledger_resolution resolut
  * The API's error code of a refusal ("in_progress", "stale_token", ...), or
  * NULL for an outcome that is not one. Events and responses share them.
  */
-const char *ledger_claim_code(enum ledger_claim_outcome o);
-const char *ledger_complete_code(enum ledger_complete_outcome o);
-const char *ledger_renew_code(enum ledger_renew_outcome o);
-const char *ledger_release_code(enum ledger_release_outcome o);
-const char *ledger_resolve_code(enum ledger_resolve_outcome o);
+const char *ledger_decide_claim_code(enum ledger_claim_outcome o);
+const char *ledger_decide_complete_code(enum ledger_complete_outcome o);
+const char *ledger_decide_renew_code(enum ledger_renew_outcome o);
+const char *ledger_decide_release_code(enum ledger_release_outcome o);
+const char *ledger_decide_resolve_code(enum ledger_resolve_outcome o);
 
 #endif

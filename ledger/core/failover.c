@@ -34,14 +34,14 @@ static const char *const action_names[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-const char *ledger_signal_name(enum ledger_signal s)
+const char *ledger_failover_signal_name(enum ledger_signal s)
 {
 	if ((size_t)s >= COUNT(signal_names))
 		abort();
 	return signal_names[s];
 }
 
-int ledger_signal_parse(const char *s, enum ledger_signal *out)
+int ledger_failover_signal_parse(const char *s, enum ledger_signal *out)
 {
 	for (size_t i = 0; i < COUNT(signal_names); i++) {
 		if (strcmp(signal_names[i], s) == 0) {
@@ -139,7 +139,7 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 		return;
 	}
 	/* 7: the budget, per request and pool-wide, and the cost of a rerun */
-	if (r->attempt_count >= r->max_attempts || !ledger_budget_allows_retry(p, budget)) {
+	if (r->attempt_count >= r->max_attempts || !ledger_attempt_budget_allows_retry(p, budget)) {
 		end(out, LEDGER_FAILOVER_REJECT, LEDGER_REQUEST_FAILED, "retry_budget_exhausted");
 		return;
 	}

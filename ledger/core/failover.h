@@ -51,8 +51,8 @@ struct ledger_failover_decision {
 };
 
 /** The API's names of signals and actions; @return -1 for an unknown signal. */
-const char *ledger_signal_name(enum ledger_signal s);
-int ledger_signal_parse(const char *s, enum ledger_signal *out);
+const char *ledger_failover_signal_name(enum ledger_signal s);
+int ledger_failover_signal_parse(const char *s, enum ledger_signal *out);
 const char *ledger_failover_action_name(enum ledger_failover_action a);
 
 /**

@@ -69,7 +69,7 @@ void ledger_render_request(struct ledger_jsonw *w, const char *request_id,
 	ledger_jsonw_key(w, "request_id");
 	ledger_jsonw_string(w, request_id);
 	ledger_jsonw_key(w, "status");
-	ledger_jsonw_string(w, ledger_request_status_name(r->status));
+	ledger_jsonw_string(w, ledger_attempt_request_status_name(r->status));
 	ledger_jsonw_key(w, "phase");
 	ledger_jsonw_string(w, r->first_delta_sent ? "decode" : "prefill");
 	ledger_jsonw_key(w, "first_delta_sent");

@@ -16,17 +16,6 @@
 /* Any fixed number: every ledgerd takes the same lock to migrate. */
 #define MIGRATE_LOCK_KEY "7311460291"
 
-int ledger_migrate_expected_version(void)
-{
-	int v = 0;
-
-	for (unsigned i = 0; i < ledger_migration_count; i++) {
-		if (ledger_migrations[i].version > v)
-			v = ledger_migrations[i].version;
-	}
-	return v;
-}
-
 static const struct store_stmt schema_exists = {
 	"schema_exists",
 	"SELECT to_regclass('ledger_schema') IS NOT NULL",
@@ -44,14 +33,14 @@ enum ledger_err ledger_store_schema_version(struct ledger_store_conn *conn, int 
 	store_step_begin(&st, conn);
 	store_step_add(&st, &schema_exists, NULL);
 	rc = store_step_run(&st);
-	if (rc != LEDGER_OK || !store_bool(st.res[0], 0, 0))
+	if (rc != LEDGER_OK || !store_step_get_bool(st.res[0], 0, 0))
 		goto out;
 	store_step_clear(&st);
 	/* Not prepared: the table may not exist when the connection is new. */
 	store_step_add_simple(&st, "SELECT coalesce(max(version), 0) FROM ledger_schema");
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK)
-		*version_out = (int)store_int(st.res[0], 0, 0);
+		*version_out = (int)store_step_get_int(st.res[0], 0, 0);
 out:
 	store_step_clear(&st);
 	return rc;
@@ -212,7 +201,7 @@ enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK && PQntuples(st.res[0]) == 1 &&
 	    ledger_role_parse(PQgetvalue(st.res[0], 0, 1), role) == 0) {
-		store_copy(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
+		store_step_get_text(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
 		*found = true;
 	}
 	store_step_clear(&st);

@@ -15,7 +15,7 @@
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
 
-void ledger_attempt_result_clear(struct ledger_attempt_result *r)
+void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
 {
 	if (r == NULL)
 		return;
@@ -25,7 +25,7 @@ void ledger_attempt_result_clear(struct ledger_attempt_result *r)
 
 static void reset_attempt_result(void *out)
 {
-	ledger_attempt_result_clear(out);
+	ledger_store_attempt_result_clear(out);
 }
 
 /* Hands the request as it stands, and its client error, to the result. */
@@ -76,13 +76,13 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 	memset(&superseded, 0, sizeof(superseded));
 	memset(&reopened, 0, sizeof(reopened));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, a->tenant, a->request_id, true, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, true, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	out->found = true;
 	/* Only a retry needs the pool-wide budget, and its per-tenant lock. */
 	if (!lk.named.exists && lk.request.attempt_count > 0) {
-		rc = store_read_budget(conn, a->tenant, a->policy, &budget);
+		rc = store_rows_read_budget(conn, a->tenant, a->policy, &budget);
 		if (rc != LEDGER_OK)
 			goto out;
 	}
@@ -94,18 +94,19 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 	if (d.outcome == LEDGER_CREATE_REPEATED) {
 		out->attempt = lk.named;
 		take_request(out, &lk);
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		goto out;
 	}
 	if (d.outcome != LEDGER_CREATE_CREATED) {
 		take_request(out, &lk);
 		if (lk.created) { /* nothing to keep a history under */
-			rc = store_rollback(conn);
+			rc = store_step_rollback(conn);
 			goto out;
 		}
 		event_refused_attempt(&st, a->tenant, a->request_id, &created, "attempt_create",
-				      ledger_create_code(d.outcome), a->in->attempt_id, NULL);
-		rc = store_commit(&st);
+				      ledger_attempt_create_code(d.outcome), a->in->attempt_id,
+				      NULL);
+		rc = store_step_commit(&st);
 		goto out;
 	}
 
@@ -122,14 +123,14 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 	next.is_retry = d.is_retry;
 
 	if (d.supersede_newest) {
-		store_attempt_set(&st, a->tenant, a->request_id, lk.newest.attempt_id,
-				  LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
+		store_rows_attempt_set(&st, a->tenant, a->request_id, lk.newest.attempt_id,
+				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
 		store_event_start(&superseded, "attempt_revoked", lk.newest.attempt_id);
 		store_event_str(&superseded, "state", "superseded");
 		store_event_str(&superseded, "cause", "next_attempt");
 		store_event_add(&st, &key, &superseded);
 	}
-	store_attempt_insert(&st, a->tenant, a->request_id, &next, &created, d.reopen);
+	store_rows_attempt_insert(&st, a->tenant, a->request_id, &next, &created, d.reopen);
 	lk.request.attempt_count = next.epoch;
 	lk.request.max_attempts = d.max_attempts;
 	if (lk.request.model_revision[0] == '\0')
@@ -142,8 +143,8 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 		store_event_str(&reopened, "cause", "reopened");
 		store_event_add(&st, &key, &reopened);
 	}
-	store_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
-	rc = store_commit(&st);
+	store_rows_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
+	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
 		out->attempt = next;
 		take_request(out, &lk);
@@ -153,7 +154,7 @@ out:
 	store_event_free(&created);
 	store_event_free(&superseded);
 	store_event_free(&reopened);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -165,7 +166,8 @@ enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, cons
 {
 	struct create_arg a = {tenant, request_id, in, p};
 
-	return store_with_retries(conn, create_op, &a, out, sizeof(*out), reset_attempt_result);
+	return store_step_with_retries(conn, create_op, &a, out, sizeof(*out),
+				       reset_attempt_result);
 }
 
 /* --- an attempt's own calls --- */
@@ -216,8 +218,8 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 
 	switch (call->op) {
 	case LEDGER_OP_RENEW:
-		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
-				  LEDGER_ATTEMPT_LIVE, call->lease_ms, 0, NULL);
+		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+				       LEDGER_ATTEMPT_LIVE, call->lease_ms, 0, NULL);
 		att->lease_ms_left = call->lease_ms;
 		return;
 	case LEDGER_OP_DELIVER:
@@ -229,16 +231,16 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 		break;
 	case LEDGER_OP_CANCEL:
 		att->state = LEDGER_ATTEMPT_CANCEL_REQUESTED;
-		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0, 0,
-				  NULL);
+		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
+				       0, NULL);
 		store_event_start(ev, "attempt_cancel_requested", att->attempt_id);
 		store_event_str(ev, "reason", call->reason);
 		store_event_add(st, &key, ev);
 		return;
 	case LEDGER_OP_CANCEL_ACK:
 		att->state = LEDGER_ATTEMPT_CANCELLED;
-		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0, 0,
-				  NULL);
+		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
+				       0, NULL);
 		store_event_start(ev, "attempt_cancelled", att->attempt_id);
 		store_event_add(st, &key, ev);
 		return;
@@ -252,14 +254,14 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 			store_event_int(ev, "delivered_output_tokens", r->delivered_output_tokens);
 			store_event_add(st, &key, ev);
 		}
-		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
-				  LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
+		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+				       LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
 	} else {
 		att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
 		att->lease_ms_left = 0;
-		store_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
-				  att->delivered_output_tokens,
-				  call->completed ? "completed" : "failed");
+		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
+				       att->delivered_output_tokens,
+				       call->completed ? "completed" : "failed");
 		store_event_start(ev, "attempt_finished", att->attempt_id);
 		store_event_str(ev, "outcome", call->completed ? "completed" : "failed");
 		store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
@@ -272,7 +274,7 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 			store_event_add(st, &key, ev2);
 		}
 	}
-	store_request_set(st, a->tenant, a->request_id, r, lk->client_error);
+	store_rows_request_set(st, a->tenant, a->request_id, r, lk->client_error);
 }
 
 static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, void *out_)
@@ -290,11 +292,11 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, 
 	memset(&ev, 0, sizeof(ev));
 	memset(&ev2, 0, sizeof(ev2));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (!lk.named.exists) {
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		goto out;
 	}
 	out->found = true;
@@ -303,17 +305,17 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, 
 	out->outcome.op = o;
 	switch (o) {
 	case LEDGER_ATTEMPT_OP_REPEATED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_ATTEMPT_OP_FENCED:
 		/* A zombie trying to act is what an incident review looks for. */
 		event_refused_attempt(&st, a->tenant, a->request_id, &ev, op_names[a->call->op],
 				      "attempt_fenced", a->attempt_id, &lk.named);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	case LEDGER_ATTEMPT_OP_DONE:
 		apply(&st, a, &lk, &out->attempt, &ev, &ev2);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	}
 	take_request(out, &lk);
@@ -321,7 +323,7 @@ out:
 	store_step_clear(&st);
 	store_event_free(&ev);
 	store_event_free(&ev2);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -332,5 +334,5 @@ enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const 
 {
 	struct call_arg a = {tenant, request_id, attempt_id, call};
 
-	return store_with_retries(conn, call_op, &a, out, sizeof(*out), reset_attempt_result);
+	return store_step_with_retries(conn, call_op, &a, out, sizeof(*out), reset_attempt_result);
 }

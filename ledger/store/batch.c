@@ -199,7 +199,7 @@ static bool params_end(struct batch_params *p, unsigned n)
 	bool ok = true;
 
 	for (unsigned i = 0; i < n; i++) {
-		store_array_end(&p->a[i]);
+		store_step_array_end(&p->a[i]);
 		ok = ok && !p->a[i].oom;
 	}
 	return ok;
@@ -207,17 +207,17 @@ static bool params_end(struct batch_params *p, unsigned n)
 
 static void params_key(struct batch_params *p, const struct ledger_call_key *key)
 {
-	store_array_add(&p->a[0], key->tenant);
-	store_array_add(&p->a[1], key->request_id);
-	store_array_add(&p->a[2], key->tool_call_id);
+	store_step_array_add(&p->a[0], key->tenant);
+	store_step_array_add(&p->a[1], key->request_id);
+	store_step_array_add(&p->a[2], key->tool_call_id);
 }
 
 static void params_int(struct ledger_buf *b, int64_t v)
 {
 	char text[24];
 
-	store_fmt_int(text, v);
-	store_array_add(b, text);
+	store_step_fmt_int(text, v);
+	store_step_array_add(b, text);
 }
 
 /*
@@ -245,15 +245,15 @@ static void plan_claims(struct batch_plan *p)
 		const struct ledger_claim_request *r = op->claim;
 
 		params_key(&p->claim, &op->key);
-		store_array_add(&p->claim.a[3], r->claim.tool);
-		store_array_add(&p->claim.a[4], r->claim.args_sha256);
-		store_array_add(&p->claim.a[5], r->args);
-		store_array_add(&p->claim.a[6], r->claim.tool_dedupes ? "true" : "false");
-		store_array_add(&p->claim.a[7], r->claim.claim_id);
-		store_array_add(&p->claim.a[8], r->claim.owner);
+		store_step_array_add(&p->claim.a[3], r->claim.tool);
+		store_step_array_add(&p->claim.a[4], r->claim.args_sha256);
+		store_step_array_add(&p->claim.a[5], r->args);
+		store_step_array_add(&p->claim.a[6], r->claim.tool_dedupes ? "true" : "false");
+		store_step_array_add(&p->claim.a[7], r->claim.claim_id);
+		store_step_array_add(&p->claim.a[8], r->claim.owner);
 		params_int(&p->claim.a[9], r->claim.lease_ms);
-		store_array_add(&p->claim.a[10],
-				store_fast_claim_detail(&p->ev[op - p->base], &r->claim));
+		store_step_array_add(&p->claim.a[10],
+				     store_fast_claim_detail(&p->ev[op - p->base], &r->claim));
 	}
 }
 
@@ -265,11 +265,11 @@ static void plan_completes(struct batch_plan *p)
 
 		params_key(&p->complete, &op->key);
 		params_int(&p->complete.a[3], c->fencing_token);
-		store_array_add(&p->complete.a[4], c->succeeded ? "succeeded" : "failed");
-		store_array_add(&p->complete.a[5], c->retryable ? "true" : "false");
-		store_array_add(&p->complete.a[6], c->retryable ? NULL : c->result);
-		store_array_add(&p->complete.a[7],
-				store_fast_complete_detail(&p->ev[op - p->base], c));
+		store_step_array_add(&p->complete.a[4], c->succeeded ? "succeeded" : "failed");
+		store_step_array_add(&p->complete.a[5], c->retryable ? "true" : "false");
+		store_step_array_add(&p->complete.a[6], c->retryable ? NULL : c->result);
+		store_step_array_add(&p->complete.a[7],
+				     store_fast_complete_detail(&p->ev[op - p->base], c));
 	}
 }
 
@@ -306,8 +306,8 @@ static enum ledger_err plan_batch(struct batch_plan *p, struct ledger_batch_op *
 				p->completes[p->ncompletes++] = op;
 			else
 				p->singles[kept++] = op;
-			store_array_add(&p->lock.a[0], op->key.tenant);
-			store_array_add(&p->lock.a[1], op->key.request_id);
+			store_step_array_add(&p->lock.a[0], op->key.tenant);
+			store_step_array_add(&p->lock.a[1], op->key.request_id);
 		}
 		p->nsingles = kept;
 	}
@@ -396,7 +396,7 @@ static enum ledger_err batch_read(struct batch_plan *p, struct store_step *st, u
 		for (size_t i = 0; i < p->ncompletes && rc == LEDGER_OK; i++) {
 			struct ledger_batch_op *op = p->completes[i];
 
-			op->done = store_bool(res, (int)i, 6);
+			op->done = store_step_get_bool(res, (int)i, 6);
 			if (op->done)
 				rc = store_fast_complete_read(res, (int)i, op->completion,
 							      &op->out);
@@ -464,7 +464,7 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 	for (size_t i = 0; i < plan.nsingles; i++)
 		single_add(&plan, &st, plan.singles[i]);
 	/* One commit, one flush, for every call of the batch; none answers before it. */
-	rc = store_commit(&st);
+	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
 		atomic_fetch_add(&batches, 1);
 		atomic_fetch_add(&batched_calls, n);

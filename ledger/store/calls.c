@@ -92,8 +92,8 @@ static void diverge(struct store_step *st, const struct ledger_call_key *key,
 
 	after.status = LEDGER_REQUEST_FAILED;
 	ledger_render_client_error(&client_error, "tool_call_divergence", key->request_id, &after);
-	store_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
-			  LEDGER_ATTEMPT_CANCEL_REQUESTED, 0, 0, NULL);
+	store_rows_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
+			       LEDGER_ATTEMPT_CANCEL_REQUESTED, 0, 0, NULL);
 	store_event_start(revoked, "attempt_revoked", lk->named.attempt_id);
 	store_event_str(revoked, "state",
 			ledger_attempt_state_name(LEDGER_ATTEMPT_CANCEL_REQUESTED));
@@ -101,12 +101,12 @@ static void diverge(struct store_step *st, const struct ledger_call_key *key,
 	store_event_add(st, key, revoked);
 	/* The step owns the text until it runs: keep it in the event's buffer. */
 	store_event_start(failed, "request_status", lk->named.attempt_id);
-	store_event_str(failed, "status", ledger_request_status_name(after.status));
+	store_event_str(failed, "status", ledger_attempt_request_status_name(after.status));
 	store_event_str(failed, "client_error", "tool_call_divergence");
 	store_event_add(st, key, failed);
 	free(lk->client_error);
 	lk->client_error = ledger_buf_steal(&client_error, NULL);
-	store_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
+	store_rows_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
 }
 
 static enum ledger_err claim_locked(struct ledger_store_conn *conn,
@@ -131,7 +131,8 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 	memset(&revoked, 0, sizeof(revoked));
 	memset(&failed, 0, sizeof(failed));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key->tenant, key->request_id, true, &look, &lk, &out->call);
+	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, true, &look, &lk,
+				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (c->attempt_id != NULL)
@@ -140,7 +141,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				&out->mismatch);
 	out->outcome.claim = o;
 	out->no_attempts = lk.request.attempt_count == 0;
-	store_fmt_int(lease, c->lease_ms);
+	store_step_fmt_int(lease, c->lease_ms);
 
 	switch (o) {
 	case LEDGER_CLAIM_NEW: {
@@ -159,9 +160,9 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 		store_event_claimed(&ev, c, 1, NULL);
 		store_step_add(&st, &call_insert, params);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
-			store_call_set_claimed(&out->call, c, 1);
+			store_rows_set_claimed(&out->call, c, 1);
 		break;
 	}
 	case LEDGER_CLAIM_RECLAIM: {
@@ -169,21 +170,21 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
 					 token,       c->claim_id,     c->attempt_id,
 					 c->owner,    req->args,       lease};
-		store_fmt_int(token, out->call.fencing_token);
+		store_step_fmt_int(token, out->call.fencing_token);
 		from = ledger_call_state_name(out->call.state);
 		store_event_start(&ev, "claimed", c->attempt_id);
 		store_event_claimed(&ev, c, next, from);
 		store_step_add(&st, &call_reclaim, params);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
-			store_call_set_claimed(&out->call, c, next);
+			store_rows_set_claimed(&out->call, c, next);
 		break;
 	}
 	case LEDGER_CLAIM_HELD:
 	case LEDGER_CLAIM_REPLAY:
 	case LEDGER_CLAIM_RESULT_EXPIRED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_CLAIM_ATTEMPT_NOT_FOUND:
 	case LEDGER_CLAIM_ATTEMPT_REQUIRED:
@@ -193,10 +194,10 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 	case LEDGER_CLAIM_OUTCOME_UNKNOWN:
 		/* A request this refusal would create has no history to add to. */
 		if (lk.created) {
-			rc = store_rollback(conn);
+			rc = store_step_rollback(conn);
 			break;
 		}
-		store_event_refused(&ev, "claim", ledger_claim_code(o), c->attempt_id);
+		store_event_refused(&ev, "claim", ledger_decide_claim_code(o), c->attempt_id);
 		if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
 			store_event_str(&ev, "field", out->mismatch);
 			store_event_str(&ev, "expected_args_sha256", out->call.args_sha256);
@@ -211,7 +212,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 		store_event_add(&st, key, &ev);
 		if (o == LEDGER_CLAIM_ARGS_MISMATCH && attempt == LEDGER_STANDING_HAS_RIGHTS)
 			diverge(&st, key, &lk, &revoked, &failed);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	}
 out:
@@ -219,7 +220,7 @@ out:
 	store_event_free(&ev);
 	store_event_free(&revoked);
 	store_event_free(&failed);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -251,7 +252,7 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 {
 	struct claim_arg a = {key, req};
 
-	return store_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
+	return store_step_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- complete --- */
@@ -272,27 +273,29 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,
+				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_complete(c, &out->call);
 	out->outcome.complete = o;
-	store_fmt_int(read_token, out->call.fencing_token);
-	store_fmt_int(given, c->fencing_token);
+	store_step_fmt_int(read_token, out->call.fencing_token);
+	store_step_fmt_int(given, c->fencing_token);
 
 	switch (o) {
 	case LEDGER_COMPLETE_NOT_FOUND:
 	case LEDGER_COMPLETE_RESULT_EXPIRED:
 	case LEDGER_COMPLETE_REPEATED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_COMPLETE_STALE_TOKEN:
 	case LEDGER_COMPLETE_ALREADY_COMPLETED:
-		store_event_refused(&ev, "complete", ledger_complete_code(o), out->call.attempt_id);
+		store_event_refused(&ev, "complete", ledger_decide_complete_code(o),
+				    out->call.attempt_id);
 		store_event_completion(&ev, c);
 		store_event_int(&ev, "current_token", out->call.fencing_token);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	case LEDGER_COMPLETE_STORED:
 	case LEDGER_COMPLETE_LATE: {
@@ -305,7 +308,7 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 					 c->succeeded ? "succeeded" : "failed",
 					 c->result,
 					 given,
-					 store_completed_by_name(by),
+					 store_rows_completed_by_name(by),
 					 read_token};
 		store_event_start(&ev,
 				  o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
@@ -318,9 +321,9 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		}
 		store_step_add(&st, &call_settle, params);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
-			rc = store_call_set_completed(&out->call, c, st.res[0], 0, 0, by);
+			rc = store_rows_set_completed(&out->call, c, st.res[0], 0, 0, by);
 		break;
 	}
 	case LEDGER_COMPLETE_RELEASED: {
@@ -330,7 +333,7 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		store_event_completion(&ev, c);
 		store_step_add(&st, &call_release, params);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
 			out->call.state = LEDGER_CALL_RELEASED;
 		break;
@@ -339,7 +342,7 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -371,7 +374,7 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 {
 	struct complete_arg a = {key, c};
 
-	return store_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
+	return store_step_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- renew --- */
@@ -400,8 +403,8 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 
 	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
-	store_fmt_int(token, fencing_token);
-	store_fmt_int(lease, lease_ms);
+	store_step_fmt_int(token, fencing_token);
+	store_step_fmt_int(lease, lease_ms);
 	store_step_begin(&st, conn);
 
 	if (store_fast_enabled()) {
@@ -413,7 +416,8 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 		store_step_clear(&st);
 	}
 
-	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,
+				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	/* A claim made under an attempt is fenced with it. */
@@ -424,27 +428,28 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 	switch (o) {
 	case LEDGER_RENEW_NOT_FOUND:
 	case LEDGER_RENEW_RESULT_EXPIRED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_RENEW_STALE_TOKEN:
 	case LEDGER_RENEW_ATTEMPT_FENCED:
 	case LEDGER_RENEW_OUTCOME_UNKNOWN:
-		store_event_refused(&ev, "renew", ledger_renew_code(o), out->call.attempt_id);
+		store_event_refused(&ev, "renew", ledger_decide_renew_code(o),
+				    out->call.attempt_id);
 		store_event_int(&ev, "fencing_token", fencing_token);
 		store_event_int(&ev, "current_token", out->call.fencing_token);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	case LEDGER_RENEW_RENEWED:
 		store_step_add(&st, &call_renew, params);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		out->call.lease_ms_left = lease_ms;
 		break;
 	}
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -454,7 +459,7 @@ enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
 {
 	struct renew_arg a = {key, fencing_token, lease_ms};
 
-	return store_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
+	return store_step_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- release --- */
@@ -483,9 +488,10 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 
 	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
-	store_fmt_int(token, fencing_token);
+	store_step_fmt_int(token, fencing_token);
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,
+				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_release(fencing_token, &out->call);
@@ -494,14 +500,15 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 	case LEDGER_RELEASE_NOT_FOUND:
 	case LEDGER_RELEASE_RESULT_EXPIRED:
 	case LEDGER_RELEASE_REPEATED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_RELEASE_STALE_TOKEN:
-		store_event_refused(&ev, "release", ledger_release_code(o), out->call.attempt_id);
+		store_event_refused(&ev, "release", ledger_decide_release_code(o),
+				    out->call.attempt_id);
 		store_event_int(&ev, "fencing_token", fencing_token);
 		store_event_int(&ev, "current_token", out->call.fencing_token);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	case LEDGER_RELEASE_RELEASED:
 		store_event_start(&ev, "released", out->call.attempt_id);
@@ -509,7 +516,7 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 		store_event_str(&ev, "reason", reason);
 		store_step_add(&st, &call_release, params);
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
 			out->call.state = LEDGER_CALL_RELEASED;
 		break;
@@ -517,7 +524,7 @@ static enum ledger_err release_op(struct ledger_store_conn *conn, const void *ar
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -527,7 +534,7 @@ enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
 {
 	struct release_arg a = {key, fencing_token, reason};
 
-	return store_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
+	return store_step_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* --- resolve --- */
@@ -573,27 +580,28 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk, &out->call);
+	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,
+				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
 	o = ledger_decide_resolve(resolution, result, result_len, &out->call);
 	out->outcome.resolve = o;
 	previous = out->call.state;
-	store_fmt_int(read_token, out->call.fencing_token);
+	store_step_fmt_int(read_token, out->call.fencing_token);
 	/* Whoever held the call is revoked: the next holder gets a higher token. */
-	store_fmt_int(next_token, out->call.fencing_token + 1);
+	store_step_fmt_int(next_token, out->call.fencing_token + 1);
 
 	switch (o) {
 	case LEDGER_RESOLVE_NOT_FOUND:
 	case LEDGER_RESOLVE_RESULT_EXPIRED:
 	case LEDGER_RESOLVE_REPEATED:
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		break;
 	case LEDGER_RESOLVE_ALREADY_COMPLETED:
-		store_event_refused(&ev, "resolve", ledger_resolve_code(o), NULL);
+		store_event_refused(&ev, "resolve", ledger_decide_resolve_code(o), NULL);
 		store_event_str(&ev, "resolution", resolution_name(resolution));
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		break;
 	case LEDGER_RESOLVE_SETTLED:
 		store_event_start(&ev, "resolved", NULL);
@@ -618,7 +626,7 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 			store_step_add(&st, &call_settle, params);
 		}
 		store_event_add(&st, key, &ev);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		if (rc != LEDGER_OK)
 			break;
 		out->call.fencing_token++;
@@ -632,7 +640,7 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 				.result = result != NULL ? result : "null",
 				.result_len = result != NULL ? result_len : 4,
 			};
-			rc = store_call_set_completed(&out->call, &as, st.res[0], 0, 0,
+			rc = store_rows_set_completed(&out->call, &as, st.res[0], 0, 0,
 						      LEDGER_COMPLETED_RESOLVE);
 		}
 		break;
@@ -640,7 +648,7 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *ar
 out:
 	store_step_clear(&st);
 	store_event_free(&ev);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -652,7 +660,7 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 {
 	struct resolve_arg a = {key, resolution, result, result_len, note};
 
-	return store_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
+	return store_step_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

@@ -41,7 +41,7 @@ static const struct store_stmt settled_calls = {
 };
 /* clang-format on */
 
-void ledger_failover_result_clear(struct ledger_failover_result *r)
+void ledger_store_failover_result_clear(struct ledger_failover_result *r)
 {
 	if (r == NULL)
 		return;
@@ -52,7 +52,7 @@ void ledger_failover_result_clear(struct ledger_failover_result *r)
 
 static void reset_failover_result(void *out)
 {
-	ledger_failover_result_clear(out);
+	ledger_store_failover_result_clear(out);
 }
 
 struct failover_arg {
@@ -80,7 +80,7 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct f
 				  struct facts *f)
 {
 	const char *rec[4] = {a->tenant, a->request_id, a->in->source_attempt_id,
-			      ledger_signal_name(a->in->signal)};
+			      ledger_failover_signal_name(a->in->signal)};
 	const char *req[2] = {a->tenant, a->request_id};
 	struct store_step st;
 	enum ledger_err rc;
@@ -93,7 +93,7 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct f
 	if (rc != LEDGER_OK)
 		goto out;
 	if (PQntuples(st.res[0]) == 1) {
-		f->recorded = store_dup(st.res[0], 0, 0, NULL);
+		f->recorded = store_step_get_dup(st.res[0], 0, 0, NULL);
 		if (f->recorded == NULL)
 			rc = LEDGER_ERR_NOMEM;
 		goto out;
@@ -101,7 +101,7 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct f
 	f->settled = st.res[1];
 	st.res[1] = NULL;
 	store_step_clear(&st);
-	rc = store_read_budget(conn, a->tenant, a->policy, &f->budget);
+	rc = store_rows_read_budget(conn, a->tenant, a->policy, &f->budget);
 out:
 	store_step_clear(&st);
 	return rc;
@@ -124,11 +124,11 @@ static char *render_answer(const struct failover_arg *a, const struct ledger_fai
 	ledger_jsonw_key(&w, "attempt_id");
 	ledger_jsonw_string(&w, a->in->source_attempt_id);
 	ledger_jsonw_key(&w, "signal");
-	ledger_jsonw_string(&w, ledger_signal_name(a->in->signal));
+	ledger_jsonw_string(&w, ledger_failover_signal_name(a->in->signal));
 	ledger_jsonw_key(&w, "source_state");
 	ledger_jsonw_string(&w, ledger_attempt_state_name(d->source_after));
 	ledger_jsonw_key(&w, "request_status");
-	ledger_jsonw_string(&w, ledger_request_status_name(d->request_after));
+	ledger_jsonw_string(&w, ledger_attempt_request_status_name(d->request_after));
 	if (client_error != NULL) {
 		ledger_jsonw_key(&w, "client_error");
 		ledger_jsonw_raw(&w, client_error, strlen(client_error));
@@ -174,7 +174,7 @@ static void decision_event(struct store_event *ev, const struct failover_arg *a,
 	const struct ledger_attempt *src = &lk->named;
 
 	store_event_start(ev, "failover_decision", a->in->source_attempt_id);
-	store_event_str(ev, "signal", ledger_signal_name(a->in->signal));
+	store_event_str(ev, "signal", ledger_failover_signal_name(a->in->signal));
 	store_event_str(ev, "action", ledger_failover_action_name(d->action));
 	ledger_jsonw_key(&ev->w, "inputs");
 	ledger_jsonw_object_begin(&ev->w);
@@ -194,7 +194,8 @@ static void decision_event(struct store_event *ev, const struct failover_arg *a,
 	store_event_int(ev, "held_tool_call_ms", lk->calls.held_by_newest_ms);
 	ledger_jsonw_object_end(&ev->w);
 	store_event_str(ev, "source_state_after", ledger_attempt_state_name(d->source_after));
-	store_event_str(ev, "request_status_after", ledger_request_status_name(d->request_after));
+	store_event_str(ev, "request_status_after",
+			ledger_attempt_request_status_name(d->request_after));
 	store_event_str(ev, "client_error", d->client_error);
 	if (d->action == LEDGER_FAILOVER_WAIT_FOR_FENCE)
 		store_event_int(ev, "retry_after_ms", d->retry_after_ms);
@@ -273,12 +274,12 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 	memset(&f, 0, sizeof(f));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (!lk.named.exists) {
 		out->status = LEDGER_FAILOVER_NO_ATTEMPT;
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		goto out;
 	}
 	rc = read_facts(conn, a, &f);
@@ -290,7 +291,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		out->replayed = true;
 		out->body = f.recorded;
 		f.recorded = NULL;
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		goto out;
 	}
 
@@ -309,16 +310,17 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		store_event_refused(&ev.decision, "failover",
 				    ledger_failover_action_name(d->action),
 				    a->in->source_attempt_id);
-		store_event_str(&ev.decision, "signal", ledger_signal_name(a->in->signal));
+		store_event_str(&ev.decision, "signal", ledger_failover_signal_name(a->in->signal));
 		store_event_str(&ev.decision, "current_attempt_id", lk.newest.attempt_id);
 		store_event_add(&st, &key, &ev.decision);
-		rc = store_commit(&st);
+		rc = store_step_commit(&st);
 		goto out;
 	}
 	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && a->in->next != NULL) {
 		out->status = prepare_next(a, &lk, &next);
 		if (out->status != LEDGER_FAILOVER_ANSWERED) {
-			rc = store_rollback(conn); /* nothing moves: the router fixes its call */
+			rc = store_step_rollback(
+				conn); /* nothing moves: the router fixes its call */
 			goto out;
 		}
 		created = &next;
@@ -328,11 +330,11 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 
 	/* The source loses its rights in this very transaction. */
 	if (d->source_after != lk.named.state) {
-		store_attempt_set(&st, a->tenant, a->request_id, lk.named.attempt_id,
-				  d->source_after, 0, 0, NULL);
+		store_rows_attempt_set(&st, a->tenant, a->request_id, lk.named.attempt_id,
+				       d->source_after, 0, 0, NULL);
 		store_event_start(&ev.revoked, "attempt_revoked", lk.named.attempt_id);
 		store_event_str(&ev.revoked, "state", ledger_attempt_state_name(d->source_after));
-		store_event_str(&ev.revoked, "cause", ledger_signal_name(a->in->signal));
+		store_event_str(&ev.revoked, "cause", ledger_failover_signal_name(a->in->signal));
 		store_event_add(&st, &key, &ev.revoked);
 	}
 	if (d->request_after != lk.request.status || d->client_error != NULL) {
@@ -344,21 +346,23 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 			lk.client_error = ledger_buf_steal(&client_error, NULL);
 		}
 		store_event_start(&ev.status, "request_status", lk.named.attempt_id);
-		store_event_str(&ev.status, "status", ledger_request_status_name(d->request_after));
+		store_event_str(&ev.status, "status",
+				ledger_attempt_request_status_name(d->request_after));
 		store_event_str(&ev.status, "client_error", d->client_error);
 		store_event_add(&st, &key, &ev.status);
 	}
 	if (created != NULL) {
-		store_attempt_insert(&st, a->tenant, a->request_id, created, &ev.created, false);
+		store_rows_attempt_insert(&st, a->tenant, a->request_id, created, &ev.created,
+					  false);
 		lk.request.attempt_count = created->epoch;
 	}
-	store_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
+	store_rows_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
 	decision_event(&ev.decision, a, &before, &f, d, created);
 	store_event_add(&st, &key, &ev.decision);
 	out->body = render_answer(a, d, d->client_error != NULL ? lk.client_error : NULL, created,
 				  &lk.request, f.settled);
 	if (out->body == NULL) {
-		store_abort(conn);
+		store_step_abort(conn);
 		rc = LEDGER_ERR_NOMEM;
 		goto out;
 	}
@@ -366,18 +370,18 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		const char *params[6] = {a->tenant,
 					 a->request_id,
 					 a->in->source_attempt_id,
-					 ledger_signal_name(a->in->signal),
+					 ledger_failover_signal_name(a->in->signal),
 					 ledger_failover_action_name(d->action),
 					 out->body};
 		store_step_add(&st, &decision_insert, params);
 	}
-	rc = store_commit(&st);
+	rc = store_step_commit(&st);
 out:
 	store_step_clear(&st);
 	ledger_buf_free(&client_error);
 	events_free(&ev);
 	facts_clear(&f);
-	store_locked_clear(&lk);
+	store_rows_locked_clear(&lk);
 	return rc;
 }
 
@@ -389,7 +393,8 @@ enum ledger_err ledger_store_failover(struct ledger_store_conn *conn, const char
 {
 	struct failover_arg a = {tenant, request_id, in, p};
 
-	return store_with_retries(conn, failover_op, &a, out, sizeof(*out), reset_failover_result);
+	return store_step_with_retries(conn, failover_op, &a, out, sizeof(*out),
+				       reset_failover_result);
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

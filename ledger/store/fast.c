@@ -186,20 +186,21 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 
 	*done = false;
 	LEDGER_ASSERT(row < PQntuples(res));
-	rc = store_parse_call(res, row, 2, &out->call);
+	rc = store_rows_parse_call(res, row, 2, &out->call);
 	if (rc != LEDGER_OK)
 		return rc;
-	if (store_int(res, row, 0) == 1) {
+	if (store_step_get_int(res, row, 0) == 1) {
 		/*
 		 * The statement inserted: the key it saw before had no row and
 		 * no tombstone, and its request no attempt. Under the lock, C
 		 * would have decided the same.
 		 */
-		LEDGER_ASSERT(ledger_decide_claim(c, &out->call, store_int(res, row, 1) > 0,
+		LEDGER_ASSERT(ledger_decide_claim(c, &out->call,
+						  store_step_get_int(res, row, 1) > 0,
 						  LEDGER_STANDING_NOT_GIVEN,
 						  &out->mismatch) == LEDGER_CLAIM_NEW);
 		out->outcome.claim = LEDGER_CLAIM_NEW;
-		store_call_set_claimed(&out->call, c, 1);
+		store_rows_set_claimed(&out->call, c, 1);
 		*done = true;
 		return LEDGER_OK;
 	}
@@ -210,7 +211,7 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 	 */
 	if (out->call.state == LEDGER_CALL_SUCCEEDED || out->call.state == LEDGER_CALL_FAILED ||
 	    out->call.state == LEDGER_CALL_TOMBSTONE) {
-		bool has_attempts = store_int(res, row, 1) > 0;
+		bool has_attempts = store_step_get_int(res, row, 1) > 0;
 		enum ledger_claim_outcome o = ledger_decide_claim(
 			c, &out->call, has_attempts, LEDGER_STANDING_NOT_GIVEN, &out->mismatch);
 		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_EXPIRED) {
@@ -287,18 +288,18 @@ enum ledger_err store_fast_complete_read(const PGresult *res, int row,
 	out->call.fencing_token = c->fencing_token;
 	LEDGER_ASSERT(ledger_decide_complete(c, &out->call) ==
 		      (c->retryable ? LEDGER_COMPLETE_RELEASED : LEDGER_COMPLETE_STORED));
-	store_copy(res, row, 0, out->call.attempt_id, sizeof(out->call.attempt_id));
+	store_step_get_text(res, row, 0, out->call.attempt_id, sizeof(out->call.attempt_id));
 	if (c->retryable) {
 		out->outcome.complete = LEDGER_COMPLETE_RELEASED;
 		out->call.state = LEDGER_CALL_RELEASED;
 		return LEDGER_OK;
 	}
 	out->outcome.complete = LEDGER_COMPLETE_STORED;
-	store_copy(res, row, 2, out->call.tool, sizeof(out->call.tool));
-	store_copy(res, row, 3, out->call.args_sha256, sizeof(out->call.args_sha256));
-	out->call.tool_dedupes = store_bool(res, row, 4);
-	out->no_attempts = store_int(res, row, 5) == 0;
-	return store_call_set_completed(&out->call, c, res, row, 1, LEDGER_COMPLETED_HOLDER);
+	store_step_get_text(res, row, 2, out->call.tool, sizeof(out->call.tool));
+	store_step_get_text(res, row, 3, out->call.args_sha256, sizeof(out->call.args_sha256));
+	out->call.tool_dedupes = store_step_get_bool(res, row, 4);
+	out->no_attempts = store_step_get_int(res, row, 5) == 0;
+	return store_rows_set_completed(&out->call, c, res, row, 1, LEDGER_COMPLETED_HOLDER);
 }
 
 enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
@@ -329,7 +330,7 @@ enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
 bool store_fast_renew_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
 			   struct ledger_call_result *out)
 {
-	int64_t updated = store_int(res, 0, 0);
+	int64_t updated = store_step_get_int(res, 0, 0);
 
 	LEDGER_ASSERT(PQntuples(res) == 1 && updated <= 1);
 	if (updated != 1)

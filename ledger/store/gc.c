@@ -122,18 +122,18 @@ static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t rete
 		goto out;
 	n = PQntuples(st.res[2]);
 	if (n == 0) {
-		rc = store_rollback(conn);
+		rc = store_step_rollback(conn);
 		goto out;
 	}
 	*full = (unsigned)n == batch;
 	for (int i = 0; i < n; i++) {
-		store_array_add(&tenants, PQgetvalue(st.res[2], i, 0));
-		store_array_add(&ids, PQgetvalue(st.res[2], i, 1));
+		store_step_array_add(&tenants, PQgetvalue(st.res[2], i, 0));
+		store_step_array_add(&ids, PQgetvalue(st.res[2], i, 1));
 	}
-	store_array_end(&tenants);
-	store_array_end(&ids);
+	store_step_array_end(&tenants);
+	store_step_array_end(&ids);
 	if (tenants.oom || ids.oom) {
-		store_abort(conn);
+		store_step_abort(conn);
 		rc = LEDGER_ERR_NOMEM;
 		goto out;
 	}
@@ -141,13 +141,13 @@ static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t rete
 	const char *del[4] = {store_step_int(&st, retention_ms), store_step_int(&st, tombstone_ms),
 			      tenants.data, ids.data};
 	store_step_add(&st, &gc_delete, del);
-	rc = store_commit(&st);
+	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
-		stats->requests += store_int(st.res[0], 0, 0);
-		stats->tool_calls += store_int(st.res[0], 0, 1);
-		stats->tombstones += store_int(st.res[0], 0, 2);
-		stats->attempts += store_int(st.res[0], 0, 3);
-		stats->events += store_int(st.res[0], 0, 4);
+		stats->requests += store_step_get_int(st.res[0], 0, 0);
+		stats->tool_calls += store_step_get_int(st.res[0], 0, 1);
+		stats->tombstones += store_step_get_int(st.res[0], 0, 2);
+		stats->attempts += store_step_get_int(st.res[0], 0, 3);
+		stats->events += store_step_get_int(st.res[0], 0, 4);
 	}
 out:
 	store_step_clear(&st);
@@ -176,7 +176,7 @@ enum ledger_err ledger_store_gc_batch(struct ledger_store_conn *conn, int64_t re
 	store_step_add(&st, &gc_tombstones, limit);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK) {
-		expired = store_int(st.res[0], 0, 0);
+		expired = store_step_get_int(st.res[0], 0, 0);
 		stats->expired_tombstones += expired;
 		*done_out = !full && expired < (int64_t)batch;
 	}
@@ -196,7 +196,7 @@ enum ledger_err ledger_store_count_unknown(struct ledger_store_conn *conn, int64
 	store_step_add(&st, &count_unknown, NULL);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK)
-		*count_out = store_int(st.res[0], 0, 0);
+		*count_out = store_step_get_int(st.res[0], 0, 0);
 	store_step_clear(&st);
 	return rc;
 }

@@ -19,7 +19,8 @@
 #include "ledger/core/decide.h"
 #include "ledger/core/failover.h"
 #include "ledger/core/policy.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 #include "ledger/store/store.h"
 
 enum ledger_store_op_kind {

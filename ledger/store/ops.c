@@ -281,13 +281,13 @@ void ledger_store_result_clear(struct ledger_job *job)
 		break;
 	case LEDGER_STORE_ATTEMPT_CREATE:
 	case LEDGER_STORE_ATTEMPT_CALL:
-		ledger_attempt_result_clear(&res->u.attempt);
+		ledger_store_attempt_result_clear(&res->u.attempt);
 		break;
 	case LEDGER_STORE_FAILOVER:
-		ledger_failover_result_clear(&res->u.failover);
+		ledger_store_failover_result_clear(&res->u.failover);
 		break;
 	case LEDGER_STORE_REQUEST_VIEW:
-		ledger_request_view_clear(&res->u.view);
+		ledger_store_request_view_clear(&res->u.view);
 		break;
 	case LEDGER_STORE_LIST_REQUESTS:
 		ledger_store_free_requests(res->u.requests.items, res->u.requests.count);

@@ -96,10 +96,10 @@ enum ledger_err ledger_store_get_call(struct ledger_store_conn *conn,
 	if (!store_conn_ready(conn))
 		return LEDGER_ERR_UNAVAILABLE;
 	store_step_begin(&st, conn);
-	store_step_add(&st, &store_read_call, params);
+	store_step_add(&st, &store_rows_read_call, params);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK)
-		rc = store_parse_call(st.res[0], 0, 0, out);
+		rc = store_rows_parse_call(st.res[0], 0, 0, out);
 	store_step_clear(&st);
 	return rc;
 }
@@ -130,7 +130,7 @@ enum ledger_err ledger_store_list_calls(struct ledger_store_conn *conn, const ch
 	*count_out = 0;
 	if (!store_conn_ready(conn))
 		return LEDGER_ERR_UNAVAILABLE;
-	store_fmt_int(lim, limit);
+	store_step_fmt_int(lim, limit);
 	if (state == LEDGER_CALL_IN_PROGRESS || state == LEDGER_CALL_UNKNOWN) {
 		stmt = &list_open;
 		params[4] = state == LEDGER_CALL_UNKNOWN ? "true" : "false";
@@ -149,9 +149,11 @@ enum ledger_err ledger_store_list_calls(struct ledger_store_conn *conn, const ch
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
-		store_copy(st.res[0], i, 0, items[i].request_id, sizeof(items[i].request_id));
-		store_copy(st.res[0], i, 1, items[i].tool_call_id, sizeof(items[i].tool_call_id));
-		rc = store_parse_call(st.res[0], i, 2, &items[i].call);
+		store_step_get_text(st.res[0], i, 0, items[i].request_id,
+				    sizeof(items[i].request_id));
+		store_step_get_text(st.res[0], i, 1, items[i].tool_call_id,
+				    sizeof(items[i].tool_call_id));
+		rc = store_rows_parse_call(st.res[0], i, 2, &items[i].call);
 		if (rc != LEDGER_OK) {
 			ledger_store_free_list(items, (size_t)n);
 			items = NULL;
@@ -165,7 +167,7 @@ out:
 	return rc;
 }
 
-void ledger_request_view_clear(struct ledger_request_view *v)
+void ledger_store_request_view_clear(struct ledger_request_view *v)
 {
 	if (v == NULL)
 		return;
@@ -184,7 +186,7 @@ static enum ledger_err read_view(const struct store_step *st, unsigned max_event
 	const PGresult *att = st->res[2], *calls = st->res[3], *ev = st->res[4];
 	enum ledger_err rc;
 
-	rc = store_parse_request(st->res[1], 0, &v->request, &v->client_error);
+	rc = store_rows_parse_request(st->res[1], 0, &v->request, &v->client_error);
 	if (rc != LEDGER_OK || !v->request.exists)
 		return rc;
 	v->attempts = calloc((size_t)PQntuples(att) + 1, sizeof(*v->attempts));
@@ -193,15 +195,18 @@ static enum ledger_err read_view(const struct store_step *st, unsigned max_event
 	if (v->attempts == NULL || v->calls == NULL || v->events == NULL)
 		return LEDGER_ERR_NOMEM;
 	for (int i = 0; i < PQntuples(att); i++) {
-		store_parse_attempt(att, i, &v->attempts[i]);
-		store_copy(att, i, 10, v->attempts[i].ended_at, sizeof(v->attempts[i].ended_at));
+		store_rows_parse_attempt(att, i, &v->attempts[i]);
+		store_step_get_text(att, i, 10, v->attempts[i].ended_at,
+				    sizeof(v->attempts[i].ended_at));
 		v->nattempts++;
 	}
 	for (int i = 0; i < PQntuples(calls); i++) {
-		store_copy(calls, i, 0, v->calls[i].request_id, sizeof(v->calls[i].request_id));
-		store_copy(calls, i, 1, v->calls[i].tool_call_id, sizeof(v->calls[i].tool_call_id));
+		store_step_get_text(calls, i, 0, v->calls[i].request_id,
+				    sizeof(v->calls[i].request_id));
+		store_step_get_text(calls, i, 1, v->calls[i].tool_call_id,
+				    sizeof(v->calls[i].tool_call_id));
 		v->ncalls++;
-		rc = store_parse_call(calls, i, 2, &v->calls[i].call);
+		rc = store_rows_parse_call(calls, i, 2, &v->calls[i].call);
 		if (rc != LEDGER_OK)
 			return rc;
 	}
@@ -209,13 +214,13 @@ static enum ledger_err read_view(const struct store_step *st, unsigned max_event
 	for (int i = 0; i < PQntuples(ev) && (unsigned)i < max_events; i++) {
 		struct ledger_event *e = &v->events[i];
 
-		e->seq = store_int(ev, i, 0);
-		store_copy(ev, i, 1, e->at, sizeof(e->at));
-		store_copy(ev, i, 2, e->type, sizeof(e->type));
-		store_copy(ev, i, 3, e->attempt_id, sizeof(e->attempt_id));
-		store_copy(ev, i, 4, e->tool_call_id, sizeof(e->tool_call_id));
+		e->seq = store_step_get_int(ev, i, 0);
+		store_step_get_text(ev, i, 1, e->at, sizeof(e->at));
+		store_step_get_text(ev, i, 2, e->type, sizeof(e->type));
+		store_step_get_text(ev, i, 3, e->attempt_id, sizeof(e->attempt_id));
+		store_step_get_text(ev, i, 4, e->tool_call_id, sizeof(e->tool_call_id));
 		v->nevents++;
-		e->detail = store_dup(ev, i, 5, NULL);
+		e->detail = store_step_get_dup(ev, i, 5, NULL);
 		if (e->detail == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
@@ -239,7 +244,7 @@ enum ledger_err ledger_store_request_view(struct ledger_store_conn *conn, const 
 				 store_step_int(&st, (int64_t)max_events + 1)};
 	/* One snapshot: the attempts, calls and events all agree with the request. */
 	store_step_add_simple(&st, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-	store_step_add(&st, &store_read_request, key);
+	store_step_add(&st, &store_rows_read_request, key);
 	store_step_add(&st, &view_attempts, key);
 	store_step_add(&st, &view_calls, key);
 	store_step_add(&st, &view_events, events);
@@ -248,7 +253,7 @@ enum ledger_err ledger_store_request_view(struct ledger_store_conn *conn, const 
 	if (rc == LEDGER_OK)
 		rc = read_view(&st, max_events, out);
 	if (rc != LEDGER_OK)
-		ledger_request_view_clear(out);
+		ledger_store_request_view_clear(out);
 	store_step_clear(&st);
 	return rc;
 }
@@ -295,10 +300,12 @@ enum ledger_err ledger_store_list_requests(struct ledger_store_conn *conn, const
 		goto out;
 	}
 	for (int i = 0; i < PQntuples(st.res[0]); i++) {
-		store_copy(st.res[0], i, 8, items[i].request_id, sizeof(items[i].request_id));
-		items[i].created_us = store_int(st.res[0], i, 9);
+		store_step_get_text(st.res[0], i, 8, items[i].request_id,
+				    sizeof(items[i].request_id));
+		items[i].created_us = store_step_get_int(st.res[0], i, 9);
 		n++;
-		rc = store_parse_request(st.res[0], i, &items[i].request, &items[i].client_error);
+		rc = store_rows_parse_request(st.res[0], i, &items[i].request,
+					      &items[i].client_error);
 		if (rc != LEDGER_OK)
 			goto out;
 	}

@@ -13,7 +13,7 @@
 #include "ledger/store/statements.h"
 
 /* clang-format off */
-const struct store_stmt store_lock_request = {
+const struct store_stmt store_rows_lock_request = {
 	"lock_request",
 	/* Creates the request if needed, then holds its row until COMMIT. */
 	"WITH created AS ("
@@ -28,20 +28,20 @@ const struct store_stmt store_lock_request = {
 	2,
 };
 
-const struct store_stmt store_lock_existing = {
+const struct store_stmt store_rows_lock_existing = {
 	"lock_existing",
 	"SELECT attempt_count, false FROM requests"
 	" WHERE tenant = $1 AND request_id = $2 FOR UPDATE",
 	2,
 };
 
-const struct store_stmt store_read_call = {
+const struct store_stmt store_rows_read_call = {
 	"read_call",
 	"SELECT " STORE_CALL_COLUMNS STORE_CALL_FROM,
 	3,
 };
 
-const struct store_stmt store_read_request = {
+const struct store_stmt store_rows_read_request = {
 	"read_request",
 	"SELECT " STORE_REQUEST_COLUMNS " FROM requests WHERE tenant = $1 AND request_id = $2",
 	2,
@@ -51,7 +51,7 @@ const struct store_stmt store_read_request = {
  * The attempts $3 and $4 name, the one call $5 was claimed under, and the
  * newest, each once, flagged by what it is; leases on the clock read now.
  */
-const struct store_stmt store_read_attempts = {
+const struct store_stmt store_rows_read_attempts = {
 	"read_attempts",
 	"WITH newest AS (SELECT max(epoch) AS epoch FROM attempts"
 	"  WHERE tenant = $1 AND request_id = $2),"
@@ -131,13 +131,6 @@ static const struct store_stmt attempt_insert = {
 	9,
 };
 
-static const struct store_stmt event_insert = {
-	"event_insert",
-	"INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail)"
-	" VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
-	6,
-};
-
 /* clang-format on */
 
 /* --- rows --- */
@@ -167,7 +160,7 @@ static enum ledger_completed_by parse_completed_by(const char *s)
 	return LEDGER_COMPLETED_NONE;
 }
 
-const char *store_completed_by_name(enum ledger_completed_by by)
+const char *store_rows_completed_by_name(enum ledger_completed_by by)
 {
 	switch (by) {
 	case LEDGER_COMPLETED_HOLDER:
@@ -186,17 +179,18 @@ const char *store_completed_by_name(enum ledger_completed_by by)
  * Fills @p call from STORE_CALL_COLUMNS starting at column @p base of @p row,
  * deriving UNKNOWN from a lease that ran out.
  */
-enum ledger_err store_parse_call(const PGresult *res, int row, int base, struct ledger_call *call)
+enum ledger_err store_rows_parse_call(const PGresult *res, int row, int base,
+				      struct ledger_call *call)
 {
 	ledger_call_clear(call);
 	if (PQgetisnull(res, row, base + STORE_COL_STATE)) {
 		if (PQgetisnull(res, row, base + STORE_COL_TOMB_OUTCOME))
 			return LEDGER_OK;
 		call->state = LEDGER_CALL_TOMBSTONE;
-		store_copy(res, row, base + STORE_COL_TOMB_ARGS, call->args_sha256,
-			   sizeof(call->args_sha256));
-		store_copy(res, row, base + STORE_COL_TOMB_COMPLETED_AT, call->completed_at,
-			   sizeof(call->completed_at));
+		store_step_get_text(res, row, base + STORE_COL_TOMB_ARGS, call->args_sha256,
+				    sizeof(call->args_sha256));
+		store_step_get_text(res, row, base + STORE_COL_TOMB_COMPLETED_AT,
+				    call->completed_at, sizeof(call->completed_at));
 		call->settled_as = strcmp(PQgetvalue(res, row, base + STORE_COL_TOMB_OUTCOME),
 					  "succeeded") == 0
 					   ? LEDGER_CALL_SUCCEEDED
@@ -204,112 +198,44 @@ enum ledger_err store_parse_call(const PGresult *res, int row, int base, struct 
 		return LEDGER_OK;
 	}
 	call->state = parse_state(PQgetvalue(res, row, base + STORE_COL_STATE));
-	call->fencing_token = store_int(res, row, base + STORE_COL_TOKEN);
-	store_copy(res, row, base + STORE_COL_CLAIM_ID, call->claim_id, sizeof(call->claim_id));
-	store_copy(res, row, base + STORE_COL_ATTEMPT_ID, call->attempt_id,
-		   sizeof(call->attempt_id));
-	store_copy(res, row, base + STORE_COL_OWNER, call->owner, sizeof(call->owner));
-	store_copy(res, row, base + STORE_COL_TOOL, call->tool, sizeof(call->tool));
-	store_copy(res, row, base + STORE_COL_ARGS_SHA256, call->args_sha256,
-		   sizeof(call->args_sha256));
-	call->tool_dedupes = store_bool(res, row, base + STORE_COL_DEDUPES);
-	call->lease_ms_left = store_int(res, row, base + STORE_COL_LEASE_LEFT);
+	call->fencing_token = store_step_get_int(res, row, base + STORE_COL_TOKEN);
+	store_step_get_text(res, row, base + STORE_COL_CLAIM_ID, call->claim_id,
+			    sizeof(call->claim_id));
+	store_step_get_text(res, row, base + STORE_COL_ATTEMPT_ID, call->attempt_id,
+			    sizeof(call->attempt_id));
+	store_step_get_text(res, row, base + STORE_COL_OWNER, call->owner, sizeof(call->owner));
+	store_step_get_text(res, row, base + STORE_COL_TOOL, call->tool, sizeof(call->tool));
+	store_step_get_text(res, row, base + STORE_COL_ARGS_SHA256, call->args_sha256,
+			    sizeof(call->args_sha256));
+	call->tool_dedupes = store_step_get_bool(res, row, base + STORE_COL_DEDUPES);
+	call->lease_ms_left = store_step_get_int(res, row, base + STORE_COL_LEASE_LEFT);
 	if (call->state == LEDGER_CALL_IN_PROGRESS && call->lease_ms_left <= 0)
 		call->state = LEDGER_CALL_UNKNOWN;
-	call->completed_token = store_int(res, row, base + STORE_COL_COMPLETED_TOKEN);
+	call->completed_token = store_step_get_int(res, row, base + STORE_COL_COMPLETED_TOKEN);
 	call->completed_by =
 		parse_completed_by(PQgetvalue(res, row, base + STORE_COL_COMPLETED_BY));
-	store_copy(res, row, base + STORE_COL_CREATED_AT, call->created_at,
-		   sizeof(call->created_at));
-	store_copy(res, row, base + STORE_COL_COMPLETED_AT, call->completed_at,
-		   sizeof(call->completed_at));
+	store_step_get_text(res, row, base + STORE_COL_CREATED_AT, call->created_at,
+			    sizeof(call->created_at));
+	store_step_get_text(res, row, base + STORE_COL_COMPLETED_AT, call->completed_at,
+			    sizeof(call->completed_at));
 	if (!PQgetisnull(res, row, base + STORE_COL_RESULT)) {
-		call->result = store_dup(res, row, base + STORE_COL_RESULT, &call->result_len);
+		call->result =
+			store_step_get_dup(res, row, base + STORE_COL_RESULT, &call->result_len);
 		if (call->result == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
 	if (!PQgetisnull(res, row, base + STORE_COL_ARGS)) {
-		call->args = store_dup(res, row, base + STORE_COL_ARGS, &call->args_len);
+		call->args = store_step_get_dup(res, row, base + STORE_COL_ARGS, &call->args_len);
 		if (call->args == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
 	return LEDGER_OK;
 }
 
-/* --- events --- */
-
-void store_event_start(struct store_event *ev, const char *type, const char *attempt_id)
-{
-	memset(ev, 0, sizeof(*ev));
-	ev->type = type;
-	ev->attempt_id = attempt_id != NULL && attempt_id[0] != '\0' ? attempt_id : NULL;
-	ledger_jsonw_init(&ev->w, &ev->detail);
-	ledger_jsonw_object_begin(&ev->w);
-}
-
-void store_event_refused(struct store_event *ev, const char *operation, const char *code,
-			 const char *attempt_id)
-{
-	store_event_start(ev, "refused", attempt_id);
-	ledger_jsonw_key(&ev->w, "operation");
-	ledger_jsonw_string(&ev->w, operation);
-	ledger_jsonw_key(&ev->w, "code");
-	ledger_jsonw_string(&ev->w, code);
-}
-
-void store_event_int(struct store_event *ev, const char *key, int64_t v)
-{
-	ledger_jsonw_key(&ev->w, key);
-	ledger_jsonw_int(&ev->w, v);
-}
-
-void store_event_str(struct store_event *ev, const char *key, const char *s)
-{
-	if (s == NULL || s[0] == '\0')
-		return;
-	ledger_jsonw_key(&ev->w, key);
-	ledger_jsonw_string(&ev->w, s);
-}
-
-void store_event_free(struct store_event *ev)
-{
-	ledger_buf_free(&ev->detail);
-}
-
-void store_event_add(struct store_step *st, const struct ledger_call_key *key,
-		     struct store_event *ev)
-{
-	const char *params[6];
-
-	ledger_jsonw_object_end(&ev->w);
-	params[0] = key->tenant;
-	params[1] = key->request_id;
-	params[2] = ev->type;
-	params[3] = ev->attempt_id;
-	params[4] = key->tool_call_id;
-	params[5] = ev->detail.oom ? "{}" : ev->detail.data;
-	store_step_add(st, &event_insert, params);
-}
-
-/* --- what a claim and a completion write --- */
-
-void store_event_claimed(struct store_event *ev, const struct ledger_claim *c, int64_t token,
-			 const char *from)
-{
-	store_event_int(ev, "fencing_token", token);
-	store_event_int(ev, "lease_ms", c->lease_ms);
-	store_event_str(ev, "tool", c->tool);
-	store_event_str(ev, "args_sha256", c->args_sha256);
-	store_event_str(ev, "owner", c->owner);
-	if (c->tool_dedupes) {
-		ledger_jsonw_key(&ev->w, "tool_dedupes");
-		ledger_jsonw_bool(&ev->w, true);
-	}
-	store_event_str(ev, "previous_state", from);
-}
+/* --- the call a claim or a completion leaves --- */
 
 /* The new holder's view of a call it just claimed. */
-void store_call_set_claimed(struct ledger_call *call, const struct ledger_claim *c, int64_t token)
+void store_rows_set_claimed(struct ledger_call *call, const struct ledger_claim *c, int64_t token)
 {
 	ledger_call_clear(call);
 	call->state = LEDGER_CALL_IN_PROGRESS;
@@ -317,19 +243,8 @@ void store_call_set_claimed(struct ledger_call *call, const struct ledger_claim 
 	call->lease_ms_left = c->lease_ms;
 }
 
-void store_event_completion(struct store_event *ev, const struct ledger_completion *c)
-{
-	ledger_jsonw_key(&ev->w, "outcome");
-	ledger_jsonw_string(&ev->w, c->succeeded ? "succeeded" : "failed");
-	if (c->retryable) {
-		ledger_jsonw_key(&ev->w, "retryable");
-		ledger_jsonw_bool(&ev->w, true);
-	}
-	store_event_int(ev, "fencing_token", c->fencing_token);
-}
-
 /* The call as the holder sees it after its completion was stored. */
-enum ledger_err store_call_set_completed(struct ledger_call *call,
+enum ledger_err store_rows_set_completed(struct ledger_call *call,
 					 const struct ledger_completion *c, const PGresult *res,
 					 int row, int col, enum ledger_completed_by by)
 {
@@ -339,7 +254,7 @@ enum ledger_err store_call_set_completed(struct ledger_call *call,
 	call->completed_token = c->fencing_token;
 	call->completed_by = by;
 	call->lease_ms_left = 0;
-	store_copy(res, row, col, call->completed_at, sizeof(call->completed_at));
+	store_step_get_text(res, row, col, call->completed_at, sizeof(call->completed_at));
 	free(call->result);
 	call->result = malloc(c->result_len + 1);
 	if (call->result == NULL)
@@ -352,53 +267,53 @@ enum ledger_err store_call_set_completed(struct ledger_call *call,
 
 /* --- the general path's frame --- */
 
-enum ledger_err store_parse_request(const PGresult *res, int row, struct ledger_request *r,
-				    char **client_error)
+enum ledger_err store_rows_parse_request(const PGresult *res, int row, struct ledger_request *r,
+					 char **client_error)
 {
 	memset(r, 0, sizeof(*r));
 	*client_error = NULL;
 	if (row >= PQntuples(res))
 		return LEDGER_OK;
 	r->exists = true;
-	if (ledger_request_status_parse(PQgetvalue(res, row, 0), &r->status) != 0)
+	if (ledger_attempt_request_status_parse(PQgetvalue(res, row, 0), &r->status) != 0)
 		abort(); /* the table's CHECK allows nothing else */
-	r->first_delta_sent = store_bool(res, row, 1);
-	r->delivered_output_tokens = store_int(res, row, 2);
-	r->attempt_count = store_int(res, row, 3);
-	r->max_attempts = store_int(res, row, 4);
-	store_copy(res, row, 5, r->model_revision, sizeof(r->model_revision));
-	store_copy(res, row, 7, r->created_at, sizeof(r->created_at));
+	r->first_delta_sent = store_step_get_bool(res, row, 1);
+	r->delivered_output_tokens = store_step_get_int(res, row, 2);
+	r->attempt_count = store_step_get_int(res, row, 3);
+	r->max_attempts = store_step_get_int(res, row, 4);
+	store_step_get_text(res, row, 5, r->model_revision, sizeof(r->model_revision));
+	store_step_get_text(res, row, 7, r->created_at, sizeof(r->created_at));
 	if (!PQgetisnull(res, row, 6)) {
-		*client_error = store_dup(res, row, 6, NULL);
+		*client_error = store_step_get_dup(res, row, 6, NULL);
 		if (*client_error == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
 	return LEDGER_OK;
 }
 
-void store_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a)
+void store_rows_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->exists = true;
-	store_copy(res, row, 0, a->attempt_id, sizeof(a->attempt_id));
-	a->epoch = store_int(res, row, 1);
-	store_copy(res, row, 2, a->replica, sizeof(a->replica));
-	store_copy(res, row, 3, a->model_revision, sizeof(a->model_revision));
-	a->revision_given = store_bool(res, row, 4);
+	store_step_get_text(res, row, 0, a->attempt_id, sizeof(a->attempt_id));
+	a->epoch = store_step_get_int(res, row, 1);
+	store_step_get_text(res, row, 2, a->replica, sizeof(a->replica));
+	store_step_get_text(res, row, 3, a->model_revision, sizeof(a->model_revision));
+	a->revision_given = store_step_get_bool(res, row, 4);
 	if (ledger_attempt_state_parse(PQgetvalue(res, row, 5), &a->state) != 0)
 		abort(); /* the table's CHECK allows nothing else */
-	a->lease_ms_left = store_int(res, row, 6);
+	a->lease_ms_left = store_step_get_int(res, row, 6);
 	if (a->state == LEDGER_ATTEMPT_LIVE && a->lease_ms_left <= 0)
 		a->state = LEDGER_ATTEMPT_EXPIRED;
-	a->is_retry = store_bool(res, row, 7);
-	a->delivered_output_tokens = store_int(res, row, 8);
-	store_copy(res, row, 9, a->created_at, sizeof(a->created_at));
+	a->is_retry = store_step_get_bool(res, row, 7);
+	a->delivered_output_tokens = store_step_get_int(res, row, 8);
+	store_step_get_text(res, row, 9, a->created_at, sizeof(a->created_at));
 }
 
-enum ledger_err store_lock_and_read(struct ledger_store_conn *conn, const char *tenant,
-				    const char *request_id, bool create,
-				    const struct store_lookup *look, struct store_locked *lk,
-				    struct ledger_call *call)
+enum ledger_err store_rows_lock_and_read(struct ledger_store_conn *conn, const char *tenant,
+					 const char *request_id, bool create,
+					 const struct store_lookup *look, struct store_locked *lk,
+					 struct ledger_call *call)
 {
 	const char *key[2] = {tenant, request_id};
 	const char *names[5] = {tenant, request_id, look->attempt_id, look->second_attempt_id,
@@ -411,72 +326,72 @@ enum ledger_err store_lock_and_read(struct ledger_store_conn *conn, const char *
 	memset(lk, 0, sizeof(*lk));
 	store_step_begin(&st, conn);
 	store_step_add_simple(&st, "BEGIN");
-	store_step_add(&st, create ? &store_lock_request : &store_lock_existing, key);
-	store_step_add(&st, &store_read_request, key);
-	store_step_add(&st, &store_read_attempts, names);
+	store_step_add(&st, create ? &store_rows_lock_request : &store_rows_lock_existing, key);
+	store_step_add(&st, &store_rows_read_request, key);
+	store_step_add(&st, &store_rows_read_attempts, names);
 	if (call != NULL)
-		store_step_add(&st, &store_read_call, call_key);
+		store_step_add(&st, &store_rows_read_call, call_key);
 	if (look->calls_summary)
 		store_step_add(&st, &calls_summary, key);
 	rc = store_step_run(&st);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (PQntuples(st.res[1]) == 1) {
-		lk->created = store_bool(st.res[1], 0, 1);
+		lk->created = store_step_get_bool(st.res[1], 0, 1);
 	} else if (create) {
 		/*
 		 * Another transaction created the request after this statement's
 		 * snapshot was taken: it is committed now, so trying again sees it.
 		 */
-		store_abort(conn);
+		store_step_abort(conn);
 		rc = LEDGER_ERR_CONFLICT;
 		goto out;
 	}
-	rc = store_parse_request(st.res[2], 0, &lk->request, &lk->client_error);
+	rc = store_rows_parse_request(st.res[2], 0, &lk->request, &lk->client_error);
 	n = PQntuples(st.res[3]);
 	for (int i = 0; i < n && rc == LEDGER_OK; i++) {
 		struct ledger_attempt a;
 
-		store_parse_attempt(st.res[3], i, &a);
-		if (store_bool(st.res[3], i, 10))
+		store_rows_parse_attempt(st.res[3], i, &a);
+		if (store_step_get_bool(st.res[3], i, 10))
 			lk->named = a;
-		if (store_bool(st.res[3], i, 11))
+		if (store_step_get_bool(st.res[3], i, 11))
 			lk->second = a;
-		if (store_bool(st.res[3], i, 12))
+		if (store_step_get_bool(st.res[3], i, 12))
 			lk->of_call = a;
-		if (store_bool(st.res[3], i, 13))
+		if (store_step_get_bool(st.res[3], i, 13))
 			lk->newest = a;
 	}
 	if (rc == LEDGER_OK && call != NULL)
-		rc = store_parse_call(st.res[4], 0, 0, call);
+		rc = store_rows_parse_call(st.res[4], 0, 0, call);
 	if (rc == LEDGER_OK && look->calls_summary) {
 		const PGresult *sum = st.res[call != NULL ? 5 : 4];
 
-		lk->calls.held_by_newest_ms = store_int(sum, 0, 0);
-		lk->calls.unknown = store_int(sum, 0, 1);
+		lk->calls.held_by_newest_ms = store_step_get_int(sum, 0, 0);
+		lk->calls.unknown = store_step_get_int(sum, 0, 1);
 	}
 	if (rc != LEDGER_OK) {
-		store_locked_clear(lk);
-		store_abort(conn);
+		store_rows_locked_clear(lk);
+		store_step_abort(conn);
 	}
 out:
 	store_step_clear(&st);
 	return rc;
 }
 
-void store_locked_clear(struct store_locked *lk)
+void store_rows_locked_clear(struct store_locked *lk)
 {
 	free(lk->client_error);
 	lk->client_error = NULL;
 }
 
-void store_request_set(struct store_step *st, const char *tenant, const char *request_id,
-		       const struct ledger_request *r, const char *client_error)
+void store_rows_request_set(struct store_step *st, const char *tenant, const char *request_id,
+			    const struct ledger_request *r, const char *client_error)
 {
 	const char *params[9] = {
 		tenant,
 		request_id,
-		ledger_request_status_name(r->status),
+		ledger_attempt_request_status_name(r->status),
 		r->first_delta_sent ? "true" : "false",
 		store_step_int(st, r->delivered_output_tokens),
 		store_step_int(st, r->attempt_count),
@@ -488,9 +403,9 @@ void store_request_set(struct store_step *st, const char *tenant, const char *re
 	store_step_add(st, &request_set, params);
 }
 
-void store_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
-		       const char *attempt_id, enum ledger_attempt_state state, int64_t lease_ms,
-		       int64_t delivered, const char *outcome)
+void store_rows_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
+			    const char *attempt_id, enum ledger_attempt_state state,
+			    int64_t lease_ms, int64_t delivered, const char *outcome)
 {
 	/* EXPIRED is derived, never stored: the row stays live until superseded */
 	const char *params[7] = {
@@ -507,8 +422,8 @@ void store_attempt_set(struct store_step *st, const char *tenant, const char *re
 	store_step_add(st, &attempt_set, params);
 }
 
-enum ledger_err store_read_budget(struct ledger_store_conn *conn, const char *tenant,
-				  const struct ledger_policy *p, struct ledger_budget *out)
+enum ledger_err store_rows_read_budget(struct ledger_store_conn *conn, const char *tenant,
+				       const struct ledger_policy *p, struct ledger_budget *out)
 {
 	const char *lock[1] = {tenant};
 	struct store_step st;
@@ -521,15 +436,16 @@ enum ledger_err store_read_budget(struct ledger_store_conn *conn, const char *te
 	store_step_add(&st, &budget_count, count);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK) {
-		out->attempts = store_int(st.res[1], 0, 0);
-		out->retries = store_int(st.res[1], 0, 1);
+		out->attempts = store_step_get_int(st.res[1], 0, 0);
+		out->retries = store_step_get_int(st.res[1], 0, 1);
 	}
 	store_step_clear(&st);
 	return rc;
 }
 
-void store_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
-			  const struct ledger_attempt *a, struct store_event *ev, bool reopened)
+void store_rows_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
+			       const struct ledger_attempt *a, struct store_event *ev,
+			       bool reopened)
 {
 	const char *params[9] = {
 		tenant,
@@ -563,17 +479,16 @@ void store_attempt_insert(struct store_step *st, const char *tenant, const char 
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_rows_statements[] = {
-	&store_lock_request,
-	&store_lock_existing,
-	&store_read_call,
-	&store_read_request,
-	&store_read_attempts,
+	&store_rows_lock_request,
+	&store_rows_lock_existing,
+	&store_rows_read_call,
+	&store_rows_read_request,
+	&store_rows_read_attempts,
 	&request_set,
 	&attempt_set,
 	&calls_summary,
 	&budget_lock,
 	&budget_count,
 	&attempt_insert,
-	&event_insert,
 	NULL,
 };

@@ -15,7 +15,9 @@
 #include "ledger/common/err.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/core/attempt.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
+#include "ledger/store/event.h"
 #include "ledger/store/step.h"
 #include "ledger/store/store.h"
 
@@ -71,12 +73,12 @@ enum store_call_col {
 	"   ON c.tenant IS NULL AND t.tenant = $1 AND t.request_id = $2"                          \
 	"  AND t.tool_call_id = $3 AND t.expires_at > now_.t"
 
-/* A request's columns as store_parse_request() reads them. */
+/* A request's columns as store_rows_parse_request() reads them. */
 #define STORE_REQUEST_COLUMNS                                                                     \
 	"status, first_delta_sent, delivered_output_tokens, attempt_count,"                       \
 	" coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")
 
-/* An attempt's columns over "a" and the clock "now_", as store_parse_attempt() reads them. */
+/* An attempt's columns over "a" and the clock "now_", as store_rows_parse_attempt() reads them. */
 #define STORE_ATTEMPT_COLUMNS                                                                     \
 	"a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state,"          \
 	" CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t"           \
@@ -85,66 +87,40 @@ enum store_call_col {
 /* clang-format on */
 
 /** Reads the request at @p row (none there: exists false). @return OK or NOMEM */
-LEDGER_MUSTCHECK enum ledger_err store_parse_request(const PGresult *res, int row,
-						     struct ledger_request *r, char **client_error);
+LEDGER_MUSTCHECK enum ledger_err store_rows_parse_request(const PGresult *res, int row,
+							  struct ledger_request *r,
+							  char **client_error);
 
 /** Reads the attempt at @p row, deriving EXPIRED from its lease. */
-void store_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
+void store_rows_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
 
 /* The statements every tool-call transaction starts with (store_rows.c). */
-extern const struct store_stmt store_lock_request;  /* $1 tenant, $2 request: lock, create */
-extern const struct store_stmt store_lock_existing; /* the same, without creating */
-extern const struct store_stmt store_read_call;     /* $1..$3: the call, after the lock */
-extern const struct store_stmt store_read_request;  /* $1, $2: the request's row */
-extern const struct store_stmt store_read_attempts; /* see store_rows.c */
+extern const struct store_stmt store_rows_lock_request;  /* $1 tenant, $2 request: lock, create */
+extern const struct store_stmt store_rows_lock_existing; /* the same, without creating */
+extern const struct store_stmt store_rows_read_call;     /* $1..$3: the call, after the lock */
+extern const struct store_stmt store_rows_read_request;  /* $1, $2: the request's row */
+extern const struct store_stmt store_rows_read_attempts; /* see store_rows.c */
 
 /**
  * Fills @p call from STORE_CALL_COLUMNS starting at column @p base of
  * @p row, deriving UNKNOWN from a lease that ran out.
  * @return LEDGER_OK or LEDGER_ERR_NOMEM
  */
-LEDGER_MUSTCHECK enum ledger_err store_parse_call(const PGresult *res, int row, int base,
-						  struct ledger_call *call);
+LEDGER_MUSTCHECK enum ledger_err store_rows_parse_call(const PGresult *res, int row, int base,
+						       struct ledger_call *call);
 
 /** The stored name of who completed a call ("holder", "late", "resolve"). */
-const char *store_completed_by_name(enum ledger_completed_by by);
-
-/* An event being built, to be inserted in the transaction it records. */
-struct store_event {
-	const char *type;       /* "claimed", "completed", "refused", ... */
-	const char *attempt_id; /* NULL: none */
-	struct ledger_buf detail;
-	struct ledger_jsonw w; /* writes into detail; the object is left open */
-};
-
-void store_event_start(struct store_event *ev, const char *type, const char *attempt_id);
-/** Starts a "refused" event of @p operation with the API's error @p code. */
-void store_event_refused(struct store_event *ev, const char *operation, const char *code,
-			 const char *attempt_id);
-void store_event_int(struct store_event *ev, const char *key, int64_t v);
-/** Adds @p s, or nothing when it is NULL or empty. */
-void store_event_str(struct store_event *ev, const char *key, const char *s);
-/** Closes the detail and queues the event's INSERT; @p ev must outlive the step. */
-void store_event_add(struct store_step *st, const struct ledger_call_key *key,
-		     struct store_event *ev);
-void store_event_free(struct store_event *ev);
-
-/* The history's detail of a claim that gave @p token (@p from: the state before, or NULL). */
-void store_event_claimed(struct store_event *ev, const struct ledger_claim *c, int64_t token,
-			 const char *from);
-
-/* The history's detail of a completion: its outcome, retryable, token. */
-void store_event_completion(struct store_event *ev, const struct ledger_completion *c);
+const char *store_rows_completed_by_name(enum ledger_completed_by by);
 
 /** Makes @p call the new holder's view of a call it just claimed with @p token. */
-void store_call_set_claimed(struct ledger_call *call, const struct ledger_claim *c, int64_t token);
+void store_rows_set_claimed(struct ledger_call *call, const struct ledger_claim *c, int64_t token);
 
 /**
  * Makes @p call the view of a call whose completion @p c was just stored
  * by @p by, its completed_at read from column @p col of @p row of @p res.
  * @return LEDGER_OK or LEDGER_ERR_NOMEM
  */
-LEDGER_MUSTCHECK enum ledger_err store_call_set_completed(struct ledger_call *call,
+LEDGER_MUSTCHECK enum ledger_err store_rows_set_completed(struct ledger_call *call,
 							  const struct ledger_completion *c,
 							  const PGresult *res, int row, int col,
 							  enum ledger_completed_by by);
@@ -173,49 +149,49 @@ struct store_lookup {
  * Opens a transaction, locks the request (creating it when @p create) and
  * reads, after the lock, the request, the attempts @p look names with the
  * newest, and the call. On LEDGER_OK the transaction stays open: end it with
- * store_commit() or store_rollback(), then store_locked_clear().
+ * store_step_commit() or store_step_rollback(), then store_rows_locked_clear().
  * @param call may be NULL when @p look names no call
  */
-LEDGER_MUSTCHECK enum ledger_err store_lock_and_read(struct ledger_store_conn *conn,
-						     const char *tenant, const char *request_id,
-						     bool create, const struct store_lookup *look,
-						     struct store_locked *lk,
-						     struct ledger_call *call);
+LEDGER_MUSTCHECK enum ledger_err
+store_rows_lock_and_read(struct ledger_store_conn *conn, const char *tenant, const char *request_id,
+			 bool create, const struct store_lookup *look, struct store_locked *lk,
+			 struct ledger_call *call);
 
 /** Frees what @p lk owns. */
-void store_locked_clear(struct store_locked *lk);
+void store_rows_locked_clear(struct store_locked *lk);
 
 /**
  * Counts the tenant's attempts in the policy's window, under a per-tenant
  * lock held until the transaction ends, so that concurrent retries of one
  * tenant cannot all pass a budget that has room for one.
  */
-LEDGER_MUSTCHECK enum ledger_err store_read_budget(struct ledger_store_conn *conn,
-						   const char *tenant,
-						   const struct ledger_policy *p,
-						   struct ledger_budget *out);
+LEDGER_MUSTCHECK enum ledger_err store_rows_read_budget(struct ledger_store_conn *conn,
+							const char *tenant,
+							const struct ledger_policy *p,
+							struct ledger_budget *out);
 
 /**
  * Queues the creation of attempt @p a (its id, epoch, replica, revision,
  * lease in lease_ms_left, is_retry) and its attempt_created event.
  */
-void store_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
-			  const struct ledger_attempt *a, struct store_event *ev, bool reopened);
+void store_rows_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
+			       const struct ledger_attempt *a, struct store_event *ev,
+			       bool reopened);
 
 /**
  * Queues the writes that make the request's row read @p r (its status,
  * delta, counts, revision) and its client error @p client_error (NULL:
  * none).
  */
-void store_request_set(struct store_step *st, const char *tenant, const char *request_id,
-		       const struct ledger_request *r, const char *client_error);
+void store_rows_request_set(struct store_step *st, const char *tenant, const char *request_id,
+			    const struct ledger_request *r, const char *client_error);
 
 /**
  * Queues the write of an attempt's state, and optionally a new lease
  * (@p lease_ms > 0), progress (@p delivered >= 0) or outcome (non-NULL).
  */
-void store_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
-		       const char *attempt_id, enum ledger_attempt_state state, int64_t lease_ms,
-		       int64_t delivered, const char *outcome);
+void store_rows_attempt_set(struct store_step *st, const char *tenant, const char *request_id,
+			    const char *attempt_id, enum ledger_attempt_state state,
+			    int64_t lease_ms, int64_t delivered, const char *outcome);
 
 #endif

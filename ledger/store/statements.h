@@ -11,6 +11,7 @@
 extern const struct store_stmt *const store_admin_statements[];
 extern const struct store_stmt *const store_batch_statements[];
 extern const struct store_stmt *const store_calls_statements[];
+extern const struct store_stmt *const store_event_statements[];
 extern const struct store_stmt *const store_fast_statements[];
 extern const struct store_stmt *const store_failover_statements[];
 extern const struct store_stmt *const store_gc_statements[];

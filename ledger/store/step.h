@@ -1,8 +1,7 @@
 /*
  * ledger/store/step.h: the bottom of the store, which every store file
- * uses and which uses none of them: the connection, prepared statements,
- * pipeline steps, column readers and the transaction frame (commit,
- * rollback, retries). A step sends its statements in one pipeline and
+ * uses and which uses none of them but conn.c: pipeline steps, column
+ * readers and the transaction frame (commit, rollback, retries). A step sends its statements in one pipeline and
  * reads their results after one sync: one round trip, whatever it holds.
  */
 #ifndef LEDGER_STORE_STEP_H
@@ -15,30 +14,10 @@
 
 #include "ledger/common/buf.h"
 #include "ledger/common/err.h"
+#include "ledger/store/conn.h"
 #include "ledger/store/store.h"
 
-/* A prepared statement: prepared on a connection the first time it is used. */
-struct store_stmt {
-	const char *name;
-	const char *sql;
-	int nparams;
-};
-
-#define STORE_MAX_STMTS 32 /* statements of all store files together */
-#define STORE_MAX_STEP 8   /* statements in one pipeline step */
-
-struct ledger_store_conn {
-	PGconn *pg;               /* NULL while down */
-	const char *database_url; /* borrowed */
-	int64_t last_attempt_ms;  /* monotonic, of the last connect */
-	int64_t reconnect_ms;
-	const struct store_stmt *prepared[STORE_MAX_STMTS]; /* what this connection knows */
-	unsigned nprepared;
-	bool down_logged;  /* "database unreachable" said once */
-	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
-	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
-	char failure[300]; /* what the last failed step said */
-};
+#define STORE_MAX_STEP 8 /* statements in one pipeline step */
 
 /*
  * One step: statements queued, then sent and read together. A step holds up
@@ -102,46 +81,37 @@ void store_step_clear(struct store_step *st);
  * Leaves no transaction open after a failed step: rolls back if the
  * connection is inside one, drops the connection if that fails.
  */
-void store_abort(struct ledger_store_conn *conn);
-
-/** True when the connection is up (connecting first if it is time to). */
-bool store_conn_ready(struct ledger_store_conn *conn);
+void store_step_abort(struct ledger_store_conn *conn);
 
 /** Copies a text column into @p dst (size @p cap), "" for NULL. */
-void store_copy(const PGresult *res, int row, int col, char *dst, size_t cap);
+void store_step_get_text(const PGresult *res, int row, int col, char *dst, size_t cap);
 
 /** Reads an int8 column; 0 for NULL. */
-int64_t store_int(const PGresult *res, int row, int col);
+int64_t store_step_get_int(const PGresult *res, int row, int col);
 
 /**
  * Appends @p s to the text of a PostgreSQL array literal in @p b (empty
  * before the first element), quoted and escaped; NULL appends an SQL NULL.
- * Finish with store_array_end().
+ * Finish with store_step_array_end().
  */
-void store_array_add(struct ledger_buf *b, const char *s);
+void store_step_array_add(struct ledger_buf *b, const char *s);
 
 /** Closes the literal: "{}" when nothing was added. */
-void store_array_end(struct ledger_buf *b);
+void store_step_array_end(struct ledger_buf *b);
 
 /** Reads a boolean column ("t"). */
-bool store_bool(const PGresult *res, int row, int col);
+bool store_step_get_bool(const PGresult *res, int row, int col);
 
 /** A new copy of a text column, or NULL for NULL (@p len_out may be NULL). */
-char *store_dup(const PGresult *res, int row, int col, size_t *len_out);
-
-/** Prepares @p c for the pool: down, with its first connection due at once. */
-void store_conn_init(struct ledger_store_conn *c, const char *database_url, int64_t reconnect_ms);
-
-/** Closes the connection, if open; it is reopened by store_conn_ready(). */
-void store_conn_drop(struct ledger_store_conn *c);
+char *store_step_get_dup(const PGresult *res, int row, int col, size_t *len_out);
 
 /* --- transactions --- */
 
 /** Runs the statements queued in @p st (writes, events), then COMMIT. */
-LEDGER_MUSTCHECK enum ledger_err store_commit(struct store_step *st);
+LEDGER_MUSTCHECK enum ledger_err store_step_commit(struct store_step *st);
 
 /** Ends a transaction that wrote nothing. */
-LEDGER_MUSTCHECK enum ledger_err store_rollback(struct ledger_store_conn *conn);
+LEDGER_MUSTCHECK enum ledger_err store_step_rollback(struct ledger_store_conn *conn);
 
 /**
  * Runs @p op (whose arguments are @p arg) on @p out (zeroed first, @p size
@@ -150,12 +120,12 @@ LEDGER_MUSTCHECK enum ledger_err store_rollback(struct ledger_store_conn *conn);
  * idempotent. Answers LEDGER_ERR_UNAVAILABLE at once while the connection
  * is down.
  */
-LEDGER_MUSTCHECK enum ledger_err store_with_retries(
+LEDGER_MUSTCHECK enum ledger_err store_step_with_retries(
 	struct ledger_store_conn *conn,
 	enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg, void *out),
 	const void *arg, void *out, size_t size, void (*reset)(void *out));
 
 /** Writes @p v in decimal, as a statement parameter. */
-void store_fmt_int(char buf[24], int64_t v);
+void store_step_fmt_int(char buf[24], int64_t v);
 
 #endif

@@ -22,7 +22,8 @@
 #include "ledger/core/failover.h"
 #include "ledger/core/policy.h"
 #include "ledger/common/err.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 struct ledger_store;      /* the pool: queue and workers */
 struct ledger_store_conn; /* one connection; owned by one thread at a time */
@@ -263,7 +264,7 @@ struct ledger_attempt_result {
 };
 
 /** Frees what @p r owns. */
-void ledger_attempt_result_clear(struct ledger_attempt_result *r);
+void ledger_store_attempt_result_clear(struct ledger_attempt_result *r);
 
 /** POST attempts: creates (or finds again) an attempt of @p request_id. */
 LEDGER_MUSTCHECK enum ledger_err
@@ -320,7 +321,7 @@ struct ledger_failover_result {
 };
 
 /** Frees what @p r owns. */
-void ledger_failover_result_clear(struct ledger_failover_result *r);
+void ledger_store_failover_result_clear(struct ledger_failover_result *r);
 
 /**
  * POST failover: decides by ledger_failover_decide() under the request's
@@ -359,7 +360,7 @@ struct ledger_request_view {
 	bool more_events; /* the history goes on after the last one */
 };
 
-void ledger_request_view_clear(struct ledger_request_view *v);
+void ledger_store_request_view_clear(struct ledger_request_view *v);
 
 /**
  * Reads request @p request_id with its attempts, its calls and up to

@@ -478,16 +478,16 @@ static void test_attempt_create_table(void **state)
 static void test_attempt_create_codes(void **state)
 {
 	(void)state;
-	assert_null(ledger_create_code(C(REPEATED)));
-	assert_string_equal(ledger_create_code(C(REQUEST_MISMATCH)), "request_mismatch");
-	assert_string_equal(ledger_create_code(C(FIRST_DELTA_SENT)), "first_delta_sent");
-	assert_string_equal(ledger_create_code(C(REQUEST_CLOSED)), "request_closed");
-	assert_string_equal(ledger_create_code(C(BUDGET_EXHAUSTED)), "retry_budget_exhausted");
-	assert_string_equal(ledger_create_code(C(REVISION_MISMATCH)), "revision_mismatch");
-	assert_string_equal(ledger_create_code(C(SOURCE_NOT_FENCED)), "source_not_fenced");
-	assert_string_equal(ledger_create_code(C(TOOL_CALL_IN_PROGRESS)), "tool_call_in_progress");
-	assert_string_equal(ledger_create_code(C(TOOL_OUTCOME_UNKNOWN)), "tool_outcome_unknown");
-	assert_null(ledger_create_code(C(CREATED)));
+	assert_null(ledger_attempt_create_code(C(REPEATED)));
+	assert_string_equal(ledger_attempt_create_code(C(REQUEST_MISMATCH)), "request_mismatch");
+	assert_string_equal(ledger_attempt_create_code(C(FIRST_DELTA_SENT)), "first_delta_sent");
+	assert_string_equal(ledger_attempt_create_code(C(REQUEST_CLOSED)), "request_closed");
+	assert_string_equal(ledger_attempt_create_code(C(BUDGET_EXHAUSTED)), "retry_budget_exhausted");
+	assert_string_equal(ledger_attempt_create_code(C(REVISION_MISMATCH)), "revision_mismatch");
+	assert_string_equal(ledger_attempt_create_code(C(SOURCE_NOT_FENCED)), "source_not_fenced");
+	assert_string_equal(ledger_attempt_create_code(C(TOOL_CALL_IN_PROGRESS)), "tool_call_in_progress");
+	assert_string_equal(ledger_attempt_create_code(C(TOOL_OUTCOME_UNKNOWN)), "tool_outcome_unknown");
+	assert_null(ledger_attempt_create_code(C(CREATED)));
 }
 
 /* --- an attempt's rights, standing, blocking time, renew --- */
@@ -752,7 +752,7 @@ static void test_attempt_budget_allows_retry(void **state)
 		ledger_policy_default(&p);
 		p.budget_percent = row->percent;
 		p.budget_min_retries = row->min_retries;
-		got = ledger_budget_allows_retry(&p, &b);
+		got = ledger_attempt_budget_allows_retry(&p, &b);
 		if (got != row->allows) {
 			print_error("budget row %zu (%u%%, min %u; %lld retries of %lld attempts): "
 				    "%s, want %s\n",
@@ -796,12 +796,12 @@ static void test_attempt_names_round_trip(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < N(statuses); i++) {
-		const char *name = ledger_request_status_name((enum ledger_request_status)i);
+		const char *name = ledger_attempt_request_status_name((enum ledger_request_status)i);
 
 		assert_non_null(name);
 		assert_string_equal(name, statuses[i]);
 		rs = LEDGER_REQUEST_ABANDONED;
-		assert_int_equal(ledger_request_status_parse(name, &rs), 0);
+		assert_int_equal(ledger_attempt_request_status_parse(name, &rs), 0);
 		assert_int_equal(rs, i);
 	}
 	for (size_t i = 0; i < N(states); i++) {
@@ -813,9 +813,9 @@ static void test_attempt_names_round_trip(void **state)
 		assert_int_equal(ledger_attempt_state_parse(name, &as), 0);
 		assert_int_equal(as, i);
 	}
-	assert_int_equal(ledger_request_status_parse("", &rs), -1);
-	assert_int_equal(ledger_request_status_parse("Open", &rs), -1);
-	assert_int_equal(ledger_request_status_parse("closed", &rs), -1);
+	assert_int_equal(ledger_attempt_request_status_parse("", &rs), -1);
+	assert_int_equal(ledger_attempt_request_status_parse("Open", &rs), -1);
+	assert_int_equal(ledger_attempt_request_status_parse("closed", &rs), -1);
 	assert_int_equal(ledger_attempt_state_parse("", &as), -1);
 	assert_int_equal(ledger_attempt_state_parse("cancel-requested", &as), -1);
 	assert_int_equal(ledger_attempt_state_parse("live ", &as), -1);

@@ -222,23 +222,23 @@ static void test_decide_claim_anonymous_holder_is_nobody(void **state)
 static void test_decide_claim_codes(void **state)
 {
 	(void)state;
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_IN_PROGRESS), "in_progress");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_OUTCOME_UNKNOWN), "outcome_unknown");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_ARGS_MISMATCH), "args_mismatch");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_RESULT_EXPIRED), "result_expired");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_ATTEMPT_FENCED), "attempt_fenced");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_ATTEMPT_REQUIRED), "attempt_required");
-	assert_string_equal(ledger_claim_code(LEDGER_CLAIM_ATTEMPT_NOT_FOUND), "attempt_not_found");
-	assert_null(ledger_claim_code(LEDGER_CLAIM_NEW));
-	assert_null(ledger_claim_code(LEDGER_CLAIM_RECLAIM));
-	assert_null(ledger_claim_code(LEDGER_CLAIM_HELD));
-	assert_null(ledger_claim_code(LEDGER_CLAIM_REPLAY));
-	assert_string_equal(ledger_complete_code(LEDGER_COMPLETE_STALE_TOKEN), "stale_token");
-	assert_string_equal(ledger_complete_code(LEDGER_COMPLETE_ALREADY_COMPLETED),
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_IN_PROGRESS), "in_progress");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_OUTCOME_UNKNOWN), "outcome_unknown");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_ARGS_MISMATCH), "args_mismatch");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_RESULT_EXPIRED), "result_expired");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_ATTEMPT_FENCED), "attempt_fenced");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_ATTEMPT_REQUIRED), "attempt_required");
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_ATTEMPT_NOT_FOUND), "attempt_not_found");
+	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_NEW));
+	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_RECLAIM));
+	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_HELD));
+	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_REPLAY));
+	assert_string_equal(ledger_decide_complete_code(LEDGER_COMPLETE_STALE_TOKEN), "stale_token");
+	assert_string_equal(ledger_decide_complete_code(LEDGER_COMPLETE_ALREADY_COMPLETED),
 			    "already_completed");
-	assert_string_equal(ledger_renew_code(LEDGER_RENEW_OUTCOME_UNKNOWN), "outcome_unknown");
-	assert_string_equal(ledger_release_code(LEDGER_RELEASE_STALE_TOKEN), "stale_token");
-	assert_string_equal(ledger_resolve_code(LEDGER_RESOLVE_ALREADY_COMPLETED),
+	assert_string_equal(ledger_decide_renew_code(LEDGER_RENEW_OUTCOME_UNKNOWN), "outcome_unknown");
+	assert_string_equal(ledger_decide_release_code(LEDGER_RELEASE_STALE_TOKEN), "stale_token");
+	assert_string_equal(ledger_decide_resolve_code(LEDGER_RESOLVE_ALREADY_COMPLETED),
 			    "already_completed");
 }
 

@@ -1852,18 +1852,18 @@ static void test_failover_names(void **state)
 
 	(void)state;
 	for (int i = 0; i <= (int)SIG_CLIENT_GONE; i++) {
-		const char *name = ledger_signal_name((enum ledger_signal)i);
+		const char *name = ledger_failover_signal_name((enum ledger_signal)i);
 
 		assert_non_null(name);
 		assert_string_equal(name, signal_names[i]);
 		s = SIG_OVERLOADED;
-		assert_int_equal(ledger_signal_parse(name, &s), 0);
+		assert_int_equal(ledger_failover_signal_parse(name, &s), 0);
 		assert_int_equal(s, i);
 	}
-	assert_int_equal(ledger_signal_parse("", &s), -1);
-	assert_int_equal(ledger_signal_parse("replica_exited ", &s), -1);
-	assert_int_equal(ledger_signal_parse("REPLICA_EXITED", &s), -1);
-	assert_int_equal(ledger_signal_parse("timeout", &s), -1);
+	assert_int_equal(ledger_failover_signal_parse("", &s), -1);
+	assert_int_equal(ledger_failover_signal_parse("replica_exited ", &s), -1);
+	assert_int_equal(ledger_failover_signal_parse("REPLICA_EXITED", &s), -1);
+	assert_int_equal(ledger_failover_signal_parse("timeout", &s), -1);
 	for (int i = 0; i <= (int)A_RETRY; i++)
 		assert_string_equal(ledger_failover_action_name((enum ledger_failover_action)i),
 				    action_names[i]);

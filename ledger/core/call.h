@@ -1,32 +1,17 @@
 /*
- * ledger/core/types.h: the domain's vocabulary: roles, the states of a tool
- * call, and a tool call's row as the decision functions see it. Strings
- * live in fixed arrays sized by the contract's limits, so a row can be
- * copied out of a query result without allocations.
+ * ledger/core/call.h: a tool call as the decision functions see it: its
+ * states and its row at the database instant it was read. Strings live in
+ * fixed arrays sized by the contract's limits, so a row can be copied out
+ * of a query result without allocations.
  */
-#ifndef LEDGER_TYPES_H
-#define LEDGER_TYPES_H
+#ifndef LEDGER_CALL_H
+#define LEDGER_CALL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define LEDGER_ID_MAX 128       /* bytes of a request, tool call or attempt id */
-#define LEDGER_TEXT_MAX 256     /* bytes of a free-text field */
-#define LEDGER_CLAIM_ID_MIN 16  /* characters of a claim_id, at least */
-#define LEDGER_SHA256_HEX 64    /* lowercase hex digits of a fingerprint */
-#define LEDGER_TIMESTAMP_MAX 32 /* "2026-11-30T01:29:43.123Z" and a NUL, with room */
-#define LEDGER_MAX_SAFE_INT 9007199254740991ULL /* 2^53 - 1 */
-
-enum ledger_role {
-	LEDGER_ROLE_AGENT,
-	LEDGER_ROLE_ROUTER,
-	LEDGER_ROLE_REVIEWER,
-	LEDGER_ROLE_ADMIN,
-};
-
-/* Bit per role, for the routing table's "who may call" column. */
-#define LEDGER_ROLE_BIT(r) (1u << (r))
+#include "ledger/core/id.h"
 
 enum ledger_call_state {
 	LEDGER_CALL_ABSENT,      /* never claimed */
@@ -72,15 +57,5 @@ void ledger_call_clear(struct ledger_call *call);
 
 /** The API's name of a state ("in_progress", "unknown", ...). */
 const char *ledger_call_state_name(enum ledger_call_state s);
-
-/** The API's name of a role, and its inverse. @return -1 if unknown. */
-const char *ledger_role_name(enum ledger_role r);
-int ledger_role_parse(const char *s, enum ledger_role *out);
-
-/**
- * True when @p s (of @p len bytes) is a valid id: 1..128 bytes of
- * [A-Za-z0-9._~-]. A claim_id is also an id, with at least 16 of them.
- */
-bool ledger_id_valid(const char *s, size_t len);
 
 #endif

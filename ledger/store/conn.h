@@ -1,0 +1,48 @@
+/*
+ * ledger/store/conn.h: one connection of the store to PostgreSQL, owned by
+ * one thread at a time, and the statements it has prepared.
+ */
+#ifndef LEDGER_STORE_CONN_H
+#define LEDGER_STORE_CONN_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ledger/common/err.h"
+
+/* A prepared statement: prepared on a connection the first time it is used. */
+struct store_stmt {
+	const char *name;
+	const char *sql;
+	int nparams;
+};
+
+#define STORE_MAX_STMTS 32 /* statements of all store files together */
+
+struct ledger_store_conn {
+	PGconn *pg;               /* NULL while down */
+	const char *database_url; /* borrowed */
+	int64_t last_attempt_ms;  /* monotonic, of the last connect */
+	int64_t reconnect_ms;
+	const struct store_stmt *prepared[STORE_MAX_STMTS]; /* what this connection knows */
+	unsigned nprepared;
+	bool down_logged;  /* "database unreachable" said once */
+	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
+	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
+	char failure[300]; /* what the last failed step said */
+};
+
+/** True when the connection is up (connecting first if it is time to). */
+bool store_conn_ready(struct ledger_store_conn *conn);
+
+/** Prepares @p c for the pool: down, with its first connection due at once. */
+void store_conn_init(struct ledger_store_conn *c, const char *database_url, int64_t reconnect_ms);
+
+/** Closes the connection, if open; it is reopened by store_conn_ready(). */
+void store_conn_drop(struct ledger_store_conn *c);
+
+/** Counts a database failure of @p kind for /metrics. Thread-safe. */
+void store_conn_count_error(enum ledger_err kind);
+
+#endif
