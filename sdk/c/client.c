@@ -4,6 +4,8 @@
  * connection alive between calls. A call that gets no answer, or a 503, is
  * re-sent unchanged until its time runs out: the API makes every POST
  * idempotent under such a retry, so a lost answer is never a lost call.
+ * Every call is bounded: 3 s to connect, timeout_ms in all, and
+ * LEDGER_CLIENT_MAX_ANSWER bytes of answer.
  */
 #include "sdk/c/client_int.h"
 
@@ -112,19 +114,43 @@ static bool add_header(struct curl_slist **list, const char *line)
 	return true;
 }
 
+/* Authorization (when a token is given) and Accept on every call; a body's
+ * Content-Type, and an empty Expect so a large body is not held back
+ * waiting for 100-continue, on POSTs only. */
+static bool build_headers(struct ledger_client *c, const char *token)
+{
+	struct ledger_buf auth = LEDGER_BUF_INIT;
+	bool ok = true;
+
+	if (token != NULL) {
+		ledger_buf_puts(&auth, "Authorization: Bearer ");
+		ledger_buf_puts(&auth, token);
+		ok = !auth.oom && add_header(&c->get_headers, auth.data) &&
+		     add_header(&c->post_headers, auth.data);
+	}
+	ok = ok && add_header(&c->get_headers, "Accept: application/json") &&
+	     add_header(&c->post_headers, "Accept: application/json") &&
+	     add_header(&c->post_headers, "Content-Type: application/json") &&
+	     add_header(&c->post_headers, "Expect:");
+	if (auth.data != NULL)
+		explicit_bzero(auth.data, auth.len);
+	ledger_buf_free(&auth);
+	return ok;
+}
+
 enum ledger_client_err ledger_client_open(const struct ledger_client_options *opts,
 					  struct ledger_client **out)
 {
 	struct ledger_client *c = NULL;
-	struct ledger_buf auth = LEDGER_BUF_INIT;
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
 	size_t len;
 
 	if (out == NULL)
 		return LEDGER_CLIENT_ERR_INVALID;
 	*out = NULL;
-	if (opts == NULL || opts->url == NULL || opts->token == NULL || opts->token[0] == '\0' ||
-	    strpbrk(opts->token, "\r\n") != NULL ||
+	if (opts == NULL || opts->url == NULL ||
+	    (opts->token != NULL &&
+	     (opts->token[0] == '\0' || strpbrk(opts->token, "\r\n") != NULL)) ||
 	    (strncasecmp(opts->url, "http://", 7) != 0 &&
 	     strncasecmp(opts->url, "https://", 8) != 0))
 		return LEDGER_CLIENT_ERR_INVALID;
@@ -146,24 +172,19 @@ enum ledger_client_err ledger_client_open(const struct ledger_client_options *op
 	c->retry_ms = opts->retry_ms != 0 ? opts->retry_ms : DEFAULT_RETRY_MS;
 	c->complete_retry_ms =
 		opts->complete_retry_ms != 0 ? opts->complete_retry_ms : DEFAULT_COMPLETE_RETRY_MS;
-
-	ledger_buf_puts(&auth, "Authorization: Bearer ");
-	ledger_buf_puts(&auth, opts->token);
-	if (auth.oom)
-		goto out;
-	/* Expect: empty, so a large body is not held back waiting for 100-continue. */
-	if (!add_header(&c->headers, auth.data) ||
-	    !add_header(&c->headers, "Accept: application/json") ||
-	    !add_header(&c->headers, "Content-Type: application/json") ||
-	    !add_header(&c->headers, "Expect:"))
+	if (opts->no_retry) {
+		/* A retry budget of 0 sends a call once. */
+		c->retry_ms = 0;
+		c->complete_retry_ms = 0;
+	}
+	c->user_agent = strdup(opts->user_agent != NULL ? opts->user_agent
+							: "ledger_client/" LEDGER_VERSION);
+	if (c->user_agent == NULL || !build_headers(c, opts->token))
 		goto out;
 	*out = c;
 	c = NULL;
 	rc = LEDGER_CLIENT_OK;
 out:
-	if (auth.data != NULL)
-		explicit_bzero(auth.data, auth.len);
-	ledger_buf_free(&auth);
 	ledger_client_close(c);
 	return rc;
 }
@@ -179,7 +200,9 @@ void ledger_client_close(struct ledger_client *c)
 		curl_easy_cleanup(k->curl);
 		free(k);
 	}
-	free_headers(c->headers);
+	free_headers(c->get_headers);
+	free_headers(c->post_headers);
+	free(c->user_agent);
 	free(c->base);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -190,7 +213,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 	struct sink *s = arg;
 	size_t len = size * n;
 
-	if (len > CLIENT_MAX_ANSWER - s->buf.len) {
+	if (len > LEDGER_CLIENT_MAX_ANSWER - s->buf.len) {
 		s->too_large = true;
 		return 0; /* libcurl stops with CURLE_WRITE_ERROR */
 	}
@@ -220,13 +243,11 @@ static struct client_conn *conn_get(struct ledger_client *c)
 	    curl_easy_setopt(k->curl, CURLOPT_PATH_AS_IS, 1L) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)CLIENT_MAX_ANSWER) !=
-		    CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_USERAGENT, "ledger_client/" LEDGER_VERSION) !=
-		    CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_MAXFILESIZE_LARGE,
+			     (curl_off_t)LEDGER_CLIENT_MAX_ANSWER) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_USERAGENT, c->user_agent) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_ERRORBUFFER, k->errbuf) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK) {
+	    curl_easy_setopt(k->curl, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK) {
 		if (k->curl != NULL)
 			curl_easy_cleanup(k->curl);
 		free(k);
@@ -244,21 +265,41 @@ static void conn_put(struct ledger_client *c, struct client_conn *k)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Failures after which the same request may simply be sent again. */
-static bool transient(CURLcode code)
+/* Why libcurl got no answer. UNREACHABLE is the one failure after which
+ * the same request may simply be sent again. */
+static enum ledger_client_failure classify(CURLcode code, bool too_large)
 {
 	switch (code) {
 	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
-		return true;
+		return LEDGER_CLIENT_FAILURE_UNREACHABLE;
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return LEDGER_CLIENT_FAILURE_BAD_URL;
+	case CURLE_FILESIZE_EXCEEDED:
+		return LEDGER_CLIENT_FAILURE_TOO_LARGE;
+	case CURLE_WRITE_ERROR:
+		return too_large ? LEDGER_CLIENT_FAILURE_TOO_LARGE
+				 : LEDGER_CLIENT_FAILURE_TRANSPORT;
 	default:
-		return false;
+		return LEDGER_CLIENT_FAILURE_TRANSPORT;
 	}
+}
+
+/* Records that no answer came, with libcurl's reason. */
+static void set_failure(struct ledger_client_error *err, const struct client_conn *k, CURLcode code,
+			enum ledger_client_failure failure)
+{
+	client_error_set(err, "", "%s",
+			 k->errbuf[0] != '\0' ? k->errbuf : curl_easy_strerror(code));
+	if (err != NULL)
+		err->failure = failure;
 }
 
 void client_answer_clear(struct client_answer *a)
@@ -284,6 +325,7 @@ static enum ledger_client_err error_from_answer(long status, char *body, size_t 
 	ledger_client_error_clear(err);
 	err->status = status;
 	err->body = body;
+	err->body_len = len;
 	if (ledger_json_parse(body, len, ANSWER_MAX_DEPTH, &doc, NULL) == LEDGER_OK)
 		e = ledger_json_get(ledger_json_root(doc), "error");
 	if (e == NULL || e->type != LEDGER_JSON_OBJECT) {
@@ -331,6 +373,8 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 	}
 	if (curl_easy_setopt(k->curl, CURLOPT_URL, url.data) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, &s) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER,
+			     body == NULL ? c->get_headers : c->post_headers) != CURLE_OK ||
 	    (body == NULL ? curl_easy_setopt(k->curl, CURLOPT_HTTPGET, 1L) != CURLE_OK
 			  : (curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS,
 					      body->data != NULL ? body->data : "") != CURLE_OK ||
@@ -343,6 +387,7 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 
 	for (;;) {
 		uint64_t elapsed, hint = 0;
+		enum ledger_client_failure failure;
 
 		ledger_buf_free(&s.buf);
 		s.too_large = false;
@@ -356,13 +401,14 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 			status = 0;
 		if (code == CURLE_OK && status != 502 && status != 503 && status != 504)
 			break;
-		if (code != CURLE_OK && !transient(code)) {
-			rc = s.too_large || code == CURLE_FILESIZE_EXCEEDED
+		failure =
+			code == CURLE_OK ? LEDGER_CLIENT_FAILURE_NONE : classify(code, s.too_large);
+		if (failure != LEDGER_CLIENT_FAILURE_NONE &&
+		    failure != LEDGER_CLIENT_FAILURE_UNREACHABLE) {
+			rc = failure == LEDGER_CLIENT_FAILURE_TOO_LARGE
 				     ? LEDGER_CLIENT_ERR_PROTOCOL
 				     : LEDGER_CLIENT_ERR_UNAVAILABLE;
-			client_error_set(err, "", "%s",
-					 k->errbuf[0] != '\0' ? k->errbuf
-							      : curl_easy_strerror(code));
+			set_failure(err, k, code, failure);
 			goto out;
 		}
 		if (code == CURLE_OK) {
@@ -376,9 +422,7 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 			if (err != NULL)
 				hint = err->retry_after_ms;
 		} else {
-			client_error_set(err, "", "%s",
-					 k->errbuf[0] != '\0' ? k->errbuf
-							      : curl_easy_strerror(code));
+			set_failure(err, k, code, failure);
 		}
 		elapsed = client_now_ms() - start;
 		if (elapsed >= retry_ms) {
@@ -390,11 +434,8 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 
 	ans->status = status;
 	ans->body = ledger_buf_steal(&s.buf, &ans->len);
-	if (ans->body == NULL) {
-		ans->body = strdup("");
-		if (ans->body == NULL)
-			goto out;
-	}
+	if (ans->body == NULL)
+		goto out;
 	if (status < 200 || status > 299) {
 		rc = error_from_answer(status, ans->body, ans->len, err);
 		ans->body = NULL; /* now err's */
@@ -441,16 +482,21 @@ bool client_valid_id(const char *id)
 	return n > 0;
 }
 
-/* "." and ".." are valid ids but dot segments of a path: never sent bare. */
-static void put_segment(struct ledger_buf *b, const char *seg)
+void client_escape(struct ledger_buf *b, const char *s)
 {
-	ledger_buf_putc(b, '/');
-	if (strcmp(seg, ".") == 0)
-		ledger_buf_puts(b, "%2E");
-	else if (strcmp(seg, "..") == 0)
-		ledger_buf_puts(b, "%2E%2E");
-	else
-		ledger_buf_puts(b, seg);
+	static const char hex[] = "0123456789ABCDEF";
+	/* "." and ".." are valid ids but dot segments of a path: never sent bare. */
+	bool dots = strcmp(s, ".") == 0 || strcmp(s, "..") == 0;
+
+	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+		if (id_char(*p) && !dots) {
+			ledger_buf_putc(b, (char)*p);
+		} else {
+			ledger_buf_putc(b, '%');
+			ledger_buf_putc(b, hex[*p >> 4]);
+			ledger_buf_putc(b, hex[*p & 0xf]);
+		}
+	}
 }
 
 void client_path(struct ledger_buf *b, const char *rid, ...)
@@ -458,11 +504,13 @@ void client_path(struct ledger_buf *b, const char *rid, ...)
 	va_list ap;
 	const char *seg;
 
-	ledger_buf_puts(b, "/v1/requests");
-	put_segment(b, rid);
+	ledger_buf_puts(b, "/v1/requests/");
+	client_escape(b, rid);
 	va_start(ap, rid);
-	while ((seg = va_arg(ap, const char *)) != NULL)
-		put_segment(b, seg);
+	while ((seg = va_arg(ap, const char *)) != NULL) {
+		ledger_buf_putc(b, '/');
+		client_escape(b, seg);
+	}
 	va_end(ap);
 }
 

@@ -14,18 +14,18 @@
 #include "ledger/common/json.h"
 #include "sdk/c/ledger_client.h"
 
-#define CLIENT_MAX_ANSWER (16u << 20) /* the largest answer read, in bytes */
-
 struct client_conn; /* one pooled libcurl handle */
 
 struct ledger_client {
-	char *base;                 /* the URL without its trailing '/' */
-	struct curl_slist *headers; /* Authorization (wiped on close), Content-Type, ... */
-	uint32_t timeout_ms;        /* one exchange */
-	uint32_t retry_ms;          /* re-sending a call that got no answer or a 503 */
-	uint32_t complete_retry_ms; /* the same for recording what a tool did */
-	pthread_mutex_t lock;       /* guards idle */
-	struct client_conn *idle;   /* handles not in use, each keeping its connection */
+	char *base;                      /* the URL without its trailing '/' */
+	struct curl_slist *get_headers;  /* Authorization (wiped on close), Accept */
+	struct curl_slist *post_headers; /* the same, Content-Type and Expect */
+	char *user_agent;                /* the User-Agent header */
+	uint32_t timeout_ms;             /* one exchange */
+	uint32_t retry_ms;               /* re-sending a call that got no answer or a 503 */
+	uint32_t complete_retry_ms;      /* the same for recording what a tool did */
+	pthread_mutex_t lock;            /* guards idle */
+	struct client_conn *idle;        /* handles not in use, each keeping its connection */
 };
 
 /* A 2xx answer, parsed. */
@@ -42,8 +42,8 @@ void client_answer_clear(struct client_answer *a);
 /**
  * POSTs @p body (GET when NULL) to @p path and re-sends the very same
  * request while no answer comes or the answer is 502/503/504, with capped,
- * jittered back-off, for up to @p retry_ms. Every POST of the API is
- * idempotent under such a retry.
+ * jittered back-off, for up to @p retry_ms (0: sent once). Every POST of
+ * the API is idempotent under such a retry.
  * @param ans on LEDGER_CLIENT_OK the 2xx answer, a JSON object
  * @param err on failure why (may be NULL); the caller clears it
  * @return LEDGER_CLIENT_OK, _ERR_REFUSED (an API error), _ERR_UNAVAILABLE,
@@ -56,10 +56,14 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 /** True if @p id is 1..128 bytes of [A-Za-z0-9._~-], as the API requires. */
 bool client_valid_id(const char *id);
 
-/** Appends "/v1/requests/{rid}" and, when @p tail is not NULL, "/" tail
- *  and further id segments given as NULL-terminated varargs: ids are
- *  escaped where the path could misread them ("." and ".."). */
+/** Appends "/v1/requests/{rid}" and further segments given as
+ *  NULL-terminated varargs, each escaped with client_escape(). */
 void client_path(struct ledger_buf *b, const char *rid, ...);
+
+/** Appends @p s percent-encoded: every byte outside RFC 3986's unreserved
+ *  set (A-Z a-z 0-9 - . _ ~), and the dots of "." and "..", so no id can
+ *  change the path or the query it is put in. */
+void client_escape(struct ledger_buf *b, const char *s);
 
 /** A new copy of the string member @p key of @p obj, or NULL if absent. */
 char *client_dup_string(const struct ledger_json_value *obj, const char *key);

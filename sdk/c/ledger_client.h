@@ -37,6 +37,9 @@ extern "C" {
 /** The largest integer the API accepts (token counts, leases): 2^53 - 1. */
 #define LEDGER_CLIENT_MAX_INT 9007199254740991ULL
 
+/** The largest answer body read, in bytes: past it a call fails (TOO_LARGE). */
+#define LEDGER_CLIENT_MAX_ANSWER (16u << 20)
+
 enum ledger_client_err {
 	LEDGER_CLIENT_OK = 0,
 	LEDGER_CLIENT_ERR_INVALID,     /* a bad argument: nothing was sent */
@@ -50,13 +53,24 @@ enum ledger_client_err {
 /** A short English name of @p err ("refused", ...); never NULL, static. */
 LEDGER_CLIENT_API const char *ledger_client_strerror(enum ledger_client_err err);
 
+/* Why no answer came, when none did. */
+enum ledger_client_failure {
+	LEDGER_CLIENT_FAILURE_NONE = 0,    /* an answer came, or nothing was sent */
+	LEDGER_CLIENT_FAILURE_UNREACHABLE, /* refused, unresolvable, timed out, cut off */
+	LEDGER_CLIENT_FAILURE_BAD_URL,     /* libcurl cannot use the URL */
+	LEDGER_CLIENT_FAILURE_TOO_LARGE,   /* the answer exceeded LEDGER_CLIENT_MAX_ANSWER */
+	LEDGER_CLIENT_FAILURE_TRANSPORT,   /* any other libcurl failure (TLS, ...) */
+};
+
 /* Why a call did not succeed. Zeroed means "nothing to report". */
 struct ledger_client_error {
 	long status;             /* the HTTP status; 0 when no answer came */
 	char code[48];           /* the API's error code ("in_progress", ...); "" if none */
 	char message[256];       /* the API's message, or libcurl's reason */
 	uint64_t retry_after_ms; /* the API's retry_after_ms, 0 if none */
-	char *body;              /* the whole answer body, owned; NULL if none */
+	char *body;              /* the whole answer body, owned, NUL-terminated; NULL if none */
+	size_t body_len;         /* its length in bytes, without the NUL */
+	enum ledger_client_failure failure; /* status 0: why no answer came */
 };
 
 /** Frees @p e->body and zeroes @p e. NULL-safe. */
@@ -66,18 +80,23 @@ struct ledger_client; /* opaque: a ledgerd's address, a token and a pool of conn
 
 struct ledger_client_options {
 	const char *url;            /* "http://127.0.0.1:8080"; required */
-	const char *token;          /* the bearer token; required; copied, wiped on close */
+	const char *token;          /* the bearer token; copied, wiped on close. NULL sends
+	                               none: ledgerd answers 401 unauthorized to every call */
 	uint32_t timeout_ms;        /* one HTTP exchange; 0: 10000 */
 	uint32_t retry_ms;          /* how long a call is re-sent on no answer or 503; 0: 30000 */
 	uint32_t complete_retry_ms; /* the same for recording what a tool did; 0: 300000 */
+	bool no_retry;              /* send every call once, whatever the two above say: for an
+	                               operator's tool, whose user retries. Not for agents: a
+	                               completion that gets no answer is then UNRECORDED */
+	const char *user_agent;     /* the User-Agent header; NULL: "ledger_client/<version>" */
 };
 
 /**
  * Makes a client. Sends nothing yet.
  * @param opts borrowed for the call
  * @param out on LEDGER_CLIENT_OK a new client; free with ledger_client_close()
- * @return LEDGER_CLIENT_OK, _ERR_INVALID (no url or token, not http(s)),
- *         _ERR_NOMEM or _ERR_INTERNAL
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID (no url, not http(s), an empty token
+ *         or one with a line break), _ERR_NOMEM or _ERR_INTERNAL
  */
 LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_open(const struct ledger_client_options *opts, struct ledger_client **out);
