@@ -302,6 +302,14 @@ static void set_failure(struct ledger_client_error *err, const struct client_con
 		err->failure = failure;
 }
 
+void ledger_client_answer_clear(struct ledger_client_answer *a)
+{
+	if (a == NULL)
+		return;
+	free(a->body);
+	memset(a, 0, sizeof(*a));
+}
+
 void client_answer_clear(struct client_answer *a)
 {
 	if (a == NULL)
@@ -347,9 +355,10 @@ static enum ledger_client_err error_from_answer(long status, char *body, size_t 
 	return LEDGER_CLIENT_ERR_REFUSED;
 }
 
-enum ledger_client_err client_call(struct ledger_client *c, const char *path,
+enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
-				   struct client_answer *ans, struct ledger_client_error *err)
+				   struct ledger_client_answer *ans,
+				   struct ledger_client_error *err)
 {
 	struct ledger_buf url = LEDGER_BUF_INIT;
 	struct sink s = {LEDGER_BUF_INIT, false};
@@ -441,14 +450,6 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 		ans->body = NULL; /* now err's */
 		goto out;
 	}
-	if (ledger_json_parse(ans->body, ans->len, ANSWER_MAX_DEPTH, &ans->doc, NULL) !=
-		    LEDGER_OK ||
-	    ledger_json_root(ans->doc)->type != LEDGER_JSON_OBJECT) {
-		client_error_set(err, "", "HTTP %ld with a body that is not a JSON object", status);
-		rc = LEDGER_CLIENT_ERR_PROTOCOL;
-		goto out;
-	}
-	ans->root = ledger_json_root(ans->doc);
 	rc = LEDGER_CLIENT_OK;
 out:
 	if (k != NULL) {
@@ -458,10 +459,36 @@ out:
 		conn_put(c, k);
 	}
 	if (rc != LEDGER_CLIENT_OK)
-		client_answer_clear(ans);
+		ledger_client_answer_clear(ans);
 	ledger_buf_free(&url);
 	ledger_buf_free(&s.buf);
 	return rc;
+}
+
+enum ledger_client_err client_call(struct ledger_client *c, const char *path,
+				   const struct ledger_buf *body, uint32_t retry_ms,
+				   struct client_answer *ans, struct ledger_client_error *err)
+{
+	struct ledger_client_answer raw;
+	enum ledger_client_err rc;
+
+	memset(ans, 0, sizeof(*ans));
+	rc = client_send(c, path, body, retry_ms, &raw, err);
+	if (rc != LEDGER_CLIENT_OK)
+		return rc;
+	ans->status = raw.status;
+	ans->body = raw.body;
+	ans->len = raw.len;
+	if (ledger_json_parse(ans->body, ans->len, ANSWER_MAX_DEPTH, &ans->doc, NULL) !=
+		    LEDGER_OK ||
+	    ledger_json_root(ans->doc)->type != LEDGER_JSON_OBJECT) {
+		client_error_set(err, "", "HTTP %ld with a body that is not a JSON object",
+				 raw.status);
+		client_answer_clear(ans);
+		return LEDGER_CLIENT_ERR_PROTOCOL;
+	}
+	ans->root = ledger_json_root(ans->doc);
+	return LEDGER_CLIENT_OK;
 }
 
 static bool id_char(unsigned char ch)

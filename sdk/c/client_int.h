@@ -44,11 +44,18 @@ void client_answer_clear(struct client_answer *a);
  * request while no answer comes or the answer is 502/503/504, with capped,
  * jittered back-off, for up to @p retry_ms (0: sent once). Every POST of
  * the API is idempotent under such a retry.
- * @param ans on LEDGER_CLIENT_OK the 2xx answer, a JSON object
+ * @param ans on LEDGER_CLIENT_OK the 2xx answer as received, unchecked;
+ *        the caller clears it with ledger_client_answer_clear()
  * @param err on failure why (may be NULL); the caller clears it
  * @return LEDGER_CLIENT_OK, _ERR_REFUSED (an API error), _ERR_UNAVAILABLE,
  *         _ERR_PROTOCOL, _ERR_NOMEM or _ERR_INTERNAL
  */
+enum ledger_client_err client_send(struct ledger_client *c, const char *path,
+				   const struct ledger_buf *body, uint32_t retry_ms,
+				   struct ledger_client_answer *ans,
+				   struct ledger_client_error *err);
+
+/** As client_send(), and the 2xx answer must be a JSON object: @p ans has it parsed. */
 enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
 				   struct client_answer *ans, struct ledger_client_error *err);

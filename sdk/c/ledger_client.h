@@ -395,6 +395,98 @@ ledger_client_failover(struct ledger_attempt *source, enum ledger_signal signal,
 		       const struct ledger_failover_opts *opts, struct ledger_decision *out,
 		       struct ledger_client_error *err);
 
+/* ---------------------------------------------------------------------- */
+/* Incident review and resolution (operators)                             */
+/* ---------------------------------------------------------------------- */
+
+/*
+ * These calls hand back ledgerd's answer as it was received, for a program
+ * that prints it or reads it with its own JSON parser. Ids are sent
+ * percent-escaped whatever they hold ("." and ".." included), so an id
+ * never changes the path: one that is not an id is ledgerd's to refuse
+ * (400 invalid_id). A 2xx answer is LEDGER_CLIENT_OK with its body, which
+ * is not checked further; any other status is _ERR_REFUSED (the API's
+ * envelope: err->code) or _ERR_PROTOCOL (none), the body in err->body.
+ * They are re-sent on no answer or a 503 like every call (see no_retry).
+ */
+
+/* An answer, byte for byte. */
+struct ledger_client_answer {
+	long status; /* the HTTP status: 2xx */
+	char *body;  /* the body as received, owned, NUL-terminated (possibly empty) */
+	size_t len;  /* its length in bytes, without the NUL */
+};
+
+/** Frees @p a->body and zeroes @p a. NULL-safe. */
+LEDGER_CLIENT_API void ledger_client_answer_clear(struct ledger_client_answer *a);
+
+/**
+ * A request with its attempts, tool calls and history (GET
+ * /v1/requests/{rid}): the first 1,000 events, and the answer's
+ * next_events_cursor, when present, for the next page.
+ * @param request_id borrowed; non-empty
+ * @param events_cursor borrowed; NULL for the first page, else a
+ *        next_events_cursor from the previous page
+ * @param out filled on LEDGER_CLIENT_OK; clear with ledger_client_answer_clear()
+ * @param err on failure why (404 not_found: no such request in this
+ *        tenant); clear with ledger_client_error_clear(); may be NULL
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID, _ERR_REFUSED, _ERR_PROTOCOL,
+ *         _ERR_UNAVAILABLE, _ERR_NOMEM or _ERR_INTERNAL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_request_get(struct ledger_client *c, const char *request_id,
+			  const char *events_cursor, struct ledger_client_answer *out,
+			  struct ledger_client_error *err);
+
+/**
+ * The tool calls of the tenant in a state (GET
+ * /v1/tool-calls?state=&limit=&cursor=): {"items": [...], "next_cursor"},
+ * the cursor null on the last page.
+ * @param state borrowed: "unknown" and "in_progress" are those that need a
+ *        person; NULL lists every state
+ * @param limit items a page, 1..1000; 0 leaves it to ledgerd (50)
+ * @param cursor borrowed; NULL for the first page, else a next_cursor
+ * @param out, err as ledger_client_request_get() (400 invalid_field: a bad
+ *        state, limit or cursor)
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_tool_calls_list(struct ledger_client *c, const char *state, uint32_t limit,
+			      const char *cursor, struct ledger_client_answer *out,
+			      struct ledger_client_error *err);
+
+/* What a person found in the tool's own records. */
+enum ledger_resolution_kind {
+	LEDGER_RESOLVED_SUCCEEDED,    /* "succeeded": it happened; the result is replayed */
+	LEDGER_RESOLVED_FAILED,       /* "failed": it failed for good; replayed as well */
+	LEDGER_RESOLVED_NOT_EXECUTED, /* "not_executed": it did not happen; claimable again */
+};
+
+/* One resolution. Strings borrowed for the call. */
+struct ledger_resolution {
+	const char *request_id;   /* required */
+	const char *tool_call_id; /* required */
+	enum ledger_resolution_kind as;
+	const char *result_json; /* the result as JSON text, sent byte for byte, or NULL */
+	const char *note;        /* why, for the history (UTF-8), or NULL */
+};
+
+/**
+ * Settles an unknown or stuck tool call (POST
+ * /v1/requests/{rid}/tool-calls/{cid}/resolve; an admin token). The same
+ * resolution again is answered as the first time.
+ * @param r borrowed for the call
+ * @param out filled on LEDGER_CLIENT_OK: {"status": "completed", ...} or
+ *        {"status": "released", "fencing_token", ...}; clear with
+ *        ledger_client_answer_clear()
+ * @param err on failure why (409 already_completed: the call was settled
+ *        otherwise; 403 forbidden: not an admin); may be NULL
+ * @return as ledger_client_request_get(); _ERR_INVALID, with nothing sent,
+ *         also for a result_json that is not JSON or a note not UTF-8
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_tool_call_resolve(struct ledger_client *c, const struct ledger_resolution *r,
+				struct ledger_client_answer *out, struct ledger_client_error *err);
+
 #ifdef __cplusplus
 }
 #endif

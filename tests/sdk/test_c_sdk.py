@@ -5,6 +5,9 @@ only); this module starts ledgerd, prepares what C cannot (a result removed
 by retention, a ledgerd that stops and starts), runs each group, and runs
 the live group once under valgrind so a leak fails the build. It also runs
 the example twice and checks that the second run replays.
+
+A history longer than a page (the review calls' cursor) is written with
+SQL: a thousand API calls would only make the valgrind run slow.
 """
 
 import os
@@ -37,6 +40,7 @@ def env(service):
         "LEDGER_URL": "http://%s:%d" % (led.host, led.port),
         "LEDGER_AGENT_TOKEN": service.token("agent"),
         "LEDGER_ROUTER_TOKEN": service.token("router"),
+        "LEDGER_ADMIN_TOKEN": service.token("admin"),
         "LEDGER_JCS_DIR": str(JCS_DIR),
     })
     return e
@@ -70,6 +74,19 @@ def expired_key(service):
     return "%s:call_00" % rid
 
 
+def long_history(service):
+    """A request with 1,101 events: more than the 1,000 of one page."""
+    led, token = service.ledgerd, service.token("agent")
+    rid = new_id()
+    assert led.post("/v1/requests/%s/tool-calls/call_00/claim" % rid,
+                    {"claim_id": claim_id(), "tool": "t"}, token=token).status == 201
+    service.sql(
+        "INSERT INTO events (tenant, request_id, at, type, detail) "
+        "SELECT 't1', '%s', now() + g * interval '1 ms', 'operator_note', "
+        "jsonb_build_object('n', g) FROM generate_series(1, 1100) g" % rid)
+    return rid
+
+
 def test_c_client_jcs_vectors(env):
     out = run([CLIENT_TEST, "jcs"], env)
     assert "[  PASSED  ] 2 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
@@ -82,8 +99,10 @@ def sanitized(binary):
 
 
 def test_c_client_live_without_leaks(service, env):
-    """Every outcome kind, waits, renewals and the router helper, with no leak."""
-    e = dict(env, LEDGER_EXPIRED_KEY=expired_key(service))
+    """Every outcome kind, waits, renewals, the router helper and the review
+    calls, with no leak."""
+    e = dict(env, LEDGER_EXPIRED_KEY=expired_key(service),
+             LEDGER_LONG_REQUEST_ID=long_history(service))
     if sanitized(CLIENT_TEST):
         argv = [CLIENT_TEST, "live"]
     else:
@@ -94,7 +113,7 @@ def test_c_client_live_without_leaks(service, env):
                 "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
                 CLIENT_TEST, "live"]
     out = run(argv, e, timeout=300)
-    assert "[  PASSED  ] 16 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "[  PASSED  ] 23 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 def outage(service, env, group, down_s):
