@@ -74,9 +74,12 @@ $(BUILD)/ledgerd: $(API_OBJ) $(BUILD)/libledger.a
 
 # Unit tests link every object but main(), archive last.
 TEST_OBJ := $(filter-out $(BUILD)/api/main.o,$(API_OBJ)) $(BUILD)/libledger.a
-# The operator's client: libcurl, and the JSON reader of ledger/.
-$(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+# The operator's client: every call through the C SDK's archive, and
+# ledger/common's JSON reader and writer for what it prints (the archive's
+# own copy is localized, so the two never clash).
+CTL_COMMON := $(patsubst %,$(BUILD)/ledger/common/%.o,buf json jsonw)
+$(BUILD)/ledgerctl: $(CTL_OBJ) $(CTL_COMMON) $(BUILD)/libledger_client.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(SDK_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)

@@ -1,8 +1,11 @@
 /*
  * sdk/ledgerctl/ledgerctl.c: ledgerctl, the operator's client of ledgerd:
- * its command line, the commands show, unknown and resolve over the HTTP
- * API, and exit statuses a script can branch on. It exists so that the
- * person settling an incident reads and settles tool calls without curl.
+ * its command line, the commands show, unknown and resolve over the C
+ * client's calls, and exit statuses a script can branch on. It exists so
+ * that the person settling an incident reads and settles tool calls
+ * without curl. ledgerd or its database may be what is down, so every call
+ * is sent once, bounded (3 s to connect, 10 s in all, 16 MiB of answer),
+ * and a failure says which bound it was: the person is the retry.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,12 +15,17 @@
 #include "ledger/common/buf.h"
 #include "ledger/common/json.h"
 #include "ledger/common/jsonw.h"
+#include "sdk/c/ledger_client.h"
 #include "sdk/ledgerctl/field.h"
-#include "sdk/ledgerctl/http.h"
 #include "sdk/ledgerctl/text.h"
 #include "sdk/ledgerctl/timeline.h"
 
+#ifndef LEDGER_VERSION
+#define LEDGER_VERSION "unknown"
+#endif
+
 #define DEFAULT_URL "http://127.0.0.1:8080"
+#define TIMEOUT_MS 10000  /* one call, in all */
 #define ANSWER_DEPTH 128  /* a stored result may nest 64 levels inside an answer */
 #define RESULT_DEPTH 64   /* what ledgerd accepts in a body */
 #define MAX_PAGES 100000  /* a cursor that never ends is a bug, not a history */
@@ -133,37 +141,16 @@ static int status_exit(long status)
  * message when its body is the error envelope.
  * @return the exit status it calls for
  */
-static int report_failure(const char *what, const struct ledgerctl_answer *a, bool have_token)
+static int report_answer(const char *what, long status, const char *body, size_t len,
+			 bool have_token)
 {
 	struct ledger_json_doc *doc = NULL;
 	struct ledger_buf text = LEDGER_BUF_INIT;
 	const struct ledger_json_value *err = NULL;
 	const char *code = NULL, *message = NULL;
-	int rc;
+	int rc = status_exit(status);
 
-	switch (a->failure) {
-	case LEDGERCTL_HTTP_UNREACHABLE:
-		ledger_buf_printf(&text, "cannot reach ledgerd: %s", a->error);
-		rc = LEDGERCTL_EXIT_UNREACHABLE;
-		goto out;
-	case LEDGERCTL_HTTP_BAD_URL:
-		ledger_buf_printf(&text, "bad --url: %s", a->error);
-		rc = LEDGERCTL_EXIT_USAGE;
-		goto out;
-	case LEDGERCTL_HTTP_TOO_LARGE:
-		ledger_buf_printf(&text, "the answer is larger than %u MiB",
-				  LEDGERCTL_HTTP_MAX_BODY >> 20);
-		rc = LEDGERCTL_EXIT_FAILED;
-		goto out;
-	case LEDGERCTL_HTTP_FAILED:
-		ledger_buf_printf(&text, "%s", a->error);
-		rc = LEDGERCTL_EXIT_FAILED;
-		goto out;
-	case LEDGERCTL_HTTP_ANSWERED:
-		break;
-	}
-	rc = status_exit(a->status);
-	if (ledger_json_parse(a->body, a->len, ANSWER_DEPTH, &doc, NULL) == LEDGER_OK) {
+	if (body != NULL && ledger_json_parse(body, len, ANSWER_DEPTH, &doc, NULL) == LEDGER_OK) {
 		err = ledgerctl_field_obj(ledger_json_root(doc), "error");
 		code = ledgerctl_field_str(err, "code");
 		message = ledgerctl_field_str(err, "message");
@@ -175,21 +162,59 @@ static int report_failure(const char *what, const struct ledgerctl_answer *a, bo
 			ledgerctl_text_put(&text, message, strlen(message), MESSAGE_WIDTH,
 					   LEDGERCTL_TEXT_AS_IS);
 		}
-		ledger_buf_printf(&text, " (HTTP %ld)", a->status);
+		ledger_buf_printf(&text, " (HTTP %ld)", status);
 	} else {
-		ledger_buf_printf(&text, "HTTP %ld without an error body", a->status);
+		ledger_buf_printf(&text, "HTTP %ld without an error body", status);
 	}
-	if (a->status == 401 && !have_token)
+	if (status == 401 && !have_token)
 		ledger_buf_puts(&text, "; no token given: set LEDGER_TOKEN or pass --token");
-out:
 	complain(what, text.data != NULL ? text.data : "out of memory");
 	ledger_buf_free(&text);
 	ledger_json_free(doc);
 	return rc;
 }
 
+/*
+ * Reports a call that did not succeed (@p rc not LEDGER_CLIENT_OK): an
+ * answer as report_answer() does, else why none came.
+ * @return the exit status it calls for
+ */
+static int report_failure(const char *what, enum ledger_client_err rc,
+			  const struct ledger_client_error *e, bool have_token)
+{
+	struct ledger_buf text = LEDGER_BUF_INIT;
+	int exit_status = LEDGERCTL_EXIT_FAILED;
+
+	if (rc == LEDGER_CLIENT_ERR_NOMEM)
+		return out_of_memory();
+	if (e->status != 0)
+		return report_answer(what, e->status, e->body, e->body_len, have_token);
+	switch (e->failure) {
+	case LEDGER_CLIENT_FAILURE_UNREACHABLE:
+		ledger_buf_printf(&text, "cannot reach ledgerd: %s", e->message);
+		exit_status = LEDGERCTL_EXIT_UNREACHABLE;
+		break;
+	case LEDGER_CLIENT_FAILURE_BAD_URL:
+		ledger_buf_printf(&text, "bad --url: %s", e->message);
+		exit_status = LEDGERCTL_EXIT_USAGE;
+		break;
+	case LEDGER_CLIENT_FAILURE_TOO_LARGE:
+		ledger_buf_printf(&text, "the answer is larger than %u MiB",
+				  LEDGER_CLIENT_MAX_ANSWER >> 20);
+		break;
+	case LEDGER_CLIENT_FAILURE_TRANSPORT:
+	case LEDGER_CLIENT_FAILURE_NONE:
+		ledger_buf_printf(&text, "%s",
+				  e->message[0] != '\0' ? e->message : ledger_client_strerror(rc));
+		break;
+	}
+	complain(what, text.data != NULL ? text.data : "out of memory");
+	ledger_buf_free(&text);
+	return exit_status;
+}
+
 /* Parses a success's body; on failure reports it and returns LEDGERCTL_EXIT_FAILED. */
-static int parse_answer(const char *what, const struct ledgerctl_answer *a,
+static int parse_answer(const char *what, const struct ledger_client_answer *a,
 			struct ledger_json_doc **doc)
 {
 	struct ledger_json_error err;
@@ -227,7 +252,7 @@ static int print_out(const char *s, size_t len)
 
 /* Every page of a paged answer, kept parsed: the printers borrow from all of them. */
 struct pages {
-	struct ledgerctl_answer *answers;
+	struct ledger_client_answer *answers;
 	struct ledger_json_doc **docs;
 	size_t n, cap;
 	const struct ledger_json_value **items; /* events or list items, in order */
@@ -237,7 +262,7 @@ struct pages {
 static void pages_free(struct pages *p)
 {
 	for (size_t i = 0; i < p->n; i++) {
-		ledgerctl_answer_clear(&p->answers[i]);
+		ledger_client_answer_clear(&p->answers[i]);
 		ledger_json_free(p->docs[i]);
 	}
 	free(p->answers);
@@ -248,7 +273,7 @@ static void pages_free(struct pages *p)
 
 static bool pages_grow(struct pages *p)
 {
-	struct ledgerctl_answer *answers = NULL;
+	struct ledger_client_answer *answers = NULL;
 	struct ledger_json_doc **docs = NULL;
 	size_t cap = p->cap ? p->cap * 2 : 4;
 
@@ -288,23 +313,44 @@ static bool pages_take(struct pages *p, const struct ledger_json_value *list)
 	return true;
 }
 
+/* Asks for one page of @p id's answer: the first when @p cursor is NULL. */
+typedef enum ledger_client_err (*page_fn)(struct ledger_client *c, const char *id,
+					  const char *cursor, struct ledger_client_answer *out,
+					  struct ledger_client_error *err);
+
+static enum ledger_client_err request_page(struct ledger_client *c, const char *rid,
+					   const char *cursor, struct ledger_client_answer *out,
+					   struct ledger_client_error *err)
+{
+	return ledger_client_request_get(c, rid, cursor, out, err);
+}
+
+static enum ledger_client_err unknown_page(struct ledger_client *c, const char *unused,
+					   const char *cursor, struct ledger_client_answer *out,
+					   struct ledger_client_error *err)
+{
+	(void)unused;
+	return ledger_client_tool_calls_list(c, "unknown", 1000, cursor, out, err);
+}
+
 /*
- * GETs @p base_path page after page, following the cursor named
- * @p cursor_key with the query parameter @p cursor_param, and collects
- * the arrays named @p items_key.
+ * Reads page after page of @p id's answer through @p page, following the
+ * cursor named @p cursor_key, and collects the arrays named @p items_key.
  * @return an exit status (reported already when not LEDGERCTL_EXIT_OK)
  */
-static int fetch_pages(struct ledgerctl_http *h, const char *what, bool have_token,
-		       const char *base_path, const char *cursor_param, const char *cursor_key,
-		       const char *items_key, struct pages *p)
+static int fetch_pages(struct ledger_client *c, const char *what, bool have_token, page_fn page,
+		       const char *id, const char *cursor_key, const char *items_key,
+		       struct pages *p)
 {
 	const char *cursor = NULL;
-	struct ledger_buf path = LEDGER_BUF_INIT;
-	char *escaped = NULL;
+	struct ledger_client_error err;
+	enum ledger_client_err got;
 	int rc = LEDGERCTL_EXIT_FAILED;
 
+	memset(&err, 0, sizeof(err));
 	for (;;) {
 		const struct ledger_json_value *root = NULL;
+		const struct ledger_client_answer *a = NULL;
 		const char *next = NULL;
 
 		if (p->n == MAX_PAGES) {
@@ -315,35 +361,18 @@ static int fetch_pages(struct ledgerctl_http *h, const char *what, bool have_tok
 			rc = out_of_memory();
 			goto out;
 		}
-		path.len = 0;
-		ledger_buf_puts(&path, base_path);
-		if (cursor != NULL) {
-			escaped = ledgerctl_http_escape(cursor);
-			if (escaped == NULL) {
-				rc = out_of_memory();
-				goto out;
-			}
-			ledger_buf_printf(&path, "%s%s=%s", strchr(base_path, '?') ? "&" : "?",
-					  cursor_param, escaped);
-			free(escaped);
-			escaped = NULL;
-		}
-		if (path.oom) {
-			rc = out_of_memory();
-			goto out;
-		}
 		p->docs[p->n] = NULL;
-		if (ledgerctl_http_send(h, path.data, NULL, 0, &p->answers[p->n]) != LEDGER_OK) {
-			rc = out_of_memory();
+		got = page(c, id, cursor, &p->answers[p->n], &err);
+		a = &p->answers[p->n++];
+		if (got != LEDGER_CLIENT_OK) {
+			rc = report_failure(what, got, &err, have_token);
 			goto out;
 		}
-		p->n++;
-		if (p->answers[p->n - 1].failure != LEDGERCTL_HTTP_ANSWERED ||
-		    p->answers[p->n - 1].status != 200) {
-			rc = report_failure(what, &p->answers[p->n - 1], have_token);
+		if (a->status != 200) {
+			rc = report_answer(what, a->status, a->body, a->len, have_token);
 			goto out;
 		}
-		rc = parse_answer(what, &p->answers[p->n - 1], &p->docs[p->n - 1]);
+		rc = parse_answer(what, a, &p->docs[p->n - 1]);
 		if (rc != LEDGERCTL_EXIT_OK)
 			goto out;
 		rc = LEDGERCTL_EXIT_FAILED;
@@ -363,8 +392,7 @@ static int fetch_pages(struct ledgerctl_http *h, const char *what, bool have_tok
 	}
 	rc = LEDGERCTL_EXIT_OK;
 out:
-	free(escaped);
-	ledger_buf_free(&path);
+	ledger_client_error_clear(&err);
 	return rc;
 }
 
@@ -413,28 +441,21 @@ static int print_pages_json(const struct pages *p, const char *items_key, const 
 
 /* --- commands --- */
 
-static int cmd_show(struct ledgerctl_http *h, const struct options *o, bool have_token)
+static int cmd_show(struct ledger_client *c, const struct options *o, bool have_token)
 {
 	struct pages p;
-	struct ledger_buf path = LEDGER_BUF_INIT, text = LEDGER_BUF_INIT, what = LEDGER_BUF_INIT;
+	struct ledger_buf text = LEDGER_BUF_INIT, what = LEDGER_BUF_INIT;
 	struct ledgerctl_review r;
 	const struct ledger_json_value *root = NULL;
-	char *rid = NULL;
 	int rc = LEDGERCTL_EXIT_FAILED;
 
 	memset(&p, 0, sizeof(p));
-	rid = ledgerctl_http_escape(o->args[0]);
-	if (rid == NULL) {
-		rc = out_of_memory();
-		goto out;
-	}
-	ledger_buf_printf(&path, "/v1/requests/%s", rid);
 	ledger_buf_printf(&what, "show %s", o->args[0]);
-	if (path.oom || what.oom) {
+	if (what.oom) {
 		rc = out_of_memory();
 		goto out;
 	}
-	rc = fetch_pages(h, what.data, have_token, path.data, "events_cursor", "next_events_cursor",
+	rc = fetch_pages(c, what.data, have_token, request_page, o->args[0], "next_events_cursor",
 			 "events", &p);
 	if (rc != LEDGERCTL_EXIT_OK)
 		goto out;
@@ -460,23 +481,20 @@ static int cmd_show(struct ledgerctl_http *h, const struct options *o, bool have
 	}
 	rc = print_out(text.data, text.len);
 out:
-	free(rid);
-	ledger_buf_free(&path);
 	ledger_buf_free(&text);
 	ledger_buf_free(&what);
 	pages_free(&p);
 	return rc;
 }
 
-static int cmd_unknown(struct ledgerctl_http *h, const struct options *o, bool have_token)
+static int cmd_unknown(struct ledger_client *c, const struct options *o, bool have_token)
 {
 	struct pages p;
 	struct ledger_buf text = LEDGER_BUF_INIT;
 	int rc;
 
 	memset(&p, 0, sizeof(p));
-	rc = fetch_pages(h, "unknown", have_token, "/v1/tool-calls?state=unknown&limit=1000",
-			 "cursor", "next_cursor", "items", &p);
+	rc = fetch_pages(c, "unknown", have_token, unknown_page, NULL, "next_cursor", "items", &p);
 	if (rc != LEDGERCTL_EXIT_OK)
 		goto out;
 	if (o->json) {
@@ -494,13 +512,15 @@ out:
 }
 
 /*
- * The body of a resolve, checked before anything is sent: --result must
- * be JSON (ledgerd's own reader says so) and goes out byte for byte.
+ * Checks what a resolve sends, before anything is sent, in ledgerctl's
+ * words: --result must be JSON (ledgerd's own reader says so; it goes out
+ * byte for byte) and --note UTF-8. Fills @p r, borrowing from @p o.
  */
-static int resolve_body(const struct options *o, struct ledger_buf *body)
+static int check_resolution(const struct options *o, struct ledger_resolution *r)
 {
-	struct ledger_json_doc *result = NULL, *whole = NULL;
+	struct ledger_json_doc *result = NULL, *note = NULL;
 	struct ledger_json_error err;
+	struct ledger_buf quoted = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
 	int rc = LEDGERCTL_EXIT_USAGE;
 
@@ -518,71 +538,64 @@ static int resolve_body(const struct options *o, struct ledger_buf *body)
 		rc = usage_error(text, NULL);
 		goto out;
 	}
-	ledger_jsonw_init(&w, body);
-	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "resolution");
-	ledger_jsonw_string(&w, o->as);
-	if (result != NULL) {
-		const struct ledger_json_value *v = ledger_json_root(result);
-
-		ledger_jsonw_key(&w, "result");
-		ledger_jsonw_raw(&w, v->raw, v->raw_len);
-	}
 	if (o->note != NULL) {
-		ledger_jsonw_key(&w, "note");
+		/* The writer takes the note as UTF-8; reading it back says whether it was. */
+		ledger_jsonw_init(&w, &quoted);
 		ledger_jsonw_string(&w, o->note);
+		if (quoted.oom) {
+			rc = out_of_memory();
+			goto out;
+		}
+		if (ledger_json_parse(quoted.data, quoted.len, 1, &note, &err) != LEDGER_OK) {
+			rc = err.kind == LEDGER_JSON_ERR_NOMEM
+				     ? out_of_memory()
+				     : usage_error("--note is not UTF-8", NULL);
+			goto out;
+		}
 	}
-	ledger_jsonw_object_end(&w);
-	if (body->oom) {
-		rc = out_of_memory();
-		goto out;
-	}
-	/* The note is the one part nobody checked yet: ledgerd wants UTF-8. */
-	if (ledger_json_parse(body->data, body->len, RESULT_DEPTH + 1, &whole, &err) != LEDGER_OK) {
-		rc = err.kind == LEDGER_JSON_ERR_NOMEM ? out_of_memory()
-						       : usage_error("--note is not UTF-8", NULL);
-		goto out;
-	}
+	memset(r, 0, sizeof(*r));
+	r->request_id = o->args[0];
+	r->tool_call_id = o->args[1];
+	r->as = LEDGER_RESOLVED_NOT_EXECUTED; /* check_command() allowed only the three */
+	if (strcmp(o->as, "succeeded") == 0)
+		r->as = LEDGER_RESOLVED_SUCCEEDED;
+	else if (strcmp(o->as, "failed") == 0)
+		r->as = LEDGER_RESOLVED_FAILED;
+	r->result_json = o->result;
+	r->note = o->note;
 	rc = LEDGERCTL_EXIT_OK;
 out:
 	ledger_json_free(result);
-	ledger_json_free(whole);
+	ledger_json_free(note);
+	ledger_buf_free(&quoted);
 	return rc;
 }
 
-static int cmd_resolve(struct ledgerctl_http *h, const struct options *o,
-		       const struct ledger_buf *body, bool have_token)
+static int cmd_resolve(struct ledger_client *c, const struct options *o,
+		       const struct ledger_resolution *res, bool have_token)
 {
-	struct ledgerctl_answer a;
+	struct ledger_client_answer a;
+	struct ledger_client_error err;
 	struct ledger_json_doc *doc = NULL;
-	struct ledger_buf path = LEDGER_BUF_INIT, what = LEDGER_BUF_INIT, text = LEDGER_BUF_INIT;
+	struct ledger_buf what = LEDGER_BUF_INIT, text = LEDGER_BUF_INIT;
 	struct ledger_buf said = LEDGER_BUF_INIT;
 	const struct ledger_json_value *root = NULL;
-	char *rid = NULL, *cid = NULL;
 	const char *status = NULL;
 	char token[24] = "?";
 	uint64_t fencing = 0;
+	enum ledger_client_err got;
 	int rc = LEDGERCTL_EXIT_FAILED;
 
 	memset(&a, 0, sizeof(a));
-	rid = ledgerctl_http_escape(o->args[0]);
-	cid = ledgerctl_http_escape(o->args[1]);
-	if (rid == NULL || cid == NULL) {
-		rc = out_of_memory();
-		goto out;
-	}
-	ledger_buf_printf(&path, "/v1/requests/%s/tool-calls/%s/resolve", rid, cid);
+	memset(&err, 0, sizeof(err));
 	ledger_buf_printf(&what, "%s/%s", o->args[0], o->args[1]);
-	if (path.oom || what.oom) {
+	if (what.oom) {
 		rc = out_of_memory();
 		goto out;
 	}
-	if (ledgerctl_http_send(h, path.data, body->data, body->len, &a) != LEDGER_OK) {
-		rc = out_of_memory();
-		goto out;
-	}
-	if (a.failure != LEDGERCTL_HTTP_ANSWERED || a.status < 200 || a.status > 299) {
-		rc = report_failure(what.data, &a, have_token);
+	got = ledger_client_tool_call_resolve(c, res, &a, &err);
+	if (got != LEDGER_CLIENT_OK) {
+		rc = report_failure(what.data, got, &err, have_token);
 		goto out;
 	}
 	if (o->json) {
@@ -619,14 +632,12 @@ static int cmd_resolve(struct ledgerctl_http *h, const struct options *o,
 	ledger_buf_putc(&text, '\n');
 	rc = text.oom ? out_of_memory() : print_out(text.data, text.len);
 out:
-	free(rid);
-	free(cid);
-	ledger_buf_free(&path);
 	ledger_buf_free(&what);
 	ledger_buf_free(&text);
 	ledger_buf_free(&said);
 	ledger_json_free(doc);
-	ledgerctl_answer_clear(&a);
+	ledger_client_answer_clear(&a);
+	ledger_client_error_clear(&err);
 	return rc;
 }
 
@@ -763,12 +774,14 @@ static bool token_ok(const char *token)
 int main(int argc, char **argv)
 {
 	struct options o;
-	struct ledgerctl_http *h = NULL;
-	struct ledger_buf body = LEDGER_BUF_INIT;
-	const char *url = NULL, *token = NULL;
-	enum ledger_err err;
+	struct ledger_client_options opts;
+	struct ledger_client *c = NULL;
+	struct ledger_resolution res;
+	enum ledger_client_err err;
 	int rc;
 
+	memset(&opts, 0, sizeof(opts));
+	memset(&res, 0, sizeof(res));
 	rc = parse_args(argc, argv, &o);
 	if (rc != LEDGERCTL_EXIT_OK)
 		goto out;
@@ -780,39 +793,42 @@ int main(int argc, char **argv)
 	rc = check_command(&o);
 	if (rc != LEDGERCTL_EXIT_OK)
 		goto out;
-	url = o.url != NULL ? o.url : getenv("LEDGER_URL");
-	if (url == NULL || url[0] == '\0')
-		url = DEFAULT_URL;
-	token = o.token != NULL ? o.token : getenv("LEDGER_TOKEN");
-	if (token != NULL && token[0] == '\0')
-		token = NULL;
-	if (token != NULL && !token_ok(token)) {
+	opts.url = o.url != NULL ? o.url : getenv("LEDGER_URL");
+	if (opts.url == NULL || opts.url[0] == '\0')
+		opts.url = DEFAULT_URL;
+	opts.token = o.token != NULL ? o.token : getenv("LEDGER_TOKEN");
+	if (opts.token != NULL && opts.token[0] == '\0')
+		opts.token = NULL;
+	if (opts.token != NULL && !token_ok(opts.token)) {
 		rc = usage_error("the token holds spaces or control characters", NULL);
 		goto out;
 	}
 	if (strcmp(o.command, "resolve") == 0) {
-		rc = resolve_body(&o, &body);
+		rc = check_resolution(&o, &res);
 		if (rc != LEDGERCTL_EXIT_OK)
 			goto out;
 	}
-	err = ledgerctl_http_open(url, token, &h);
-	if (err == LEDGER_ERR_INVALID) {
+	/* Without a token none is sent: ledgerd's 401 is then the answer, with a hint. */
+	opts.timeout_ms = TIMEOUT_MS;
+	opts.no_retry = true;
+	opts.user_agent = "ledgerctl/" LEDGER_VERSION;
+	err = ledger_client_open(&opts, &c);
+	if (err == LEDGER_CLIENT_ERR_INVALID) {
 		rc = usage_error("--url must start with http:// or https://", NULL);
 		goto out;
 	}
-	if (err != LEDGER_OK) {
+	if (err != LEDGER_CLIENT_OK) {
 		complain(NULL, "cannot start libcurl");
 		rc = LEDGERCTL_EXIT_FAILED;
 		goto out;
 	}
 	if (strcmp(o.command, "show") == 0)
-		rc = cmd_show(h, &o, token != NULL);
+		rc = cmd_show(c, &o, opts.token != NULL);
 	else if (strcmp(o.command, "unknown") == 0)
-		rc = cmd_unknown(h, &o, token != NULL);
+		rc = cmd_unknown(c, &o, opts.token != NULL);
 	else
-		rc = cmd_resolve(h, &o, &body, token != NULL);
+		rc = cmd_resolve(c, &o, &res, opts.token != NULL);
 out:
-	ledgerctl_http_close(h);
-	ledger_buf_free(&body);
+	ledger_client_close(c);
 	return rc;
 }
