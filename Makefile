@@ -76,9 +76,12 @@ $(BUILD)/ledgerd: $(API_OBJ) $(BUILD)/libledger.a
 TEST_OBJ := $(filter-out $(BUILD)/api/main.o,$(API_OBJ)) $(BUILD)/libledger.a
 # The operator's client: every call through the C SDK's archive, and
 # ledger/common's JSON reader and writer for what it prints (the archive's
-# own copy is localized, so the two never clash).
-CTL_COMMON := $(patsubst %,$(BUILD)/ledger/common/%.o,buf json jsonw)
-$(BUILD)/ledgerctl: $(CTL_OBJ) $(CTL_COMMON) $(BUILD)/libledger_client.a
+# own copy is localized, so the two never clash; the linker takes from
+# ledger/common's archive only what ledgerctl uses).
+$(BUILD)/libledger_common.a: $(COMMON_SRC:%.c=$(BUILD)/%.o)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(SDK_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)

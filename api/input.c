@@ -11,6 +11,7 @@
 
 #include "api/reply.h"
 #include "ledger/common/base64url.h"
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 
 /* Nesting deeper than this is refused: no tool call needs more. */

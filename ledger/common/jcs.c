@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/sha256.h"
 

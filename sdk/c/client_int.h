@@ -12,6 +12,7 @@
 
 #include "ledger/common/buf.h"
 #include "ledger/common/json.h"
+#include "ledger/common/json_number.h"
 #include "sdk/c/ledger_client.h"
 
 struct client_conn; /* one pooled libcurl handle */

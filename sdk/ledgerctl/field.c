@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 
 const char *ledgerctl_field_str(const struct ledger_json_value *obj, const char *key)

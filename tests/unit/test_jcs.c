@@ -21,6 +21,7 @@
 #include "ledger/common/buf.h"
 #include "ledger/common/jcs.h"
 #include "ledger/common/json.h"
+#include "ledger/common/json_number.h"
 
 #define DEPTH 64
 #define DATA "tests/data/jcs"

@@ -24,6 +24,7 @@
 
 #include "ledger/common/buf.h"
 #include "ledger/common/json.h"
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 
 #define DEPTH 64
