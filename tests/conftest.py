@@ -21,6 +21,10 @@ import pytest
 
 from pgcluster import PGBIN, Cluster, free_port  # noqa: F401 (re-exported to the tests)
 
+# The suites' helper modules assert too: rewritten like the tests, their
+# failures show the values compared. (Registered before any test imports them.)
+pytest.register_assert_rewrite("http_helpers", "integration_helpers")
+
 ROOT = Path(__file__).resolve().parent.parent
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 

@@ -13,150 +13,19 @@ Every test works in a tenant of its own: the pool-wide retry budget is
 counted per tenant, so tests never spend each other's retries.
 """
 
-import json
-import math
-import re
 import threading
 import time
 
 import pytest
 
 from conftest import claim_id, new_id
-
-TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+from http_helpers import TS_RE, Router, assert_error, assert_retry_after
 
 SHORT_LEASE_MS = 250
 PAST_SHORT_LEASE_S = 0.4  # sleep just past SHORT_LEASE_MS, with a margin
 
 REQUEST_KEYS = {"request_id", "status", "phase", "first_delta_sent", "delivered_output_tokens",
                 "attempts", "max_attempts", "model_revision", "created_at"}
-
-
-# --- helpers ----------------------------------------------------------------
-
-
-def assert_error(r, status, code):
-    assert r.status == status, r
-    err = r.json["error"]
-    assert err["code"] == code, r
-    assert isinstance(err["message"], str) and err["message"], r
-    return err
-
-
-def assert_retry_after(r, err, most_ms):
-    assert 0 < err["retry_after_ms"] <= most_ms, err
-    assert r.header("Retry-After") == str(math.ceil(err["retry_after_ms"] / 1000)), r.headers
-
-
-class Router:
-    """A router of a tenant of its own, with the calls it makes."""
-
-    def __init__(self, service, role="router", tenant=None):
-        self.service = service
-        self.tenant = tenant or new_id("t")
-        self.tok = service.token(role, self.tenant)
-
-    def post(self, path, body=None, token=None):
-        return self.service.ledgerd.post(path, {} if body is None else body,
-                                         token=token or self.tok)
-
-    # attempts
-    def create(self, rid, aid, token=None, **fields):
-        body = {"attempt_id": aid}
-        body.update(fields)
-        return self.post("/v1/requests/%s/attempts" % rid, body, token)
-
-    def act(self, rid, aid, action, body=None, token=None):
-        return self.post("/v1/requests/%s/attempts/%s/%s" % (rid, aid, action), body, token)
-
-    def renew(self, rid, aid, lease_ms=None):
-        return self.act(rid, aid, "renew", {} if lease_ms is None else {"lease_ms": lease_ms})
-
-    def deliver(self, rid, aid, n=0):
-        return self.act(rid, aid, "deliver", {"delivered_output_tokens": n})
-
-    def cancel(self, rid, aid, reason="test"):
-        return self.act(rid, aid, "cancel", {"reason": reason})
-
-    def ack(self, rid, aid):
-        return self.act(rid, aid, "cancel-ack", {})
-
-    def finish(self, rid, aid, outcome="completed", **kw):
-        body = {"outcome": outcome}
-        body.update(kw)
-        return self.act(rid, aid, "finish", body)
-
-    def failover(self, rid, aid, signal, **kw):
-        body = {"attempt_id": aid, "signal": signal}
-        body.update(kw)
-        return self.post("/v1/requests/%s/failover" % rid, body)
-
-    # tool calls
-    def claim(self, rid, cid, **body):
-        body.setdefault("claim_id", claim_id())
-        return self.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid), body)
-
-    def call(self, rid, cid, action, body):
-        return self.post("/v1/requests/%s/tool-calls/%s/%s" % (rid, cid, action), body)
-
-    # the database
-    def sql(self, query):
-        return self.service.sql(query)
-
-    def attempts(self, rid):
-        """{attempt_id: (epoch, stored state)} of the request."""
-        rows = self.sql("SELECT attempt_id, epoch, state FROM attempts WHERE tenant = '%s'"
-                        " AND request_id = '%s' ORDER BY epoch" % (self.tenant, rid))
-        return {a: (int(e), s) for a, e, s in rows}
-
-    def live_count(self, rid):
-        return int(self.sql("SELECT count(*) FROM attempts WHERE tenant = '%s' AND"
-                            " request_id = '%s' AND state = 'live'" % (self.tenant, rid))[0][0])
-
-    def request(self, rid):
-        rows = self.sql("SELECT status, phase, first_delta_sent, delivered_output_tokens,"
-                        " attempt_count, max_attempts, coalesce(model_revision, ''),"
-                        " coalesce(client_error, '') FROM requests WHERE tenant = '%s'"
-                        " AND request_id = '%s'" % (self.tenant, rid))
-        if not rows:
-            return None
-        s, ph, fd, d, n, m, rev, ce = rows[0]
-        return {"status": s, "phase": ph, "first_delta_sent": fd == "t",
-                "delivered_output_tokens": int(d), "attempts": int(n),
-                "max_attempts": int(m) if m else None, "model_revision": rev or None,
-                "client_error": json.loads(ce) if ce else None}
-
-    def events(self, rid):
-        """[(type, attempt_id, tool_call_id, detail)] in order."""
-        rows = self.sql("SELECT type, coalesce(attempt_id, ''), coalesce(tool_call_id, ''),"
-                        " detail::text FROM events WHERE tenant = '%s' AND request_id = '%s'"
-                        " ORDER BY seq" % (self.tenant, rid))
-        return [(t, a, c, json.loads(d)) for t, a, c, d in rows]
-
-    def count(self, table, rid):
-        return int(self.sql("SELECT count(*) FROM %s WHERE tenant = '%s' AND request_id = '%s'"
-                            % (table, self.tenant, rid))[0][0])
-
-    # shortcuts
-    def started(self, **fields):
-        """A fresh request with a live first attempt: (rid, aid, 201 body)."""
-        rid, aid = new_id("r"), new_id("a")
-        r = self.create(rid, aid, **fields)
-        assert r.status == 201, r
-        return rid, aid, r.json
-
-    def claimed(self, rid, aid, cid=None, **fields):
-        """A claim under @aid: (cid, fencing_token)."""
-        cid = cid or new_id("c")
-        r = self.claim(rid, cid, attempt_id=aid, **fields)
-        assert r.status == 201, r
-        return cid, r.json["fencing_token"]
-
-    def failed(self, rid, aid):
-        """Ends @aid with finish failed: it no longer blocks, the request stays open."""
-        r = self.finish(rid, aid, "failed")
-        assert r.status == 200 and r.json["state"] == "failed", r
-        assert r.json["request"]["status"] == "open", r
 
 
 @pytest.fixture
@@ -232,7 +101,7 @@ def test_create_requires_attempt_id(rt):
 
 def test_create_accepts_the_lease_bounds(rt):
     for lease in (100, 3600000):
-        rid, aid, b = rt.started(lease_ms=lease)
+        rid, aid, b = rt.started_with_body(lease_ms=lease)
         assert b["lease_ms"] == lease
 
 
@@ -257,7 +126,7 @@ def test_same_attempt_id_same_body_is_200_and_changes_nothing(rt):
 
 
 def test_same_attempt_id_without_revision_both_times_is_200(rt):
-    rid, aid, _ = rt.started(replica="gpu-1")
+    rid, aid = rt.started(replica="gpu-1")
     r = rt.create(rid, aid, replica="gpu-1")
     assert r.status == 200, r
     assert rt.request(rid)["attempts"] == 1
@@ -271,7 +140,7 @@ def test_same_attempt_id_without_revision_both_times_is_200(rt):
     ({"replica": "gpu-1"}, {"replica": "gpu-1", "model_revision": "m1"}),
 ])
 def test_same_attempt_id_other_replica_or_revision_is_request_mismatch(rt, first, again):
-    rid, aid, _ = rt.started(**first)
+    rid, aid = rt.started(**first)
     r = rt.create(rid, aid, **again)
     assert_error(r, 422, "request_mismatch")
     assert rt.attempts(rid) == {aid: (1, "live")}
@@ -280,7 +149,7 @@ def test_same_attempt_id_other_replica_or_revision_is_request_mismatch(rt, first
 
 def test_repeat_and_mismatch_come_before_first_delta_sent(rt):
     """Rows 1-2 precede row 3: a retried create after the first delta still answers."""
-    rid, aid, _ = rt.started(replica="gpu-1")
+    rid, aid = rt.started(replica="gpu-1")
     assert rt.deliver(rid, aid, 3).status == 200
     r = rt.create(rid, aid, replica="gpu-1")
     assert r.status == 200, r
@@ -289,7 +158,7 @@ def test_repeat_and_mismatch_come_before_first_delta_sent(rt):
 
 
 def test_repeat_comes_before_request_closed(rt):
-    rid, aid, _ = rt.started(replica="gpu-1")
+    rid, aid = rt.started(replica="gpu-1")
     assert rt.finish(rid, aid, "completed").status == 200
     r = rt.create(rid, aid, replica="gpu-1")
     assert r.status == 200, r
@@ -301,7 +170,7 @@ def test_repeat_comes_before_request_closed(rt):
 
 
 def test_no_attempt_after_first_delta_even_when_the_old_one_is_fenced(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.deliver(rid, a1, 5).status == 200
     assert rt.cancel(rid, a1).status == 200
     assert rt.ack(rid, a1).json["state"] == "cancelled"
@@ -312,7 +181,7 @@ def test_no_attempt_after_first_delta_even_when_the_old_one_is_fenced(rt):
 
 
 def test_no_attempt_after_first_delta_when_the_old_lease_ran_out(rt):
-    rid, a1, _ = rt.started(lease_ms=SHORT_LEASE_MS)
+    rid, a1 = rt.started(lease_ms=SHORT_LEASE_MS)
     assert rt.deliver(rid, a1, 1).status == 200
     time.sleep(PAST_SHORT_LEASE_S)
     assert_error(rt.create(rid, new_id("a")), 409, "first_delta_sent")
@@ -320,7 +189,7 @@ def test_no_attempt_after_first_delta_when_the_old_lease_ran_out(rt):
 
 
 def test_no_attempt_after_first_delta_of_a_failed_attempt(rt):
-    rid, a1, _ = rt.started(max_attempts=3)
+    rid, a1 = rt.started(max_attempts=3)
     assert rt.deliver(rid, a1, 2).status == 200
     rt.failed(rid, a1)
     assert_error(rt.create(rid, new_id("a")), 409, "first_delta_sent")
@@ -328,7 +197,7 @@ def test_no_attempt_after_first_delta_of_a_failed_attempt(rt):
 
 
 def test_first_delta_sent_carries_the_recorded_client_error_and_precedes_closed(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.deliver(rid, a1, 37).status == 200
     f = rt.failover(rid, a1, "upstream_closed")
     assert f.status == 200 and f.json["action"] == "terminate_stream", f
@@ -341,7 +210,7 @@ def test_first_delta_sent_carries_the_recorded_client_error_and_precedes_closed(
 
 
 def test_completed_request_is_request_closed_with_null_client_error(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.finish(rid, a1, "completed").status == 200
     err = assert_error(rt.create(rid, new_id("a")), 409, "request_closed")
     assert "client_error" in err and err["client_error"] is None
@@ -349,7 +218,7 @@ def test_completed_request_is_request_closed_with_null_client_error(rt):
 
 
 def test_failed_request_is_request_closed_with_its_client_error(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     f = rt.failover(rid, a1, "replica_exited", retry_prefill_tokens=40000)
     assert f.status == 200 and f.json["action"] == "reject", f
     err = assert_error(rt.create(rid, new_id("a")), 409, "request_closed")
@@ -358,7 +227,7 @@ def test_failed_request_is_request_closed_with_its_client_error(rt):
 
 
 def test_request_closed_comes_before_the_budget(rt):
-    rid, a1, _ = rt.started(max_attempts=1)
+    rid, a1 = rt.started(max_attempts=1)
     assert rt.finish(rid, a1, "completed").status == 200
     assert_error(rt.create(rid, new_id("a")), 409, "request_closed")
 
@@ -367,7 +236,7 @@ def test_request_closed_comes_before_the_budget(rt):
 
 
 def test_max_attempts_reached_is_retry_budget_exhausted(rt):
-    rid, a1, _ = rt.started()  # the policy's max_attempts: 2
+    rid, a1 = rt.started()  # the policy's max_attempts: 2
     rt.failed(rid, a1)
     a2 = new_id("a")
     r = rt.create(rid, a2)
@@ -379,7 +248,7 @@ def test_max_attempts_reached_is_retry_budget_exhausted(rt):
 
 
 def test_max_attempts_one_allows_no_retry(rt):
-    rid, a1, _ = rt.started(max_attempts=1)
+    rid, a1 = rt.started(max_attempts=1)
     rt.failed(rid, a1)
     assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
     assert rt.count("attempts", rid) == 1
@@ -387,7 +256,7 @@ def test_max_attempts_one_allows_no_retry(rt):
 
 
 def test_max_attempts_is_fixed_by_the_first_attempt(rt):
-    rid, a1, _ = rt.started(max_attempts=3)
+    rid, a1 = rt.started(max_attempts=3)
     rt.failed(rid, a1)
     a2 = new_id("a")
     r = rt.create(rid, a2, max_attempts=5)
@@ -402,7 +271,7 @@ def test_max_attempts_is_fixed_by_the_first_attempt(rt):
 
 
 def test_budget_comes_before_revision_and_source_not_fenced(rt):
-    rid, a1, _ = rt.started(max_attempts=1, model_revision="m1")
+    rid, a1 = rt.started(max_attempts=1, model_revision="m1")
     # a1 is live (source_not_fenced would apply) and the revision differs.
     assert_error(rt.create(rid, new_id("a"), model_revision="m2"), 409,
                  "retry_budget_exhausted")
@@ -414,7 +283,7 @@ def test_pool_budget_of_the_default_policy_refuses_the_fourth_retry(service):
     other = Router(service)
     rids = []
     for _ in range(4):
-        rid, a1, _ = rt.started()
+        rid, a1 = rt.started()
         rt.failed(rid, a1)
         rids.append(rid)
     for rid in rids[:3]:
@@ -426,7 +295,7 @@ def test_pool_budget_of_the_default_policy_refuses_the_fourth_retry(service):
     # A first attempt is no retry: it is still welcome.
     rt.started()
     # Another tenant's retries are its own.
-    rid, a1, _ = other.started()
+    rid, a1 = other.started()
     other.failed(rid, a1)
     assert other.create(rid, new_id("a")).status == 201
 
@@ -442,7 +311,7 @@ def test_pool_budget_grows_with_the_tenants_attempts(service):
         rt.started()
     rids = []
     for _ in range(6):
-        rid, a1, _ = rt.started()
+        rid, a1 = rt.started()
         rt.failed(rid, a1)
         rids.append(rid)
     for rid in rids[:5]:
@@ -455,7 +324,7 @@ def test_pool_budget_grows_with_the_tenants_attempts(service):
 
 
 def test_other_revision_is_revision_mismatch_with_both(rt):
-    rid, a1, _ = rt.started(model_revision="m1")
+    rid, a1 = rt.started(model_revision="m1")
     rt.failed(rid, a1)
     err = assert_error(rt.create(rid, new_id("a"), model_revision="m2"), 409,
                        "revision_mismatch")
@@ -465,7 +334,7 @@ def test_other_revision_is_revision_mismatch_with_both(rt):
 
 
 def test_attempt_without_revision_takes_the_requests(rt):
-    rid, a1, _ = rt.started(model_revision="m1")
+    rid, a1 = rt.started(model_revision="m1")
     rt.failed(rid, a1)
     a2 = new_id("a")
     r = rt.create(rid, a2)
@@ -477,7 +346,7 @@ def test_attempt_without_revision_takes_the_requests(rt):
 
 
 def test_first_attempt_without_revision_lets_a_later_one_set_it(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     rt.failed(rid, a1)
     r = rt.create(rid, new_id("a"), model_revision="m3")
     assert r.status == 201, r
@@ -485,7 +354,7 @@ def test_first_attempt_without_revision_lets_a_later_one_set_it(rt):
 
 
 def test_revision_mismatch_comes_before_source_not_fenced(rt):
-    rid, a1, _ = rt.started(model_revision="m1")
+    rid, a1 = rt.started(model_revision="m1")
     assert_error(rt.create(rid, new_id("a"), model_revision="m2"), 409, "revision_mismatch")
 
 
@@ -493,7 +362,7 @@ def test_revision_mismatch_comes_before_source_not_fenced(rt):
 
 
 def test_live_previous_attempt_is_source_not_fenced_with_retry_after(rt):
-    rid, a1, _ = rt.started(lease_ms=1900)
+    rid, a1 = rt.started(lease_ms=1900)
     r = rt.create(rid, new_id("a"))
     err = assert_error(r, 409, "source_not_fenced")
     assert 1000 < err["retry_after_ms"] <= 1900, err
@@ -502,7 +371,7 @@ def test_live_previous_attempt_is_source_not_fenced_with_retry_after(rt):
 
 
 def test_cancel_requested_blocks_until_cancel_ack(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.cancel(rid, a1).status == 200
     r = rt.create(rid, new_id("a"))
     err = assert_error(r, 409, "source_not_fenced")
@@ -516,7 +385,7 @@ def test_cancel_requested_blocks_until_cancel_ack(rt):
 
 
 def test_cancel_requested_blocks_until_its_lease_runs_out(rt):
-    rid, a1, _ = rt.started(lease_ms=SHORT_LEASE_MS)
+    rid, a1 = rt.started(lease_ms=SHORT_LEASE_MS)
     assert rt.cancel(rid, a1).status == 200
     assert_error(rt.create(rid, new_id("a")), 409, "source_not_fenced")
     time.sleep(PAST_SHORT_LEASE_S)
@@ -527,7 +396,7 @@ def test_cancel_requested_blocks_until_its_lease_runs_out(rt):
 
 
 def test_expired_previous_attempt_is_superseded_by_the_next(rt):
-    rid, a1, _ = rt.started(lease_ms=SHORT_LEASE_MS)
+    rid, a1 = rt.started(lease_ms=SHORT_LEASE_MS)
     time.sleep(PAST_SHORT_LEASE_S)
     a2 = new_id("a")
     r = rt.create(rid, a2)
@@ -537,7 +406,7 @@ def test_expired_previous_attempt_is_superseded_by_the_next(rt):
 
 
 def test_source_not_fenced_comes_before_tool_call_in_progress(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     rt.claimed(rid, a1)
     assert_error(rt.create(rid, new_id("a")), 409, "source_not_fenced")
 
@@ -546,7 +415,7 @@ def test_source_not_fenced_comes_before_tool_call_in_progress(rt):
 
 
 def test_held_call_of_the_previous_attempt_is_tool_call_in_progress(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     cid, tok = rt.claimed(rid, a1, lease_ms=1900)
     rt.failed(rid, a1)
     r = rt.create(rid, new_id("a"))
@@ -562,7 +431,7 @@ def test_held_call_of_the_previous_attempt_is_tool_call_in_progress(rt):
 
 
 def test_released_call_no_longer_blocks(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     cid, tok = rt.claimed(rid, a1)
     rt.failed(rid, a1)
     assert_error(rt.create(rid, new_id("a")), 409, "tool_call_in_progress")
@@ -571,7 +440,7 @@ def test_released_call_no_longer_blocks(rt):
 
 
 def test_unknown_outcome_is_tool_outcome_unknown_until_resolved(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     cid, _ = rt.claimed(rid, a1, lease_ms=SHORT_LEASE_MS, tool="charge")
     rt.failed(rid, a1)
     time.sleep(PAST_SHORT_LEASE_S)
@@ -587,7 +456,7 @@ def test_unknown_outcome_is_tool_outcome_unknown_until_resolved(rt):
 
 
 def test_unknown_outcome_of_a_deduping_tool_does_not_block(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     rt.claimed(rid, a1, lease_ms=SHORT_LEASE_MS, tool_dedupes=True)
     rt.failed(rid, a1)
     time.sleep(PAST_SHORT_LEASE_S)
@@ -595,7 +464,7 @@ def test_unknown_outcome_of_a_deduping_tool_does_not_block(rt):
 
 
 def test_tool_call_in_progress_comes_before_tool_outcome_unknown(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     rt.claimed(rid, a1, lease_ms=SHORT_LEASE_MS)
     rt.claimed(rid, a1, lease_ms=30000)
     rt.failed(rid, a1)
@@ -604,7 +473,7 @@ def test_tool_call_in_progress_comes_before_tool_outcome_unknown(rt):
 
 
 def test_source_not_fenced_comes_before_tool_outcome_unknown(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     rt.claimed(rid, a1, lease_ms=SHORT_LEASE_MS)
     time.sleep(PAST_SHORT_LEASE_S)
     assert_error(rt.create(rid, new_id("a")), 409, "source_not_fenced")
@@ -630,7 +499,7 @@ def test_unknown_outcome_from_before_any_attempt_blocks_the_first(rt):
 
 
 def test_epoch_grows_by_one_per_attempt(rt):
-    rid, a1, b1 = rt.started(max_attempts=3)
+    rid, a1, b1 = rt.started_with_body(max_attempts=3)
     assert b1["epoch"] == 1
     rt.failed(rid, a1)
     a2 = new_id("a")
@@ -671,7 +540,7 @@ def test_concurrent_creates_make_exactly_one_live_attempt(rt):
 
 
 def test_at_most_one_live_attempt_through_a_life(rt):
-    rid, a1, _ = rt.started(lease_ms=SHORT_LEASE_MS, max_attempts=3)
+    rid, a1 = rt.started(lease_ms=SHORT_LEASE_MS, max_attempts=3)
     assert rt.live_count(rid) == 1
     time.sleep(PAST_SHORT_LEASE_S)
     a2 = new_id("a")
@@ -690,7 +559,7 @@ def test_at_most_one_live_attempt_through_a_life(rt):
 
 
 def test_renew_is_200_and_sets_a_new_deadline(rt):
-    rid, aid, _ = rt.started(lease_ms=SHORT_LEASE_MS)
+    rid, aid = rt.started(lease_ms=SHORT_LEASE_MS)
     r = rt.renew(rid, aid, 20000)
     assert r.status == 200, r
     assert r.json == {"attempt_id": aid, "epoch": 1, "lease_ms": 20000}
@@ -704,14 +573,14 @@ def test_renew_is_200_and_sets_a_new_deadline(rt):
 
 
 def test_renew_without_lease_takes_the_default(rt):
-    rid, aid, _ = rt.started(lease_ms=1000)
+    rid, aid = rt.started(lease_ms=1000)
     r = rt.renew(rid, aid)
     assert r.status == 200, r
     assert r.json["lease_ms"] == 30000
 
 
 def test_renew_of_an_expired_attempt_is_fenced(rt):
-    rid, aid, _ = rt.started(lease_ms=SHORT_LEASE_MS)
+    rid, aid = rt.started(lease_ms=SHORT_LEASE_MS)
     time.sleep(PAST_SHORT_LEASE_S)
     err = assert_error(rt.renew(rid, aid, 30000), 409, "attempt_fenced")
     assert err["attempt_state"] == "expired"
@@ -724,7 +593,7 @@ def test_renew_of_an_expired_attempt_is_fenced(rt):
                                          ("cancel", {"reason": "x"}), ("cancel-ack", {}),
                                          ("finish", {"outcome": "completed"})])
 def test_unknown_attempt_is_attempt_not_found(rt, action, body):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     r = rt.act(rid, new_id("a"), action, body)
     assert_error(r, 404, "attempt_not_found")
     # A request that does not exist: the same answer, and no row made.
@@ -742,7 +611,7 @@ def test_unknown_attempt_is_attempt_not_found(rt, action, body):
     ("cancel", {"reason": "x" * 257}, "reason"),
 ])
 def test_attempt_calls_validate_their_body(rt, action, body, field):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     err = assert_error(rt.act(rid, aid, action, body), 400, "invalid_field")
     assert err["field"] == field
     assert rt.attempts(rid) == {aid: (1, "live")}
@@ -752,7 +621,7 @@ def test_attempt_calls_validate_their_body(rt, action, body, field):
 
 
 def test_deliver_sets_first_delta_and_decode_durably(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     r = rt.deliver(rid, aid, 0)
     assert r.status == 200, r
     assert r.json == {"request_id": rid, "attempt_id": aid, "first_delta_sent": True,
@@ -764,7 +633,7 @@ def test_deliver_sets_first_delta_and_decode_durably(rt):
 
 
 def test_deliver_reports_the_largest_count_so_far(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     assert rt.deliver(rid, aid, 10).json["delivered_output_tokens"] == 10
     assert rt.deliver(rid, aid, 25).json["delivered_output_tokens"] == 25
     r = rt.deliver(rid, aid, 7)
@@ -779,7 +648,7 @@ def test_deliver_reports_the_largest_count_so_far(rt):
 
 
 def test_cancel_is_200_cancel_requested_with_the_request(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     r = rt.cancel(rid, aid, "client went away")
     assert r.status == 200, r
     b = r.json
@@ -791,7 +660,7 @@ def test_cancel_is_200_cancel_requested_with_the_request(rt):
 
 
 def test_cancel_repeated_is_200_and_unchanged(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     assert rt.cancel(rid, aid).status == 200
     n = len(rt.events(rid))
     r = rt.cancel(rid, aid)
@@ -802,7 +671,7 @@ def test_cancel_repeated_is_200_and_unchanged(rt):
 
 @pytest.mark.parametrize("end", ["completed", "failed", "cancelled"])
 def test_cancel_of_an_ended_attempt_is_200_with_its_state(rt, end):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     if end == "cancelled":
         assert rt.ack(rid, aid).status == 200
     else:
@@ -815,7 +684,7 @@ def test_cancel_of_an_ended_attempt_is_200_with_its_state(rt, end):
 
 
 def test_cancel_of_a_dead_attempt_keeps_it_dead(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     f = rt.failover(rid, a1, "replica_exited")
     assert f.status == 200 and f.json["source_state"] == "dead", f
     r = rt.cancel(rid, a1)
@@ -824,7 +693,7 @@ def test_cancel_of_a_dead_attempt_keeps_it_dead(rt):
 
 
 def test_cancel_ack_from_live_is_cancelled_and_unblocks(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     r = rt.ack(rid, a1)
     assert r.status == 200, r
     assert (r.json["attempt_id"], r.json["epoch"], r.json["state"]) == (a1, 1, "cancelled")
@@ -834,7 +703,7 @@ def test_cancel_ack_from_live_is_cancelled_and_unblocks(rt):
 
 
 def test_cancel_ack_from_cancel_requested_is_cancelled(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.cancel(rid, a1).status == 200
     r = rt.ack(rid, a1)
     assert r.status == 200 and r.json["state"] == "cancelled", r
@@ -847,7 +716,7 @@ def test_cancel_ack_from_cancel_requested_is_cancelled(rt):
 
 
 def test_finish_completed_closes_the_request(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     assert rt.deliver(rid, aid, 3).status == 200
     r = rt.finish(rid, aid, "completed", delivered_output_tokens=120, reason="stop")
     assert r.status == 200, r
@@ -861,7 +730,7 @@ def test_finish_completed_closes_the_request(rt):
 
 
 def test_finish_failed_leaves_the_request_open(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     r = rt.finish(rid, aid, "failed", reason="oom")
     assert r.status == 200, r
     assert r.json["state"] == "failed" and r.json["request"]["status"] == "open"
@@ -871,7 +740,7 @@ def test_finish_failed_leaves_the_request_open(rt):
 
 @pytest.mark.parametrize("outcome,state", [("completed", "finished"), ("failed", "failed")])
 def test_finish_repeated_is_200_and_changes_nothing(rt, outcome, state):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     body = {"delivered_output_tokens": 9, "reason": "r"}
     r1 = rt.finish(rid, aid, outcome, **body)
     assert r1.status == 200, r1
@@ -884,7 +753,7 @@ def test_finish_repeated_is_200_and_changes_nothing(rt, outcome, state):
 
 
 def test_finish_other_outcome_after_finish_is_fenced(rt):
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     assert rt.finish(rid, aid, "failed").status == 200
     err = assert_error(rt.finish(rid, aid, "completed"), 409, "attempt_fenced")
     assert err["attempt_state"] == "failed"
@@ -902,7 +771,7 @@ def zombie(rt, kind):
     attempt has none: a held call blocks the rerun (and a failover of a
     source holding one waits, leaving it cancel_requested).
     """
-    rid, a1, _ = rt.started(lease_ms=SHORT_LEASE_MS if kind in ("expired", "superseded")
+    rid, a1 = rt.started(lease_ms=SHORT_LEASE_MS if kind in ("expired", "superseded")
                             else 30000)
     held = None if kind in ("superseded", "dead") else rt.claimed(rid, a1, lease_ms=30000)
     if kind == "cancel_requested":
@@ -981,7 +850,7 @@ def test_zombie_cannot_claim_renew_deliver_or_finish(rt, kind):
 
 def test_cancel_requested_has_no_rights_at_once_for_its_own_held_key(rt):
     """Row 6 of the claim table precedes 7 and 8: a revoked holder's repeat is fenced."""
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     cl = claim_id()
     r = rt.claim(rid, "call_01", attempt_id=aid, claim_id=cl)
     assert r.status == 201, r
@@ -994,7 +863,7 @@ def test_cancel_requested_has_no_rights_at_once_for_its_own_held_key(rt):
 
 
 def test_abandoned_request_reopens_with_a_new_attempt(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     f = rt.failover(rid, a1, "client_disconnected")
     assert f.status == 200, f
     assert f.json["action"] == "cancel_upstream" and f.json["request_status"] == "abandoned"
@@ -1014,7 +883,7 @@ def test_abandoned_request_reopens_with_a_new_attempt(rt):
 
 
 def test_reopen_is_a_retry_within_max_attempts(rt):
-    rid, a1, _ = rt.started(max_attempts=1)
+    rid, a1 = rt.started(max_attempts=1)
     assert rt.failover(rid, a1, "client_disconnected").json["action"] == "cancel_upstream"
     assert rt.ack(rid, a1).status == 200
     assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
@@ -1022,7 +891,7 @@ def test_reopen_is_a_retry_within_max_attempts(rt):
 
 
 def test_abandoned_after_a_delta_never_reopens(rt):
-    rid, a1, _ = rt.started()
+    rid, a1 = rt.started()
     assert rt.deliver(rid, a1, 4).status == 200
     f = rt.failover(rid, a1, "client_disconnected")
     assert f.status == 200 and f.json["request_status"] == "terminated", f
@@ -1037,7 +906,7 @@ def test_abandoned_after_a_delta_never_reopens(rt):
 def test_agent_and_reviewer_may_not_drive_attempts(service, role):
     rt = Router(service)
     weak = service.token(role, rt.tenant)
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     r = rt.create(new_id("r"), new_id("a"), token=weak)
     assert_error(r, 403, "forbidden")
     for action, body in [("renew", {"lease_ms": 1000}), ("deliver", {}),
@@ -1052,7 +921,7 @@ def test_agent_and_reviewer_may_not_drive_attempts(service, role):
 
 def test_admin_may_drive_attempts(service):
     rt = Router(service, role="admin")
-    rid, aid, _ = rt.started()
+    rid, aid = rt.started()
     assert rt.renew(rid, aid, 5000).status == 200
     assert rt.deliver(rid, aid, 1).status == 200
     assert rt.finish(rid, aid, "completed").json["request"]["status"] == "completed"
@@ -1066,7 +935,7 @@ def test_without_token_is_401(rt):
 
 def test_another_tenants_attempt_does_not_exist(service):
     a, b = Router(service), Router(service)
-    rid, aid, _ = a.started(replica="gpu-1")
+    rid, aid = a.started(replica="gpu-1")
     for action, body in [("renew", {"lease_ms": 1000}), ("deliver", {}), ("cancel", {}),
                          ("finish", {"outcome": "completed"})]:
         assert_error(b.act(rid, aid, action, body), 404, "attempt_not_found")
@@ -1082,6 +951,6 @@ def test_another_tenants_attempt_does_not_exist(service):
 def test_bad_ids_in_the_path_are_invalid_id(rt):
     r = rt.post("/v1/requests/%s/attempts" % "bad%20id", {"attempt_id": new_id("a")})
     assert_error(r, 400, "invalid_id")
-    rid, _, _ = rt.started()
+    rid, _ = rt.started()
     r = rt.act(rid, "x" * 129, "renew", {"lease_ms": 1000})
     assert_error(r, 400, "invalid_id")

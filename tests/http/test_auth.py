@@ -13,6 +13,7 @@ import secrets
 import pytest
 
 from conftest import claim_id, ledgerd_cmd, new_id
+from http_helpers import assert_error, claim, key, path
 
 ACTIONS = ("claim", "renew", "complete", "release", "resolve", "get", "list")
 
@@ -29,33 +30,11 @@ SUCCESS = {"claim": 201, "renew": 200, "complete": 200, "release": 200, "resolve
            "get": 200, "list": 200}
 
 
-def path(rid, cid, action=None):
-    p = "/v1/requests/%s/tool-calls/%s" % (rid, cid)
-    return p + "/" + action if action else p
-
-
-def key():
-    return new_id("r"), new_id("c")
-
-
-def assert_error(r, status, code):
-    assert r.status == status, r
-    err = r.json["error"]
-    assert err["code"] == code, r
-    assert isinstance(err["message"], str) and err["message"], r
-    return err
-
-
-def claim(service, rid, cid, token, body=None):
-    b = {"claim_id": claim_id()}
-    b.update(body or {})
-    return service.ledgerd.post(path(rid, cid, "claim"), b, token=token)
-
-
 def held(service, tenant="t1", **fields):
     """A key claimed by an agent of @tenant: (rid, cid, fencing_token)."""
     rid, cid = key()
-    r = claim(service, rid, cid, service.token("agent", tenant), fields)
+    r = claim(service, rid, cid, dict({"claim_id": claim_id()}, **fields),
+              token=service.token("agent", tenant))
     assert r.status == 201, r
     return rid, cid, r.json["fencing_token"]
 
@@ -334,10 +313,12 @@ def test_two_tenants_use_the_same_ids_independently(service):
     t1, t2 = new_id("ta"), new_id("tb")
     rid, cid = key()
     a1, a2 = service.token("agent", t1), service.token("agent", t2)
-    r1 = claim(service, rid, cid, a1, {"tool": "x", "args": {"a": 1}})
+    r1 = claim(service, rid, cid, {"claim_id": claim_id(), "tool": "x", "args": {"a": 1}},
+               token=a1)
     assert r1.status == 201, r1
     # t2's claim of the same key is a fresh one: not in_progress, not a mismatch.
-    r2 = claim(service, rid, cid, a2, {"tool": "y", "args": {"b": 2}, "tool_dedupes": True})
+    r2 = claim(service, rid, cid, {"claim_id": claim_id(), "tool": "y", "args": {"b": 2},
+                                   "tool_dedupes": True}, token=a2)
     assert r2.status == 201, r2
     assert r2.json["fencing_token"] == 1
     assert r2.json["idempotency_key"] == "%s:%s" % (rid, cid)
@@ -346,7 +327,8 @@ def test_two_tenants_use_the_same_ids_independently(service):
                              {"fencing_token": 1, "outcome": "succeeded", "result": "t1-only"},
                              token=a1)
     assert r.status == 200, r
-    r = claim(service, rid, cid, a2, {"tool": "y", "args": {"b": 2}, "tool_dedupes": True})
+    r = claim(service, rid, cid, {"claim_id": claim_id(), "tool": "y", "args": {"b": 2},
+                                  "tool_dedupes": True}, token=a2)
     assert_error(r, 409, "in_progress")
     assert "t1-only" not in r.body
     g2 = service.ledgerd.get(path(rid, cid), token=a2).json
@@ -356,7 +338,8 @@ def test_two_tenants_use_the_same_ids_independently(service):
     assert r.status == 200, r
     g1 = service.ledgerd.get(path(rid, cid), token=a1).json
     assert g1["state"] == "succeeded" and g1["result"] == "t1-only"
-    r = claim(service, rid, cid, a1, {"tool": "x", "args": {"a": 1}})
+    r = claim(service, rid, cid, {"claim_id": claim_id(), "tool": "x", "args": {"a": 1}},
+              token=a1)
     assert r.status == 200 and r.json["result"] == "t1-only", r
     rows = service.sql("SELECT tenant, state FROM tool_calls WHERE request_id = '%s'"
                        " ORDER BY tenant" % rid)

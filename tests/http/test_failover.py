@@ -16,49 +16,25 @@ Every test works in a tenant of its own: the pool-wide retry budget is
 counted per tenant, so tests never spend each other's retries.
 """
 
-import hashlib
 import json
-import re
 import secrets
 import threading
 import time
 
 import pytest
 
-from conftest import Ledgerd, claim_id, ledgerd_cmd, new_id
+from conftest import Ledgerd, ledgerd_cmd, new_id
+from http_helpers import (ANSWER_KEYS, Router, answer, assert_error, fingerprint,
+                          result_text_of)
 
 SHORT_LEASE_MS = 250
 PAST_SHORT_LEASE_S = 0.4
 
-ANSWER_KEYS = {"action", "request_id", "attempt_id", "signal", "source_state", "request_status"}
 CLIENT_ERROR_KEYS = {"code", "type", "param", "message", "request_id", "partial_output",
                      "delivered_output_tokens", "retryable"}
 
 
 # --- helpers ----------------------------------------------------------------
-
-
-def fingerprint(obj):
-    """SHA-256 of the JCS form, for simple ASCII/integer inputs only."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def assert_error(r, status, code):
-    assert r.status == status, r
-    err = r.json["error"]
-    assert err["code"] == code, r
-    assert isinstance(err["message"], str) and err["message"], r
-    return err
-
-
-def answer(r, action):
-    """The 200 answer of a failover with @action; returns its body."""
-    assert r.status == 200, r
-    b = r.json
-    assert b["action"] == action, b
-    assert ANSWER_KEYS <= set(b), b
-    return b
 
 
 def assert_client_error(ce, code, rid, partial, delivered):
@@ -73,110 +49,6 @@ def assert_client_error(ce, code, rid, partial, delivered):
     assert e["partial_output"] is partial
     assert e["delivered_output_tokens"] == delivered
     assert e["retryable"] is False
-
-
-def result_text_of(body):
-    """The raw text after "result": in a reply body (no re-serialisation)."""
-    m = re.search(r'"result"\s*:\s*', body)
-    assert m, body
-    return body[m.end():]
-
-
-class Router:
-    """A router of a tenant of its own, with the calls it makes."""
-
-    def __init__(self, service, role="router", tenant=None):
-        self.service = service
-        self.tenant = tenant or new_id("t")
-        self.tok = service.token(role, self.tenant)
-
-    def post(self, path, body=None, token=None, raw=None):
-        return self.service.ledgerd.post(path, {} if body is None else body,
-                                         token=token or self.tok, raw=raw)
-
-    def create(self, rid, aid, **fields):
-        body = {"attempt_id": aid}
-        body.update(fields)
-        return self.post("/v1/requests/%s/attempts" % rid, body)
-
-    def act(self, rid, aid, action, body=None):
-        return self.post("/v1/requests/%s/attempts/%s/%s" % (rid, aid, action), body)
-
-    def deliver(self, rid, aid, n=0):
-        return self.act(rid, aid, "deliver", {"delivered_output_tokens": n})
-
-    def finish(self, rid, aid, outcome="completed"):
-        return self.act(rid, aid, "finish", {"outcome": outcome})
-
-    def failover(self, rid, aid, signal, next_aid=None, raw=None, **kw):
-        body = {"attempt_id": aid, "signal": signal}
-        if next_aid is not None:
-            body["next_attempt"] = {"attempt_id": next_aid, "replica": "gpu-next"}
-        body.update(kw)
-        return self.post("/v1/requests/%s/failover" % rid, body, raw=raw)
-
-    def claim(self, rid, cid, **body):
-        body.setdefault("claim_id", claim_id())
-        return self.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid), body)
-
-    def call(self, rid, cid, action, body=None, raw=None):
-        return self.post("/v1/requests/%s/tool-calls/%s/%s" % (rid, cid, action), body, raw=raw)
-
-    def complete(self, rid, cid, tok, outcome="succeeded", result=None, retryable=False):
-        return self.call(rid, cid, "complete", {"fencing_token": tok, "outcome": outcome,
-                                                "result": result, "retryable": retryable})
-
-    def sql(self, query):
-        return self.service.sql(query)
-
-    def attempts(self, rid):
-        rows = self.sql("SELECT attempt_id, epoch, state FROM attempts WHERE tenant = '%s'"
-                        " AND request_id = '%s' ORDER BY epoch" % (self.tenant, rid))
-        return {a: (int(e), s) for a, e, s in rows}
-
-    def request(self, rid):
-        rows = self.sql("SELECT status, first_delta_sent, attempt_count,"
-                        " coalesce(client_error, '') FROM requests WHERE tenant = '%s'"
-                        " AND request_id = '%s'" % (self.tenant, rid))
-        if not rows:
-            return None
-        s, fd, n, ce = rows[0]
-        return {"status": s, "first_delta_sent": fd == "t", "attempts": int(n),
-                "client_error": json.loads(ce) if ce else None}
-
-    def events(self, rid):
-        rows = self.sql("SELECT type, coalesce(attempt_id, ''), coalesce(tool_call_id, ''),"
-                        " detail::text FROM events WHERE tenant = '%s' AND request_id = '%s'"
-                        " ORDER BY seq" % (self.tenant, rid))
-        return [(t, a, c, json.loads(d)) for t, a, c, d in rows]
-
-    def decisions(self, rid):
-        """Failover decision events: [(attempt_id, detail)]."""
-        return [(a, d) for t, a, _, d in self.events(rid) if t == "failover_decision"]
-
-    def recorded(self, rid):
-        return int(self.sql("SELECT count(*) FROM failover_decisions WHERE tenant = '%s' AND"
-                            " request_id = '%s'" % (self.tenant, rid))[0][0])
-
-    def started(self, **fields):
-        rid, aid = new_id("r"), new_id("a")
-        r = self.create(rid, aid, **fields)
-        assert r.status == 201, r
-        return rid, aid
-
-    def claimed(self, rid, aid, cid=None, **fields):
-        cid = cid or new_id("c")
-        r = self.claim(rid, cid, attempt_id=aid, **fields)
-        assert r.status == 201, r
-        return cid, r.json["fencing_token"]
-
-    def failed_over(self, rid, aid, **next_fields):
-        """retry_prefill from @aid (replica_exited) to a new attempt; returns its id."""
-        nxt = new_id("a")
-        body = {"attempt_id": nxt}
-        body.update(next_fields)
-        answer(self.failover(rid, aid, "replica_exited", next_attempt=body), "retry_prefill")
-        return nxt
 
 
 @pytest.fixture

@@ -14,18 +14,10 @@ import threading
 import pytest
 
 from conftest import claim_id, new_id
+from http_helpers import assert_only_error, claim, key, path
 
 MIB = 1024 * 1024
 MAX_SAFE = 2 ** 53 - 1
-
-
-def path(rid, cid, action=None):
-    p = "/v1/requests/%s/tool-calls/%s" % (rid, cid)
-    return p + "/" + action if action else p
-
-
-def key():
-    return new_id("r"), new_id("c")
 
 
 def post_raw(service, p, raw, role="agent"):
@@ -34,23 +26,6 @@ def post_raw(service, p, raw, role="agent"):
 
 def claim_raw(service, rid, cid, raw):
     return post_raw(service, path(rid, cid, "claim"), raw)
-
-
-def claim(service, rid, cid, body):
-    return service.ledgerd.post(path(rid, cid, "claim"), body, token=service.token("agent"))
-
-
-def assert_error(r, status, code, field=None):
-    """The one envelope: {"error": {"code", "message", ...}}."""
-    assert r.status == status, r
-    b = json.loads(r.body)
-    assert set(b) == {"error"}, r
-    err = b["error"]
-    assert err["code"] == code, r
-    assert isinstance(err["message"], str) and err["message"], r
-    if field is not None:
-        assert err.get("field") == field, r
-    return err
 
 
 def assert_alive(service):
@@ -182,7 +157,7 @@ INVALID_JSON = [
 @pytest.mark.parametrize("raw", INVALID_JSON, ids=range(len(INVALID_JSON)))
 def test_invalid_json_is_400_invalid_json(service, raw):
     rid, cid = key()
-    err = assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    err = assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     assert isinstance(err.get("offset"), int)
     assert_nothing_written(service, rid)
     assert_alive(service)
@@ -201,7 +176,7 @@ DUPLICATES = [
 @pytest.mark.parametrize("raw", DUPLICATES, ids=range(len(DUPLICATES)))
 def test_duplicate_keys_are_invalid_json(service, raw):
     rid, cid = key()
-    assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -210,7 +185,7 @@ def test_duplicate_keys_in_a_result_are_invalid_json(service):
     rid, cid, tok = claimed(service)
     raw = ('{"fencing_token": %d, "outcome": "succeeded", "result": {"a": 1, "\\u0061": 1}}'
            % tok).encode()
-    assert_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
+    assert_only_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
     assert_unchanged(service, rid, cid, tok)
 
 
@@ -220,7 +195,7 @@ def test_body_that_is_not_an_object_is_400(service, raw):
     r = claim_raw(service, rid, cid, raw)
     assert r.status == 400, r
     assert r.code in ("invalid_json", "invalid_field"), r
-    assert_error(r, 400, r.code)
+    assert_only_error(r, 400, r.code)
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -239,7 +214,7 @@ INVALID_UTF8 = [
 @pytest.mark.parametrize("raw", INVALID_UTF8, ids=range(len(INVALID_UTF8)))
 def test_invalid_utf8_is_invalid_json(service, raw):
     rid, cid = key()
-    assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -257,7 +232,7 @@ LONE_SURROGATES = [
 @pytest.mark.parametrize("raw", LONE_SURROGATES, ids=range(len(LONE_SURROGATES)))
 def test_lone_surrogate_is_invalid_json(service, raw):
     rid, cid = key()
-    assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -266,7 +241,7 @@ def test_invalid_utf8_in_a_result_is_invalid_json(service):
     rid, cid, tok = claimed(service)
     for raw in (b'{"fencing_token": %d, "outcome": "succeeded", "result": "\xff"}' % tok,
                 b'{"fencing_token": %d, "outcome": "succeeded", "result": "\\ud800"}' % tok):
-        assert_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
+        assert_only_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
     assert_unchanged(service, rid, cid, tok)
 
 
@@ -287,7 +262,7 @@ def test_empty_body_counts_as_an_empty_object(service):
     assert r.json["lease_ms"] == 30000
     # For a call with a required field, the empty body lacks it.
     rid, cid, tok = claimed(service)
-    assert_error(post_raw(service, path(rid, cid, "complete"), b""), 400, "invalid_field",
+    assert_only_error(post_raw(service, path(rid, cid, "complete"), b""), 400, "invalid_field",
                  "fencing_token")
     assert_unchanged(service, rid, cid, tok)
 
@@ -298,9 +273,9 @@ def test_empty_body_counts_as_an_empty_object(service):
 def test_deep_nesting_is_invalid_json(service):
     rid, cid = key()
     raw = ('{"claim_id": "%s", "args": %s}' % (claim_id(), nested(100))).encode()
-    assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     raw = ('{"args": %s}' % ("[" * 100000)).encode()
-    assert_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, raw), 400, "invalid_json")
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -318,7 +293,7 @@ def test_nesting_limit_is_64_levels_counting_the_body(service):
     assert claim_raw(service, rid, cid, ok).status == 201
     rid, cid = key()
     too_deep = ('{"args": %s}' % nested(64)).encode()  # 65
-    assert_error(claim_raw(service, rid, cid, too_deep), 400, "invalid_json")
+    assert_only_error(claim_raw(service, rid, cid, too_deep), 400, "invalid_json")
     assert_nothing_written(service, rid)
 
 
@@ -326,7 +301,7 @@ def test_deep_result_is_invalid_json(service):
     rid, cid, tok = claimed(service)
     raw = ('{"fencing_token": %d, "outcome": "succeeded", "result": %s}'
            % (tok, nested(100))).encode()
-    assert_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
+    assert_only_error(post_raw(service, path(rid, cid, "complete"), raw), 400, "invalid_json")
     assert_unchanged(service, rid, cid, tok)
 
 
@@ -383,7 +358,7 @@ CLAIM_BAD_FIELDS = [
 def test_claim_field_of_wrong_type_or_range_is_invalid_field(service, field, value):
     rid, cid = key()
     body = {"claim_id": claim_id(), field: value}
-    assert_error(claim(service, rid, cid, body), 400, "invalid_field", field)
+    assert_only_error(claim(service, rid, cid, body), 400, "invalid_field", field)
     assert_nothing_written(service, rid)
     assert_alive(service)
 
@@ -493,7 +468,7 @@ def test_bad_body_of_a_call_on_a_held_key_is_invalid_field_and_changes_nothing(
     rid, cid, tok = claimed(service)
     role = "admin" if action == "resolve" else "agent"
     r = service.ledgerd.post(path(rid, cid, action), body, token=service.token(role))
-    assert_error(r, 400, "invalid_field", field)
+    assert_only_error(r, 400, "invalid_field", field)
     assert_unchanged(service, rid, cid, tok)
     assert_alive(service)
 
@@ -516,7 +491,7 @@ def test_largest_safe_integer_passes_validation(service):
                              {"fencing_token": MAX_SAFE, "outcome": "succeeded"},
                              token=service.token("agent"))
     # A valid integer, but a token never issued.
-    assert_error(r, 409, "stale_token")
+    assert_only_error(r, 409, "stale_token")
 
 
 UNKNOWN_FIELDS = [
@@ -531,7 +506,7 @@ UNKNOWN_FIELDS = [
 def test_unknown_claim_field_is_invalid_field(service, body):
     rid, cid = key()
     unknown = [k for k in body if k not in ("claim_id",)][0]
-    assert_error(claim(service, rid, cid, body), 400, "invalid_field", unknown)
+    assert_only_error(claim(service, rid, cid, body), 400, "invalid_field", unknown)
     assert_nothing_written(service, rid)
 
 
@@ -566,7 +541,7 @@ def test_invalid_ids_in_the_path_are_invalid_id(service):
     prefix = new_id("bad")
     for p, field in bad_id_paths(prefix):
         r = post_raw(service, p, b'{"claim_id": "0123456789abcdef"}')
-        assert_error(r, 400, "invalid_id", field)
+        assert_only_error(r, 400, "invalid_id", field)
     assert rows(service, prefix + "%") == 0
     assert int(service.sql("SELECT count(*) FROM tool_calls WHERE tool_call_id LIKE 'c%%'"
                            " AND request_id = '%s'" % prefix)[0][0]) == 0
@@ -578,10 +553,10 @@ def test_invalid_ids_in_get_and_other_calls_are_invalid_id(service):
     t = service.token("admin")
     for p, field in bad_id_paths(prefix):
         one = p[:-len("/claim")]
-        assert_error(service.ledgerd.get(one, token=t), 400, "invalid_id", field)
+        assert_only_error(service.ledgerd.get(one, token=t), 400, "invalid_id", field)
         for action in ("renew", "complete", "release", "resolve"):
             r = service.ledgerd.post(one + "/" + action, {}, token=t)
-            assert_error(r, 400, "invalid_id", field)
+            assert_only_error(r, 400, "invalid_id", field)
     assert rows(service, prefix + "%") == 0
     assert_alive(service)
 
@@ -660,9 +635,9 @@ UNKNOWN_PATHS = [
 @pytest.mark.parametrize("method,p", UNKNOWN_PATHS, ids=[p for _, p in UNKNOWN_PATHS])
 def test_unknown_path_is_404_not_found(service, method, p):
     r = service.ledgerd.request(method, p, token=service.token("admin"))
-    assert_error(r, 404, "not_found")
+    assert_only_error(r, 404, "not_found")
     # Without a token as well: the path is checked first.
-    assert_error(service.ledgerd.request(method, p), 404, "not_found")
+    assert_only_error(service.ledgerd.request(method, p), 404, "not_found")
 
 
 WRONG_METHODS = [
@@ -684,7 +659,7 @@ WRONG_METHODS = [
 def test_wrong_method_is_405_with_allow(service, method, p, allowed):
     for token in (service.token("admin"), None):
         r = service.ledgerd.request(method, p, token=token)
-        assert_error(r, 405, "method_not_allowed")
+        assert_only_error(r, 405, "method_not_allowed")
         allow = r.header("Allow")
         assert allow is not None, r
         assert [m.strip() for m in allow.split(",")] == [allowed], allow
@@ -692,17 +667,17 @@ def test_wrong_method_is_405_with_allow(service, method, p, allowed):
 
 def test_unknown_query_parameter_is_invalid_field(service):
     r = service.ledgerd.get("/v1/tool-calls?foo=1", token=service.token("admin"))
-    assert_error(r, 400, "invalid_field", "foo")
+    assert_only_error(r, 400, "invalid_field", "foo")
     r = service.ledgerd.get("/v1/tool-calls?state=unknown&Limit=5",
                             token=service.token("admin"))
-    assert_error(r, 400, "invalid_field", "Limit")
+    assert_only_error(r, 400, "invalid_field", "Limit")
     rid, cid = key()
     r = service.ledgerd.post(path(rid, cid, "claim") + "?lease_ms=1000",
                              {"claim_id": claim_id()}, token=service.token("agent"))
-    assert_error(r, 400, "invalid_field", "lease_ms")
+    assert_only_error(r, 400, "invalid_field", "lease_ms")
     assert_nothing_written(service, rid)
     r = service.ledgerd.get(path(rid, cid) + "?x=1", token=service.token("reviewer"))
-    assert_error(r, 400, "invalid_field", "x")
+    assert_only_error(r, 400, "invalid_field", "x")
     assert_alive(service)
 
 

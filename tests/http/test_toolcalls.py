@@ -7,39 +7,19 @@ Contract: the API contract ("Tool calls"); decisions where it is silent:
 docs/api.md ("Tool calls", "Conventions").
 """
 
-import hashlib
 import json
 import math
 import re
 import time
 
 from conftest import claim_id, new_id
+from http_helpers import (TS_RE, assert_error, claim, fingerprint, key, path,
+                          result_text_of)
 
-TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 SHORT_LEASE_MS = 150
 PAST_SHORT_LEASE_S = 0.3  # sleep just past SHORT_LEASE_MS, with a margin
-
-
-def path(rid, cid, action=None):
-    p = "/v1/requests/%s/tool-calls/%s" % (rid, cid)
-    return p + "/" + action if action else p
-
-
-def fingerprint(obj):
-    """SHA-256 of the JCS form, for simple ASCII/integer inputs only."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def key():
-    return new_id("r"), new_id("c")
-
-
-def claim(service, rid, cid, body=None, token=None, raw=None):
-    return service.ledgerd.post(path(rid, cid, "claim"), {} if body is None else body,
-                                token=token or service.token("agent"), raw=raw)
 
 
 def act(service, rid, cid, action, body=None, token=None, raw=None):
@@ -127,21 +107,6 @@ def tombstone(service, rid, cid, args_sha256=None, outcome="succeeded", tenant="
                 " now() + interval '60 days')"
                 % (tenant, rid, cid, "NULL" if args_sha256 is None else "'%s'" % args_sha256,
                    outcome))
-
-
-def assert_error(r, status, code):
-    assert r.status == status, r
-    err = r.json["error"]
-    assert err["code"] == code, r
-    assert isinstance(err["message"], str) and err["message"], r
-    return err
-
-
-def result_text_of(body):
-    """The raw text after "result": in a reply body (no re-serialisation)."""
-    m = re.search(r'"result"\s*:\s*', body)
-    assert m, body
-    return body[m.end():]
 
 
 # --- claim: new, same holder, other holders ---------------------------------
