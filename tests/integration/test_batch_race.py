@@ -17,17 +17,11 @@ import time
 from collections import Counter
 
 from conftest import Ledgerd, claim_id, new_id
+from integration_helpers import metric
 
 CLIENTS = 64
 REQUESTS = 4
 CALLS = 16
-
-
-def metric(led, name):
-    for line in led.get("/metrics").body.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no metric %s" % name)
 
 
 class Client:

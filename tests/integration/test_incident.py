@@ -11,11 +11,9 @@ import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
-from conftest import LEDGERD, claim_id, new_id
-
-LEDGERCTL = Path(os.environ.get("LEDGERCTL", LEDGERD.parent / "ledgerctl"))
+from conftest import claim_id, new_id
+from integration_helpers import LEDGERCTL, find_in_order
 
 
 def ledgerctl(service, *args, token):
@@ -24,18 +22,6 @@ def ledgerctl(service, *args, token):
                LEDGER_TOKEN=token)
     return subprocess.run([str(LEDGERCTL)] + list(args), env=env, capture_output=True,
                           text=True, timeout=30)
-
-
-def in_order(lines, patterns):
-    """True when each pattern matches a line after the previous pattern's line."""
-    i = 0
-    for p in patterns:
-        while i < len(lines) and not re.search(p, lines[i]):
-            i += 1
-        if i == len(lines):
-            return p
-        i += 1
-    return None
 
 
 def test_scripted_incident_reads_in_order(service):
@@ -143,7 +129,7 @@ def test_scripted_incident_reads_in_order(service):
     assert re.search(r"request\s+%s\s+completed" % re.escape(rid), show.stdout)
     assert re.search(r"att-1\s+1\s+gpu-a/3\s+superseded", show.stdout)
     assert re.search(r"att-2\s+2\s+gpu-b/1\s+finished", show.stdout)
-    missing = in_order(lines, [
+    find_in_order(lines, [
         r"att-1\s+gpu-a/3\s+attempt_created",
         r"att-1\s+gpu-a/3\s+claimed\s+call_01 send_email",
         r"att-1\s+gpu-a/3\s+claimed\s+call_02 refund",
@@ -161,4 +147,3 @@ def test_scripted_incident_reads_in_order(service):
         r"att-2\s+gpu-b/1\s+attempt_finished\s+completed",
         r"request_status\s+request completed",
     ])
-    assert missing is None, "not found in order: %s\n%s" % (missing, show.stdout)

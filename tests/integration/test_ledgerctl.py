@@ -17,13 +17,12 @@ import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import LEDGERD, claim_id, free_port, new_id
+from conftest import claim_id, free_port, new_id
+from integration_helpers import LEDGERCTL, find_in_order
 
-LEDGERCTL = Path(os.environ.get("LEDGERCTL", LEDGERD.parent / "ledgerctl")).resolve()
 WIDTH = 100
 STAMP = r"\d\d:\d\d:\d\d\.\d{3}"
 
@@ -80,19 +79,6 @@ def rows(text):
         else:
             out.append(line)
     return out
-
-
-def find_in_order(lines, patterns):
-    """Matches each regular expression against a later line than the one before."""
-    at = 0
-    for pattern in patterns:
-        for i in range(at, len(lines)):
-            if re.search(pattern, lines[i]):
-                at = i + 1
-                break
-        else:
-            raise AssertionError("no line after %d matches %r in:\n%s"
-                                 % (at, pattern, "\n".join(lines)))
 
 
 class Incident:

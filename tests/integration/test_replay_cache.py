@@ -8,13 +8,7 @@ import json
 import pytest
 
 from conftest import Ledgerd, claim_id, new_id
-
-
-def metric(led, name):
-    for line in led.get("/metrics").body.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no metric %s" % name)
+from integration_helpers import metric
 
 
 def path(rid, cid, action):
