@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Generates the cross-product table of tests/unit/test_failover.c.
+"""Generates the cross-product rows of tests/unit/test_failover.c.
 
 The expected values come from an oracle written from docs/api.md's failover table
 (rows 2..10, in order) and the decisions the test's brief states, never from
-ledger/core/failover.c. The rows are checked in as C between the BEGIN/END markers
-of test_failover.c, so the test needs no Python at run time.
+ledger/core/failover.c. The rows are checked in as tests/data/failover_rows.tsv,
+which test_failover reads at run time, so the test needs no Python; `make unit`
+runs --check first, so a file that is not what this script writes fails there.
 
     python3 tests/unit/gen_failover_table.py           # print the rows
-    python3 tests/unit/gen_failover_table.py --write   # rewrite them in place
-    python3 tests/unit/gen_failover_table.py --check   # exit 1 if stale
+    python3 tests/unit/gen_failover_table.py --write   # rewrite the data file
+    python3 tests/unit/gen_failover_table.py --check   # exit 1 if it is stale
+
+The file: '#' lines, then a header naming the columns, then one row per line,
+tab-separated, every name as the API spells it (the kinds of source, budget
+and cost are the test's own, defined in test_failover.c and below).
 """
 import itertools
 import os
@@ -17,47 +22,36 @@ import sys
 # Dimensions, in the order of the C enums of test_failover.c.
 SIGNALS = ["replica_exited", "pod_lost", "upstream_closed", "network_error",
            "heartbeat_timeout", "overloaded", "client_disconnected"]
-SIG_C = ["SIG_EXITED", "SIG_POD_LOST", "SIG_CLOSED", "SIG_NETWORK", "SIG_HEARTBEAT",
-         "SIG_OVERLOADED", "SIG_CLIENT_GONE"]
 CERTAIN = {"replica_exited", "pod_lost", "upstream_closed"}
 UNCERTAIN = {"network_error", "heartbeat_timeout"}
 
-# Source kinds: (C name, stored state, lease_ms_left, request status).
-# Every state but EXPIRED keeps 5000 ms of a stored lease: only LIVE and
-# CANCEL_REQUESTED may be held back by it.
+# Source kinds: (name, stored state, lease_ms_left, request status).
+# Every state but expired keeps 5000 ms of a stored lease: only live and
+# cancel_requested may be held back by it.
 SOURCES = [
-    ("K_LIVE", "live", 5000, "open"),
-    ("K_EXPIRED", "expired", 0, "open"),
-    ("K_CANCEL_REQ", "cancel_requested", 5000, "open"),
-    ("K_CANCELLED", "cancelled", 5000, "open"),
-    ("K_DEAD", "dead", 5000, "open"),
-    ("K_SUPERSEDED", "superseded", 5000, "open"),
-    ("K_FINISHED", "finished", 5000, "completed"),
-    ("K_FAILED", "failed", 5000, "open"),
+    ("live", "live", 5000, "open"),
+    ("expired", "expired", 0, "open"),
+    ("cancel_requested", "cancel_requested", 5000, "open"),
+    ("cancelled", "cancelled", 5000, "open"),
+    ("dead", "dead", 5000, "open"),
+    ("superseded", "superseded", 5000, "open"),
+    ("finished", "finished", 5000, "completed"),
+    ("failed", "failed", 5000, "open"),
 ]
-# Budget kinds: (C name, attempt_count, max_attempts, window attempts, window retries)
+# Budget kinds: (name, attempt_count, max_attempts, window attempts, window retries)
 BUDGETS = [
-    ("B_LEFT", 1, 2, 100, 0),
-    ("B_MAX", 2, 2, 100, 0),
-    ("B_POOL", 1, 2, 100, 20),
+    ("left", 1, 2, 100, 0),
+    ("max", 2, 2, 100, 0),
+    ("pool", 1, 2, 100, 20),
 ]
-# Retry cost kinds: (C name, retry_prefill_tokens)
-COSTS = [("C_WITHIN", 4096), ("C_OVER", 40000)]
+# Retry cost kinds: (name, retry_prefill_tokens)
+COSTS = [("within", 4096), ("over", 40000)]
 
 POLICY = dict(max_retry_prefill_tokens=32768, budget_percent=20, budget_min_retries=3)
 
-STATE_C = {"live": "S_LIVE", "expired": "S_EXPIRED", "cancel_requested": "S_CANCEL_REQ",
-           "cancelled": "S_CANCELLED", "dead": "S_DEAD", "superseded": "S_SUPERSEDED",
-           "finished": "S_FINISHED", "failed": "S_FAILED"}
-STATUS_C = {"open": "R_OPEN", "completed": "R_COMPLETED", "failed": "R_FAILED",
-            "terminated": "R_TERMINATED", "abandoned": "R_ABANDONED"}
-ACTION_C = {"attempt_fenced": "A_FENCED", "request_closed": "A_CLOSED",
-            "keep_waiting": "A_KEEP_WAITING", "cancel_upstream": "A_CANCEL",
-            "terminate_stream": "A_TERMINATE", "reject": "A_REJECT",
-            "wait_for_fence": "A_WAIT", "retry_prefill": "A_RETRY"}
-ERROR_C = {None: "NULL", "upstream_decode_interrupted": "E_DECODE",
-           "retry_budget_exhausted": "E_BUDGET", "retry_cost_exceeded": "E_COST",
-           "tool_outcome_unknown": "E_UNKNOWN"}
+COLUMNS = ["signal", "delta", "source", "budget", "cost",
+           "action", "source_after", "request_after", "client_error", "retry_after_ms", "final"]
+NO_ERROR = "-"  # the client_error column of a decision without one
 
 RIGHTLESS = {"cancelled", "dead", "superseded", "finished", "failed"}
 
@@ -118,55 +112,58 @@ def decide(req, src, signal, tokens, newest, held, unknown, win):
                 request_after="open", client_error=None, retry_after=0, final=True)
 
 
-def out_comments(out):
-    return sum(1 for line in out if line.startswith("\t/*"))
-
-
 def rows():
+    """The data rows, as lists of column texts, in the file's order."""
     out = []
-    for (si, sig), delta, src, bud, cost in itertools.product(
-            enumerate(SIGNALS), (False, True), SOURCES, BUDGETS, COSTS):
-        if src is SOURCES[0] and bud is BUDGETS[0] and cost is COSTS[0]:
-            out.append("\t/* %s, %s: rows %d.. */" % (
-                sig, "delta sent" if delta else "no delta", len(out) - out_comments(out)))
+    for sig, delta, src, bud, cost in itertools.product(
+            SIGNALS, (False, True), SOURCES, BUDGETS, COSTS):
         kname, state, lease, status = src
         bname, count, max_attempts, wa, wr = bud
         cname, tokens = cost
         d = decide((status, delta, count, max_attempts), (state, lease), sig, tokens,
                    True, 0, 0, (wa, wr))
-        given = "%s, %d, %s, %s, %s," % (SIG_C[si], int(delta), kname, bname, cname)
-        want = "%s, %s, %s, %s, %d, %d}," % (
-            ACTION_C[d["action"]], STATE_C[d["source_after"]], STATUS_C[d["request_after"]],
-            ERROR_C[d["client_error"]], d["retry_after"], int(d["final"]))
-        line = "\t{%s %s" % (given, want)
-        if len(line) + 7 > 100:  # the tab is 8 columns wide
-            line = "\t{%s\n\t %s" % (given, want)
-        out.append(line)
+        out.append([sig, str(int(delta)), kname, bname, cname,
+                    d["action"], d["source_after"], d["request_after"],
+                    d["client_error"] or NO_ERROR, str(d["retry_after"]), str(int(d["final"]))])
     return out
 
 
-BEGIN = "/* BEGIN GENERATED by tests/unit/gen_failover_table.py: do not edit */"
-END = "/* END GENERATED */"
+def text():
+    head = ["# Generated by tests/unit/gen_failover_table.py from API.md's failover table:",
+            "# do not edit; change the script and run it with --write.",
+            "# Read by tests/unit/test_failover.c (its cross table), one decision a row:",
+            "# the inputs (signal, delta sent, and the kinds of source, budget and cost),",
+            "# then what the decision must be; a client_error of \"%s\" means none." % NO_ERROR,
+            "\t".join(COLUMNS)]
+    return "\n".join(head + ["\t".join(r) for r in rows()]) + "\n"
+
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data",
+                    "failover_rows.tsv")
+SHOWN = "tests/data/failover_rows.tsv"
 
 
 def main():
-    text = "\n".join(rows()) + "\n"
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_failover.c")
+    want = text()
     if len(sys.argv) == 1:
-        sys.stdout.write(text)
+        sys.stdout.write(want)
         return 0
-    with open(path, encoding="utf-8") as f:
-        src = f.read()
-    head, rest = src.split(BEGIN + "\n", 1)
-    old, tail = rest.split(END, 1)
     if sys.argv[1] == "--check":
-        if old != text:
-            sys.stderr.write("test_failover.c: the generated table is stale\n")
+        try:
+            with open(PATH, encoding="utf-8", newline="") as f:
+                have = f.read()
+        except OSError as e:
+            sys.stderr.write("%s: %s\n" % (SHOWN, e.strerror))
+            return 1
+        if have != want:
+            sys.stderr.write("%s is not what tests/unit/gen_failover_table.py writes: "
+                             "run it with --write (and change the script, not the file)\n"
+                             % SHOWN)
             return 1
         return 0
     if sys.argv[1] == "--write":
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(head + BEGIN + "\n" + text + END + tail)
+        with open(PATH, "w", encoding="utf-8", newline="") as f:
+            f.write(want)
         return 0
     sys.stderr.write(__doc__)
     return 2
