@@ -30,7 +30,8 @@
 
 #include "api/tokens.h"
 #include "ledger/common/base64url.h"
-#include "ledger/core/types.h"
+#include "ledger/core/call.h"
+#include "ledger/core/role.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define SLOTS 1024 /* api/tokens.c's CACHE_SLOTS: a hash's first 10 bits pick its slot */
