@@ -94,12 +94,12 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_parse_request(const PGresult *res, i
 /** Reads the attempt at @p row, deriving EXPIRED from its lease. */
 void store_rows_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
 
-/* The statements every tool-call transaction starts with (store_rows.c). */
+/* The statements every tool-call transaction starts with (ledger/store/rows.c). */
 extern const struct store_stmt store_rows_lock_request;  /* $1 tenant, $2 request: lock, create */
 extern const struct store_stmt store_rows_lock_existing; /* the same, without creating */
 extern const struct store_stmt store_rows_read_call;     /* $1..$3: the call, after the lock */
 extern const struct store_stmt store_rows_read_request;  /* $1, $2: the request's row */
-extern const struct store_stmt store_rows_read_attempts; /* see store_rows.c */
+extern const struct store_stmt store_rows_read_attempts; /* see ledger/store/rows.c */
 
 /**
  * Fills @p call from STORE_CALL_COLUMNS starting at column @p base of
