@@ -220,10 +220,8 @@ static int cmd_serve(const struct api_settings *cfg)
 		fprintf(stderr, "ledgerd: --policy: %s\n", err);
 		return EXIT_USAGE;
 	}
-	/* Without fast paths every call decides under the lock: no replay from memory either. */
 	ledger_store_set_fast_paths(cfg->fast_paths != 0);
-	if (!ledger_replay_cache_init(cfg->fast_paths != 0 ? (size_t)cfg->replay_cache_bytes : 0,
-				      cfg->retention_ms)) {
+	if (!ledger_replay_cache_init((size_t)cfg->replay_cache_bytes, cfg->retention_ms)) {
 		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
 		return 1;
 	}

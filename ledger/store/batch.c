@@ -336,41 +336,6 @@ static const char *const *params_of(const struct batch_params *p, const char **o
 	return out;
 }
 
-/* Queues a call's own fast statement. */
-static void single_add(struct batch_plan *p, struct store_step *st, struct ledger_batch_op *op)
-{
-	switch (op->kind) {
-	case LEDGER_BATCH_CLAIM:
-		store_fast_claim_add(st, &op->key, op->claim, &p->ev[op - p->base]);
-		break;
-	case LEDGER_BATCH_COMPLETE:
-		store_fast_complete_add(st, &op->key, op->completion, &p->ev[op - p->base]);
-		break;
-	case LEDGER_BATCH_RENEW:
-		store_fast_renew_add(st, &op->key, op->fencing_token, op->lease_ms);
-		break;
-	}
-}
-
-/* Reads what a call's own fast statement answered. */
-static enum ledger_err single_read(struct ledger_batch_op *op, const PGresult *res)
-{
-	switch (op->kind) {
-	case LEDGER_BATCH_CLAIM:
-		LEDGER_ASSERT(PQntuples(res) == 1); /* one row per key, always */
-		return store_fast_claim_read(res, 0, &op->claim->claim, &op->out, &op->done);
-	case LEDGER_BATCH_COMPLETE:
-		LEDGER_ASSERT(PQntuples(res) <= 1);
-		op->done = PQntuples(res) == 1;
-		return op->done ? store_fast_complete_read(res, 0, op->completion, &op->out)
-				: LEDGER_OK;
-	case LEDGER_BATCH_RENEW:
-		op->done = store_fast_renew_read(res, op->fencing_token, op->lease_ms, &op->out);
-		return LEDGER_OK;
-	}
-	abort();
-}
-
 /* Reads what the batch's statements answered into each op. */
 static enum ledger_err batch_read(struct batch_plan *p, struct store_step *st, unsigned first)
 {
@@ -403,7 +368,7 @@ static enum ledger_err batch_read(struct batch_plan *p, struct store_step *st, u
 		}
 	}
 	for (size_t i = 0; i < p->nsingles && rc == LEDGER_OK; i++)
-		rc = single_read(p->singles[i], st->res[at++]);
+		rc = store_fast_read(p->singles[i], st->res[at++]);
 	return rc;
 }
 
@@ -462,7 +427,7 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 	if (plan.ncompletes > 0)
 		store_step_add(&st, &complete_many, params_of(&plan.complete, params, 8));
 	for (size_t i = 0; i < plan.nsingles; i++)
-		single_add(&plan, &st, plan.singles[i]);
+		store_fast_add(&st, plan.singles[i], &plan.ev[plan.singles[i] - plan.base]);
 	/* One commit, one flush, for every call of the batch; none answers before it. */
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {

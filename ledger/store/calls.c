@@ -236,11 +236,13 @@ static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg,
 	bool done = false;
 	enum ledger_err rc;
 
-	if (a->req->claim.attempt_id == NULL && store_fast_enabled()) {
-		rc = store_fast_claim(conn, a->key, a->req, out, &done);
+	if (a->req->claim.attempt_id == NULL && ledger_store_fast_paths()) {
+		struct ledger_batch_op fast = {
+			.kind = LEDGER_BATCH_CLAIM, .key = *a->key, .claim = a->req};
+
+		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
-		ledger_call_clear(&out->call);
 	}
 	return claim_locked(conn, a->key, a->req, out);
 }
@@ -358,11 +360,13 @@ static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *a
 	bool done = false;
 	enum ledger_err rc;
 
-	if (store_fast_enabled()) {
-		rc = store_fast_complete(conn, a->key, a->c, out, &done);
+	if (ledger_store_fast_paths()) {
+		struct ledger_batch_op fast = {
+			.kind = LEDGER_BATCH_COMPLETE, .key = *a->key, .completion = a->c};
+
+		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
-		ledger_call_clear(&out->call);
 	}
 	return complete_locked(conn, a->key, a->c, out);
 }
@@ -407,13 +411,16 @@ static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg,
 	store_step_fmt_int(lease, lease_ms);
 	store_step_begin(&st, conn);
 
-	if (store_fast_enabled()) {
-		store_fast_renew_add(&st, key, fencing_token, lease_ms);
-		rc = store_step_run(&st);
-		if (rc != LEDGER_OK ||
-		    store_fast_renew_read(st.res[0], fencing_token, lease_ms, out))
+	if (ledger_store_fast_paths()) {
+		struct ledger_batch_op fast = {.kind = LEDGER_BATCH_RENEW,
+					       .key = *key,
+					       .fencing_token = fencing_token,
+					       .lease_ms = lease_ms};
+		bool done = false;
+
+		rc = store_fast_run(conn, &fast, out, &done);
+		if (rc != LEDGER_OK || done)
 			goto out;
-		store_step_clear(&st);
 	}
 
 	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,

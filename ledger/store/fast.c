@@ -36,11 +36,6 @@ bool ledger_store_fast_paths(void)
 	return !atomic_load(&fast_paths_off);
 }
 
-bool store_fast_enabled(void)
-{
-	return !atomic_load(&fast_paths_off);
-}
-
 /* The statements are laid out as SQL, not as C. */
 /* clang-format off */
 /*
@@ -153,8 +148,8 @@ const char *store_fast_claim_detail(struct store_event *ev, const struct ledger_
 	return ev->detail.oom ? "{}" : ev->detail.data;
 }
 
-void store_fast_claim_add(struct store_step *st, const struct ledger_call_key *key,
-			  const struct ledger_claim_request *req, struct store_event *ev)
+static void claim_add(struct store_step *st, const struct ledger_call_key *key,
+		      const struct ledger_claim_request *req, struct store_event *ev)
 {
 	const struct ledger_claim *c = &req->claim;
 	const char *detail = store_fast_claim_detail(ev, c);
@@ -223,27 +218,6 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 	return LEDGER_OK;
 }
 
-enum ledger_err store_fast_claim(struct ledger_store_conn *conn, const struct ledger_call_key *key,
-				 const struct ledger_claim_request *req,
-				 struct ledger_call_result *out, bool *done)
-{
-	struct store_step st;
-	struct store_event ev;
-	enum ledger_err rc;
-
-	*done = false;
-	store_step_begin(&st, conn);
-	store_fast_claim_add(&st, key, req, &ev);
-	rc = store_step_run(&st);
-	if (rc == LEDGER_OK) {
-		LEDGER_ASSERT(PQntuples(st.res[0]) == 1); /* one row per key, always */
-		rc = store_fast_claim_read(st.res[0], 0, &req->claim, out, done);
-	}
-	store_step_clear(&st);
-	store_event_free(&ev);
-	return rc;
-}
-
 /* The history's detail of a completion by a fast path; its text, or "{}". */
 const char *store_fast_complete_detail(struct store_event *ev, const struct ledger_completion *c)
 {
@@ -253,8 +227,8 @@ const char *store_fast_complete_detail(struct store_event *ev, const struct ledg
 	return ev->detail.oom ? "{}" : ev->detail.data;
 }
 
-void store_fast_complete_add(struct store_step *st, const struct ledger_call_key *key,
-			     const struct ledger_completion *c, struct store_event *ev)
+static void complete_add(struct store_step *st, const struct ledger_call_key *key,
+			 const struct ledger_completion *c, struct store_event *ev)
 {
 	const char *detail = store_fast_complete_detail(ev, c);
 	const char *params[8] = {
@@ -302,33 +276,9 @@ enum ledger_err store_fast_complete_read(const PGresult *res, int row,
 	return store_rows_set_completed(&out->call, c, res, row, 1, LEDGER_COMPLETED_HOLDER);
 }
 
-enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
-				    const struct ledger_call_key *key,
-				    const struct ledger_completion *c,
-				    struct ledger_call_result *out, bool *done)
-{
-	struct store_step st;
-	struct store_event ev;
-	enum ledger_err rc;
-
-	*done = false;
-	store_step_begin(&st, conn);
-	store_fast_complete_add(&st, key, c, &ev);
-	rc = store_step_run(&st);
-	if (rc == LEDGER_OK) {
-		LEDGER_ASSERT(PQntuples(st.res[0]) <= 1);
-		*done = PQntuples(st.res[0]) == 1;
-		if (*done)
-			rc = store_fast_complete_read(st.res[0], 0, c, out);
-	}
-	store_step_clear(&st);
-	store_event_free(&ev);
-	return rc;
-}
-
 /* @return true when renew_fast renewed the holder's lease (and fills @p out). */
-bool store_fast_renew_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
-			   struct ledger_call_result *out)
+static bool renew_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
+		       struct ledger_call_result *out)
 {
 	int64_t updated = store_step_get_int(res, 0, 0);
 
@@ -345,13 +295,74 @@ bool store_fast_renew_read(const PGresult *res, int64_t fencing_token, int64_t l
 	return true;
 }
 
-void store_fast_renew_add(struct store_step *st, const struct ledger_call_key *key,
-			  int64_t fencing_token, int64_t lease_ms)
+static void renew_add(struct store_step *st, const struct ledger_call_key *key,
+		      int64_t fencing_token, int64_t lease_ms)
 {
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id,
 				 store_step_int(st, fencing_token), store_step_int(st, lease_ms)};
 
 	store_step_add(st, &renew_fast, params);
+}
+
+/* --- one operation's fast path, alone or in a batch --- */
+
+void store_fast_add(struct store_step *st, const struct ledger_batch_op *op, struct store_event *ev)
+{
+	switch (op->kind) {
+	case LEDGER_BATCH_CLAIM:
+		claim_add(st, &op->key, op->claim, ev);
+		return;
+	case LEDGER_BATCH_COMPLETE:
+		complete_add(st, &op->key, op->completion, ev);
+		return;
+	case LEDGER_BATCH_RENEW:
+		renew_add(st, &op->key, op->fencing_token, op->lease_ms);
+		return;
+	}
+	abort();
+}
+
+enum ledger_err store_fast_read(struct ledger_batch_op *op, const PGresult *res)
+{
+	switch (op->kind) {
+	case LEDGER_BATCH_CLAIM:
+		LEDGER_ASSERT(PQntuples(res) == 1); /* one row per key, always */
+		return store_fast_claim_read(res, 0, &op->claim->claim, &op->out, &op->done);
+	case LEDGER_BATCH_COMPLETE:
+		LEDGER_ASSERT(PQntuples(res) <= 1);
+		op->done = PQntuples(res) == 1;
+		return op->done ? store_fast_complete_read(res, 0, op->completion, &op->out)
+				: LEDGER_OK;
+	case LEDGER_BATCH_RENEW:
+		op->done = renew_read(res, op->fencing_token, op->lease_ms, &op->out);
+		return LEDGER_OK;
+	}
+	abort();
+}
+
+enum ledger_err store_fast_run(struct ledger_store_conn *conn, struct ledger_batch_op *op,
+			       struct ledger_call_result *out, bool *done)
+{
+	struct store_step st;
+	struct store_event ev;
+	enum ledger_err rc;
+
+	memset(&ev, 0, sizeof(ev));
+	memset(&op->out, 0, sizeof(op->out));
+	op->done = false;
+	store_step_begin(&st, conn);
+	store_fast_add(&st, op, &ev);
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK)
+		rc = store_fast_read(op, st.res[0]);
+	*done = rc == LEDGER_OK && op->done;
+	if (*done)
+		*out = op->out; /* what it owns is the caller's now */
+	else
+		ledger_call_clear(&op->out.call);
+	store_step_clear(&st);
+	store_event_free(&ev);
+	return rc;
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

@@ -18,20 +18,15 @@
 #include "ledger/store/step.h"
 #include "ledger/store/store.h"
 
-/** True unless the fast paths were turned off (every call then takes the general path). */
-bool store_fast_enabled(void);
+/* --- what a batch's array statements answer, row by row (ledger/store/batch.c) --- */
 
-/* --- claim: a key nobody claimed, or the replay of a settled one --- */
+/* claim: a key nobody claimed, or the replay of a settled one */
 
 /**
  * Starts @p ev as the history's detail of a first claim by a fast path.
  * @return its text (borrowed from @p ev), or "{}" if memory ran out
  */
 const char *store_fast_claim_detail(struct store_event *ev, const struct ledger_claim *c);
-
-/** Queues claim_fast for @p key; @p ev holds its event's detail until the step ran. */
-void store_fast_claim_add(struct store_step *st, const struct ledger_call_key *key,
-			  const struct ledger_claim_request *req, struct store_event *ev);
 
 /**
  * Reads row @p row of what claim_fast (or claim_many) answered.
@@ -41,37 +36,35 @@ LEDGER_MUSTCHECK enum ledger_err store_fast_claim_read(const PGresult *res, int 
 						       const struct ledger_claim *c,
 						       struct ledger_call_result *out, bool *done);
 
-/** Runs claim_fast alone, in its own implicit transaction. */
-LEDGER_MUSTCHECK enum ledger_err store_fast_claim(struct ledger_store_conn *conn,
-						  const struct ledger_call_key *key,
-						  const struct ledger_claim_request *req,
-						  struct ledger_call_result *out, bool *done);
-
-/* --- complete: the current holder's, within its lease --- */
+/* complete: the current holder's, within its lease */
 
 /** As store_fast_claim_detail(), for a completion. */
 const char *store_fast_complete_detail(struct store_event *ev, const struct ledger_completion *c);
-
-void store_fast_complete_add(struct store_step *st, const struct ledger_call_key *key,
-			     const struct ledger_completion *c, struct store_event *ev);
 
 /** Reads row @p row of complete_fast (or complete_many), when the fast path applied. */
 LEDGER_MUSTCHECK enum ledger_err store_fast_complete_read(const PGresult *res, int row,
 							  const struct ledger_completion *c,
 							  struct ledger_call_result *out);
 
-LEDGER_MUSTCHECK enum ledger_err store_fast_complete(struct ledger_store_conn *conn,
-						     const struct ledger_call_key *key,
-						     const struct ledger_completion *c,
-						     struct ledger_call_result *out, bool *done);
+/*
+ * --- one operation's fast path: a claim outside attempts, a completion, a
+ * renewal outside attempts; alone (ledger/store/calls.c) or in a batch ---
+ */
 
-/* --- renew: the current holder's, not under an attempt --- */
+/** Queues @p op's fast statement; @p ev holds its event's detail until the step ran. */
+void store_fast_add(struct store_step *st, const struct ledger_batch_op *op,
+		    struct store_event *ev);
 
-void store_fast_renew_add(struct store_step *st, const struct ledger_call_key *key,
-			  int64_t fencing_token, int64_t lease_ms);
+/** Reads what @p op's fast statement answered into op->out, and op->done. */
+LEDGER_MUSTCHECK enum ledger_err store_fast_read(struct ledger_batch_op *op, const PGresult *res);
 
-/** @return true when renew_fast renewed the holder's lease (and fills @p out). */
-bool store_fast_renew_read(const PGresult *res, int64_t fencing_token, int64_t lease_ms,
-			   struct ledger_call_result *out);
+/**
+ * Runs @p op's fast statement alone, in its own implicit transaction.
+ * @param done true when it answered: @p out then owns its result; false:
+ *        the general path must decide
+ */
+LEDGER_MUSTCHECK enum ledger_err store_fast_run(struct ledger_store_conn *conn,
+						struct ledger_batch_op *op,
+						struct ledger_call_result *out, bool *done);
 
 #endif

@@ -25,11 +25,19 @@ static void cache_before(struct ledger_job *job)
 		job->cache_stamp = ledger_replay_cache_stamp(op->key.tenant, op->key.request_id);
 }
 
-/* After the operation answered: what the cache learns from it. */
+/*
+ * After the operation answered: what the cache learns from it. Without
+ * fast paths the cache learns nothing and answers nothing (ledger_store_replay):
+ * every call is decided under the lock.
+ */
 static void cache_after(struct ledger_job *job)
 {
 	const struct ledger_store_op *op = &job->op;
 	const struct ledger_call_result *r = &job->res.u.call;
+
+	if (!ledger_store_fast_paths() && op->kind != LEDGER_STORE_ATTEMPT_CREATE &&
+	    op->kind != LEDGER_STORE_FAILOVER)
+		return;
 
 	switch (op->kind) {
 	case LEDGER_STORE_ATTEMPT_CREATE:
