@@ -597,8 +597,8 @@ void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const cha
 	ledger_jsonw_int(w, call->fencing_token);
 	ledger_jsonw_key(w, "holder");
 	if (held) {
+		/* Never the claim_id: whoever knows it can pose as the holder. */
 		ledger_jsonw_object_begin(w);
-		write_text(w, "claim_id", call->claim_id);
 		write_text(w, "attempt_id", call->attempt_id);
 		write_text(w, "owner", call->owner);
 		ledger_jsonw_object_end(w);

@@ -219,7 +219,7 @@ def test_in_progress_refusal_is_an_event_and_changes_nothing(service):
     assert [e[0] for e in evs] == ["claimed", "refused"]
     assert evs[1][2]["code"] == "in_progress"
     g = get(service, rid, cid).json
-    assert g["fencing_token"] == tok and g["holder"]["claim_id"] == cl
+    assert g["fencing_token"] == tok and g["holder"] == {"attempt_id": None, "owner": None}
 
 
 def test_lease_run_out_is_outcome_unknown(service):
@@ -233,7 +233,7 @@ def test_lease_run_out_is_outcome_unknown(service):
     assert g["state"] == "unknown"
     assert g["lease_ms_left"] == 0
     assert g["fencing_token"] == tok
-    assert g["holder"]["claim_id"] == cl
+    assert "claim_id" not in g["holder"] and cl not in get(service, rid, cid).body
     evs = events(service, rid)
     assert [e[0] for e in evs] == ["claimed", "refused", "refused"]
     assert evs[1][2]["code"] == "outcome_unknown"
@@ -615,7 +615,7 @@ def test_stale_retryable_failure_is_stale_token_and_changes_nothing(service):
     after = get(service, rid, cid).json
     assert after["state"] == "in_progress"
     assert after["fencing_token"] == new
-    assert after["holder"]["claim_id"] == cl2
+    assert cl2 not in get(service, rid, cid).body
     assert after["lease_ms_left"] <= before["lease_ms_left"]
     assert count(service, "tool_calls", rid) == 1
     evs = events(service, rid)
@@ -884,7 +884,8 @@ def test_get_of_a_held_call(service):
     assert b["tool"] == "send_email"
     assert b["state"] == "in_progress"
     assert b["fencing_token"] == 1
-    assert b["holder"] == {"claim_id": cl, "attempt_id": None, "owner": "mailer@pod-7"}
+    assert b["holder"] == {"attempt_id": None, "owner": "mailer@pod-7"}
+    assert cl not in g.body
     assert 0 < b["lease_ms_left"] <= 10000
     assert b["args_sha256"] == fingerprint({"to": "a"})
     assert b["tool_dedupes"] is False
@@ -913,7 +914,25 @@ def test_get_absent_claim_fields_read_as_null(service):
     b = get(service, rid, cid).json
     assert b["tool"] is None
     assert b["args_sha256"] is None
-    assert b["holder"] == {"claim_id": None, "attempt_id": None, "owner": None}
+    assert b["holder"] == {"attempt_id": None, "owner": None}
+
+
+def test_no_reader_learns_the_claim_id_that_would_let_it_pose_as_the_holder(service):
+    """GET, the list of calls and the request's timeline never show the holder's
+    claim_id: a reader that knew it could claim as the holder and get its token."""
+    rid, cid = key()
+    cl = claim_id()
+    r = claim(service, rid, cid, {"claim_id": cl, "owner": "mailer@pod-7", "lease_ms": 30000})
+    assert r.status == 201, r
+    seen = [get(service, rid, cid).body,
+            service.ledgerd.get("/v1/tool-calls?state=in_progress&limit=1000",
+                                token=service.token("reviewer")).body,
+            service.ledgerd.get("/v1/requests/%s" % rid, token=service.token("reviewer")).body]
+    for body in seen:
+        assert cl not in body
+    # What a reader could have re-claimed with is only another holder's claim.
+    assert_error(claim(service, rid, cid, {"claim_id": claim_id(), "owner": "mailer@pod-7",
+                                           "lease_ms": 30000}), 409, "in_progress")
 
 
 def test_get_works_for_agent_and_admin_tokens(service):
