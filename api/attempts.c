@@ -149,12 +149,20 @@ static enum ledger_err create_parse(struct api_request *req)
 }
 
 static void reply_attempt(struct api_request *req, unsigned status,
-			  const struct ledger_attempt_result *res)
+			  const struct ledger_store_result *r)
 {
+	const struct ledger_attempt_result *res = &r->u.attempt;
+	struct ledger_attempt a = res->attempt;
 	struct ledger_jsonw w;
 
+	/* Never more lease than is left as the answer goes out. */
+	a.lease_ms_left = api_reply_time_left(r, a.lease_ms_left);
+	if (a.lease_ms_left <= 0 && a.state == LEDGER_ATTEMPT_LIVE) {
+		api_reply_too_late(req);
+		return;
+	}
 	api_reply_begin(req, &w, status);
-	ledger_render_attempt(&w, req->params[0], &res->attempt, &res->request, res->client_error);
+	ledger_render_attempt(&w, req->params[0], &a, &res->request, res->client_error);
 }
 
 static void reply_create_refusal(struct api_request *req, const struct create_input *in,
@@ -221,9 +229,9 @@ static void create_answer(struct api_request *req, const struct ledger_store_res
 	const struct ledger_attempt_result *res = &r->u.attempt;
 
 	if (res->outcome.create == LEDGER_CREATE_CREATED)
-		reply_attempt(req, 201, res);
+		reply_attempt(req, 201, r);
 	else if (res->outcome.create == LEDGER_CREATE_REPEATED)
-		reply_attempt(req, 200, res);
+		reply_attempt(req, 200, r);
 	else
 		reply_create_refusal(req, in, res);
 }
@@ -310,10 +318,17 @@ static enum ledger_err finish_parse(struct api_request *req)
 }
 
 static void reply_call_done(struct api_request *req, const struct ledger_attempt_call *call,
-			    const struct ledger_attempt_result *res)
+			    const struct ledger_store_result *r)
 {
+	const struct ledger_attempt_result *res = &r->u.attempt;
+	/* A renewal's deadline is the database's now plus lease_ms: what is left of it now. */
+	int64_t left = api_reply_time_left(r, call->lease_ms);
 	struct ledger_jsonw w;
 
+	if (call->op == LEDGER_OP_RENEW && left <= 0) {
+		api_reply_too_late(req);
+		return;
+	}
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
 	switch (call->op) {
@@ -335,7 +350,7 @@ static void reply_call_done(struct api_request *req, const struct ledger_attempt
 		ledger_jsonw_key(&w, "epoch");
 		ledger_jsonw_int(&w, res->attempt.epoch);
 		ledger_jsonw_key(&w, "lease_ms");
-		ledger_jsonw_int(&w, call->lease_ms);
+		ledger_jsonw_int(&w, left);
 		break;
 	case LEDGER_OP_CANCEL:
 	case LEDGER_OP_CANCEL_ACK:
@@ -363,7 +378,7 @@ static void call_answer(struct api_request *req, const struct ledger_store_resul
 	else if (res->outcome.op == LEDGER_ATTEMPT_OP_FENCED)
 		reply_fenced(req, call, &res->attempt);
 	else
-		reply_call_done(req, call, res);
+		reply_call_done(req, call, r);
 }
 
 const struct api_handler api_attempts_renew = {.parse = renew_parse, .answer = call_answer};

@@ -199,6 +199,7 @@ static int cmd_serve(const struct api_settings *cfg)
 		.workers = (unsigned)cfg->workers,
 		.batch_max = (unsigned)cfg->batch_max,
 		.reconnect_ms = 200,
+		.queue_max = (size_t)cfg->queue_max,
 	};
 	struct ledger_maintenance_config mcfg = {
 		.database_url = cfg->database_url,
@@ -221,6 +222,7 @@ static int cmd_serve(const struct api_settings *cfg)
 		return EXIT_USAGE;
 	}
 	ledger_store_set_fast_paths(cfg->fast_paths != 0);
+	ledger_store_set_timeout(cfg->db_timeout_ms);
 	if (!ledger_replay_cache_init((size_t)cfg->replay_cache_bytes, cfg->retention_ms)) {
 		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
 		return 1;

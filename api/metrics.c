@@ -188,8 +188,14 @@ static void render_http(struct ledger_buf *out)
 	}
 }
 
-void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight)
+void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
+			long in_flight)
 {
+	static const char *const shed_names[LEDGER_STORE_SHED_KINDS] = {
+		[LEDGER_STORE_SHED_QUEUE_FULL] = "queue_full",
+		[LEDGER_STORE_SHED_STALLED] = "stalled",
+		[LEDGER_STORE_SHED_EXPIRED] = "expired",
+	};
 	static const struct {
 		enum ledger_err kind;
 		const char *name;
@@ -254,6 +260,18 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flig
 			  (unsigned long long)batched);
 	header(out, "ledger_store_queue_depth", "gauge", "Calls waiting for a database worker.");
 	ledger_buf_printf(out, "ledger_store_queue_depth %zu\n", queue_depth);
+	header(out, "ledger_store_timeouts_total", "counter",
+	       "Waits for the database that ran past --db-timeout (each call answered 503).");
+	ledger_buf_printf(out, "ledger_store_timeouts_total %llu\n",
+			  (unsigned long long)ledger_store_timeouts());
+	header(out, "ledger_store_shed_total", "counter",
+	       "Calls answered 503 without reaching the database, by reason.");
+	for (int i = 0; i < LEDGER_STORE_SHED_KINDS; i++)
+		ledger_buf_printf(out, "ledger_store_shed_total{reason=\"%s\"} %llu\n", shed_names[i],
+				  (unsigned long long)ledger_store_shed_count((enum ledger_store_shed)i));
+	header(out, "ledger_store_stalled_workers", "gauge",
+	       "Database workers waiting on a database that stopped answering.");
+	ledger_buf_printf(out, "ledger_store_stalled_workers %u\n", stalled);
 	header(out, "ledger_http_in_flight", "gauge", "HTTP calls being served.");
 	ledger_buf_printf(out, "ledger_http_in_flight %ld\n", in_flight);
 }

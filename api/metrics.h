@@ -36,6 +36,7 @@ void api_metrics_conflicting_completion(void);
 void api_metrics_replay_cache_hit(void);
 
 /** Appends the exposition of every metric to @p out. */
-void api_metrics_render(struct ledger_buf *out, size_t queue_depth, long in_flight);
+void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
+			long in_flight);
 
 #endif

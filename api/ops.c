@@ -72,7 +72,7 @@ static enum ledger_err metrics_parse(struct api_request *req)
 {
 	req->reply.status = 0;
 	ledger_buf_free(&req->reply.body);
-	api_metrics_render(&req->reply.body, api_server_queue_depth(req),
+	api_metrics_render(&req->reply.body, api_server_queue_depth(req), api_server_stalled(req),
 			   api_server_in_flight(req));
 	req->reply.status = 200;
 	req->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
@@ -88,6 +89,40 @@ void api_reply_unavailable(struct api_request *req)
 	ledger_jsonw_int(&w, ms);
 	api_reply_error_end(req, &w);
 	req->reply.retry_after_ms = ms;
+}
+
+void api_reply_too_late(struct api_request *req)
+{
+	struct ledger_jsonw w;
+	int64_t ms = req->settings->unavailable_retry_ms;
+
+	api_reply_error_begin(req, &w, 503, "store_unavailable",
+			      "the database answered after the lease had run out; retry the "
+			      "same call to learn how it stands");
+	ledger_jsonw_key(&w, "retry_after_ms");
+	ledger_jsonw_int(&w, ms);
+	api_reply_error_end(req, &w);
+	req->reply.retry_after_ms = ms;
+}
+
+int64_t api_reply_elapsed_ms(const struct ledger_store_result *res)
+{
+	struct timespec ts;
+	int64_t now;
+
+	if (res->began_ms == 0)
+		return 0;
+	/* The store's clock, monotonic ms; rounded up, so nothing is counted short. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (int64_t)ts.tv_sec * 1000 + (ts.tv_nsec + 999999) / 1000000;
+	return now > res->began_ms ? now - res->began_ms : 0;
+}
+
+int64_t api_reply_time_left(const struct ledger_store_result *res, int64_t ms)
+{
+	int64_t left = ms - api_reply_elapsed_ms(res);
+
+	return left > 0 ? left : 0;
 }
 
 void api_reply_store_error(struct api_request *req, enum ledger_err rc)

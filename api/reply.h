@@ -11,6 +11,7 @@
 #include "api/request.h"
 #include "ledger/common/err.h"
 #include "ledger/common/jsonw.h"
+#include "ledger/store/job.h"
 
 /** Replies @p status with the error envelope {"error": {"code", "message"}}. */
 void api_reply_error(struct api_request *req, unsigned status, const char *code, const char *fmt,
@@ -30,6 +31,22 @@ void api_reply_invalid_field(struct api_request *req, const char *field, const c
 
 /** 503 store_unavailable with the configured back-off. */
 void api_reply_unavailable(struct api_request *req);
+
+/**
+ * 503 store_unavailable for a write that committed but whose answer came
+ * too late to be of use: the lease it granted ran out before it could be
+ * sent. A retry of the same call is told how things stand.
+ */
+void api_reply_too_late(struct api_request *req);
+
+/** Milliseconds since @p res's operation began (0 for a result never run). */
+int64_t api_reply_elapsed_ms(const struct ledger_store_result *res);
+
+/**
+ * What is left, now, of @p ms (a lease as the database measured it during
+ * @p res's operation), never below 0: at most what is really left.
+ */
+int64_t api_reply_time_left(const struct ledger_store_result *res, int64_t ms);
 
 /** Replies for a store error: 503 for UNAVAILABLE or CONFLICT, else 500. */
 void api_reply_store_error(struct api_request *req, enum ledger_err rc);

@@ -72,7 +72,8 @@ static enum ledger_err view_parse(struct api_request *req)
 	return LEDGER_OK;
 }
 
-static void write_attempt(struct ledger_jsonw *w, const struct ledger_attempt *a)
+static void write_attempt(struct ledger_jsonw *w, const struct ledger_attempt *a,
+			  int64_t elapsed_ms)
 {
 	ledger_jsonw_object_begin(w);
 	ledger_jsonw_key(w, "attempt_id");
@@ -86,7 +87,7 @@ static void write_attempt(struct ledger_jsonw *w, const struct ledger_attempt *a
 	ledger_jsonw_key(w, "state");
 	ledger_jsonw_string(w, ledger_attempt_state_name(a->state));
 	ledger_jsonw_key(w, "lease_ms_left");
-	ledger_jsonw_int(w, a->lease_ms_left);
+	ledger_jsonw_int(w, a->lease_ms_left > elapsed_ms ? a->lease_ms_left - elapsed_ms : 0);
 	ledger_jsonw_key(w, "delivered_output_tokens");
 	ledger_jsonw_int(w, a->delivered_output_tokens);
 	ledger_jsonw_key(w, "retry");
@@ -136,13 +137,13 @@ static void view_answer(struct api_request *req, const struct ledger_store_resul
 	ledger_jsonw_key(&w, "attempts");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < v.nattempts; i++)
-		write_attempt(&w, &v.attempts[i]);
+		write_attempt(&w, &v.attempts[i], api_reply_elapsed_ms(res));
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "tool_calls");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < v.ncalls; i++)
 		api_toolcalls_write_call(&w, v.calls[i].request_id, v.calls[i].tool_call_id,
-					 &v.calls[i].call, false);
+					 &v.calls[i].call, false, api_reply_elapsed_ms(res));
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "events");
 	ledger_jsonw_array_begin(&w);

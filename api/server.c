@@ -47,6 +47,11 @@ size_t api_server_queue_depth(const struct api_request *req)
 	return ledger_store_queue_depth(req->server->store);
 }
 
+unsigned api_server_stalled(const struct api_request *req)
+{
+	return ledger_store_stalled(req->server->store);
+}
+
 long api_server_in_flight(const struct api_request *req)
 {
 	return atomic_load(&req->server->in_flight);

@@ -16,6 +16,9 @@
 /** Calls waiting for a database worker. Thread-safe. */
 size_t api_server_queue_depth(const struct api_request *req);
 
+/** Database workers waiting on a database that stopped answering. Thread-safe. */
+unsigned api_server_stalled(const struct api_request *req);
+
 /** HTTP calls being served right now. Thread-safe. */
 long api_server_in_flight(const struct api_request *req);
 

@@ -28,6 +28,8 @@ struct api_settings {
 	int64_t max_body_bytes; /* larger bodies: 413 body_too_large */
 	int64_t min_lease_ms;   /* lease_ms bounds; outside: 400 invalid_field */
 	int64_t max_lease_ms;
+	int64_t db_timeout_ms;        /* bound on a call's wait for the database, queue included */
+	int64_t queue_max;            /* calls that may wait for a worker; more: 503 */
 	int64_t unavailable_retry_ms; /* retry_after_ms of 503 store_unavailable */
 	int64_t drain_timeout_ms;     /* how long SIGTERM waits for calls in flight */
 	int64_t gc_interval_ms;       /* how often serve runs retention */

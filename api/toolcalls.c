@@ -255,6 +255,7 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 	const struct ledger_call_result res = r->u.call;
 	const struct claim_input *in = req->input;
 	struct ledger_jsonw w;
+	int64_t lease_left = 0;
 
 	api_metrics_claim(res.outcome.claim);
 	if (res.outcome.claim == LEDGER_CLAIM_ATTEMPT_FENCED)
@@ -263,6 +264,12 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 	case LEDGER_CLAIM_NEW:
 	case LEDGER_CLAIM_RECLAIM:
 	case LEDGER_CLAIM_HELD:
+		/* Never more lease than is left as the answer goes out. */
+		lease_left = api_reply_time_left(r, res.call.lease_ms_left);
+		if (lease_left <= 0) {
+			api_reply_too_late(req);
+			break;
+		}
 		api_reply_begin(req, &w, res.outcome.claim == LEDGER_CLAIM_HELD ? 200 : 201);
 		ledger_jsonw_object_begin(&w);
 		ledger_jsonw_key(&w, "status");
@@ -271,7 +278,7 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 		ledger_jsonw_key(&w, "fencing_token");
 		ledger_jsonw_int(&w, res.call.fencing_token);
 		ledger_jsonw_key(&w, "lease_ms");
-		ledger_jsonw_int(&w, res.call.lease_ms_left);
+		ledger_jsonw_int(&w, lease_left);
 		ledger_jsonw_object_end(&w);
 		break;
 	case LEDGER_CLAIM_REPLAY:
@@ -350,14 +357,21 @@ static enum ledger_err renew_parse(struct api_request *req)
 	return LEDGER_OK;
 }
 
-static void reply_renewed(struct api_request *req, const struct renew_input *in)
+static void reply_renewed(struct api_request *req, const struct renew_input *in,
+			  const struct ledger_store_result *r)
 {
 	struct ledger_jsonw w;
+	/* The new deadline is the database's now plus lease_ms: what is left of it now. */
+	int64_t left = api_reply_time_left(r, in->lease_ms);
 
+	if (left <= 0) {
+		api_reply_too_late(req);
+		return;
+	}
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
 	ledger_jsonw_key(&w, "lease_ms");
-	ledger_jsonw_int(&w, in->lease_ms);
+	ledger_jsonw_int(&w, left);
 	ledger_jsonw_key(&w, "fencing_token");
 	ledger_jsonw_int(&w, in->fencing_token);
 	ledger_jsonw_object_end(&w);
@@ -373,7 +387,7 @@ static void renew_answer(struct api_request *req, const struct ledger_store_resu
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);
 	else
-		reply_renewed(req, req->input);
+		reply_renewed(req, req->input, r);
 }
 
 const struct api_handler api_toolcalls_renew = {.parse = renew_parse, .answer = renew_answer};
@@ -576,7 +590,7 @@ const struct api_handler api_toolcalls_resolve = {.parse = resolve_parse, .answe
 /* --- get and list --- */
 
 void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
-			      const struct ledger_call *call, bool payload)
+			      const struct ledger_call *call, bool payload, int64_t elapsed_ms)
 {
 	char ikey[2 * LEDGER_ID_MAX + 2];
 	bool held = call->state == LEDGER_CALL_IN_PROGRESS || call->state == LEDGER_CALL_UNKNOWN;
@@ -606,7 +620,9 @@ void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const cha
 		ledger_jsonw_null(w);
 	}
 	ledger_jsonw_key(w, "lease_ms_left");
-	ledger_jsonw_int(w, call->state == LEDGER_CALL_IN_PROGRESS ? call->lease_ms_left : 0);
+	ledger_jsonw_int(w, call->state == LEDGER_CALL_IN_PROGRESS && call->lease_ms_left > elapsed_ms
+				    ? call->lease_ms_left - elapsed_ms
+				    : 0);
 	write_text(w, "args_sha256", call->args_sha256);
 	if (payload && call->args != NULL) {
 		ledger_jsonw_key(w, "args");
@@ -648,7 +664,8 @@ static void get_answer(struct api_request *req, const struct ledger_store_result
 		reply_refusal(req, "result_expired", call);
 	} else {
 		api_reply_begin(req, &w, 200);
-		api_toolcalls_write_call(&w, req->params[0], req->params[1], call, true);
+		api_toolcalls_write_call(&w, req->params[0], req->params[1], call, true,
+					 api_reply_elapsed_ms(res));
 	}
 }
 
@@ -753,7 +770,7 @@ static void list_answer(struct api_request *req, const struct ledger_store_resul
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < n && i < in->limit; i++)
 		api_toolcalls_write_call(&w, items[i].request_id, items[i].tool_call_id,
-					 &items[i].call, false);
+					 &items[i].call, false, api_reply_elapsed_ms(res));
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > in->limit) {

@@ -22,9 +22,10 @@ extern const struct api_handler api_toolcalls_list;
 
 /**
  * Writes a tool call as GET answers it, never with its claim_id; without
- * args and result unless @p payload. Borrows everything for the call.
+ * args and result unless @p payload; its lease left less @p elapsed_ms,
+ * the time since the database measured it. Borrows everything.
  */
 void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const char *cid,
-			      const struct ledger_call *call, bool payload);
+			      const struct ledger_call *call, bool payload, int64_t elapsed_ms);
 
 #endif

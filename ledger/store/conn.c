@@ -1,12 +1,21 @@
 /*
  * ledger/store/conn.c: the store's connections to PostgreSQL. A connection
- * stays in libpq pipeline mode for its whole life, reconnects by itself
- * (at most every reconnect_ms) while the database is down, and counts the
- * failures /metrics shows. A commit the synchronous standby did not
- * confirm is recognised here, from the server's notice.
+ * stays in libpq pipeline mode and non-blocking for its whole life, so that
+ * every wait for the server is a poll() with a deadline; it reconnects by
+ * itself (at most every reconnect_ms) while the database is down, and
+ * counts the failures /metrics shows. A commit the synchronous standby did
+ * not confirm is recognised here, from the server's notice.
+ *
+ * A wait that outlives its deadline is never cancelled: a cancelled COMMIT
+ * would leave a commit that is visible but not durable. The call is
+ * answered 503 and the connection is stuck until ledger_store_settle()
+ * has read what the server still owes it.
  */
 #include "ledger/store/conn.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +39,94 @@ uint64_t ledger_store_errors(enum ledger_err kind)
 	return (unsigned)kind <= LEDGER_ERR_INTERNAL ? atomic_load(&errors[kind]) : 0;
 }
 
-static int64_t monotonic_ms(void)
+/* The bound on one wait for the database, in ms; 0: none (the command-line tools). */
+static atomic_llong wait_bound_ms;
+
+/* Waits or timeouts past --db-timeout, for /metrics. */
+static atomic_ullong timeouts;
+
+void ledger_store_set_timeout(int64_t ms)
+{
+	atomic_store(&wait_bound_ms, ms > 0 ? ms : 0);
+}
+
+int64_t ledger_store_timeout(void)
+{
+	return atomic_load(&wait_bound_ms);
+}
+
+uint64_t ledger_store_timeouts(void)
+{
+	return atomic_load(&timeouts);
+}
+
+int64_t store_conn_now_ms(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#define monotonic_ms store_conn_now_ms
+
+int64_t store_conn_deadline(const struct ledger_store_conn *c)
+{
+	int64_t bound = atomic_load(&wait_bound_ms), deadline = INT64_MAX;
+
+	if (bound > 0)
+		deadline = monotonic_ms() + bound;
+	if (c->deadline_ms > 0 && c->deadline_ms < deadline)
+		deadline = c->deadline_ms;
+	return deadline;
+}
+
+/*
+ * Waits for @p events on the connection's socket until @p deadline_ms.
+ * @return false when the deadline passed first
+ */
+static bool poll_until(PGconn *pg, short events, int64_t deadline_ms)
+{
+	struct pollfd p = {.fd = PQsocket(pg), .events = events};
+
+	if (p.fd < 0)
+		return true; /* broken: libpq says so on the next call */
+	for (;;) {
+		int64_t left = deadline_ms == INT64_MAX ? -1 : deadline_ms - monotonic_ms();
+		int n;
+
+		if (deadline_ms != INT64_MAX && left <= 0)
+			return false;
+		n = poll(&p, 1, left < 0 || left > INT_MAX ? -1 : (int)left);
+		if (n > 0 || (n < 0 && errno != EINTR))
+			return true;
+	}
+}
+
+bool store_conn_await(struct ledger_store_conn *c, int64_t deadline_ms)
+{
+	PGconn *pg = c->pg;
+	int flushed;
+
+	/* What does not fit the socket's buffer is sent as the server reads. */
+	while ((flushed = PQflush(pg)) == 1) {
+		if (!poll_until(pg, POLLIN | POLLOUT, deadline_ms))
+			goto late;
+		if (PQconsumeInput(pg) != 1)
+			return true;
+	}
+	if (flushed < 0)
+		return true;
+	while (PQisBusy(pg)) {
+		if (!poll_until(pg, POLLIN, deadline_ms))
+			goto late;
+		if (PQconsumeInput(pg) != 1)
+			return true;
+	}
+	return true;
+late:
+	atomic_fetch_add(&timeouts, 1);
+	return false;
 }
 
 /*
@@ -67,15 +158,33 @@ static void notice_receiver(void *arg, const PGresult *res)
  * English text alone (PostgreSQL gives it no SQLSTATE of its own), so a
  * server that translates its messages would hide it: say so once.
  */
-static void warn_if_localized(PGconn *pg)
+static void warn_if_localized(struct ledger_store_conn *c)
 {
 	static atomic_bool warned;
-	PGresult *res = PQexec(pg, "SHOW lc_messages");
-	const char *lc =
-		res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
-			? PQgetvalue(res, 0, 0)
-			: NULL;
+	PGresult *res = NULL, *extra = NULL;
+	const char *lc = NULL;
 
+	/* Asked like every statement, within the bound: a server that stalls fails the connection. */
+	if (PQsendQuery(c->pg, "SHOW lc_messages") != 1)
+		return;
+	if (!store_conn_await(c, store_conn_deadline(c))) {
+		c->stuck = true;
+		return;
+	}
+	res = PQgetResult(c->pg);
+	/* Drained to the NULL that ends it, each read within the bound too. */
+	while (res != NULL) {
+		if (!store_conn_await(c, store_conn_deadline(c))) {
+			c->stuck = true;
+			break;
+		}
+		extra = PQgetResult(c->pg);
+		if (extra == NULL)
+			break;
+		PQclear(extra);
+	}
+	if (!c->stuck && res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		lc = PQgetvalue(res, 0, 0);
 	if (lc != NULL && lc[0] != '\0' && strncmp(lc, "C", 1) != 0 &&
 	    strncmp(lc, "POSIX", 5) != 0 && strncmp(lc, "en", 2) != 0 &&
 	    !atomic_exchange(&warned, true))
@@ -85,12 +194,18 @@ static void warn_if_localized(PGconn *pg)
 	PQclear(res);
 }
 
+bool ledger_store_stuck(const struct ledger_store_conn *c)
+{
+	return c != NULL && c->stuck;
+}
+
 void store_conn_drop(struct ledger_store_conn *c)
 {
 	if (c->pg != NULL)
 		PQfinish(c->pg);
 	c->pg = NULL;
 	c->nprepared = 0;
+	c->stuck = false;
 }
 
 /* Opens the connection; on failure leaves it down and fills @p err. */
@@ -99,8 +214,11 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 	/*
 	 * The URL comes last so that whatever it sets wins over these
 	 * defaults; expand_dbname makes libpq read it as a connection string.
-	 * Keepalives find a database that vanished without closing the
-	 * connection within about 45 s; the call in flight then answers 503.
+	 * connect_timeout bounds each host of a multi-host URL on its own
+	 * (libpq counts whole seconds, at least 2), so an address that does
+	 * not answer never keeps the next one from being tried. A call's
+	 * wait is bounded by poll() (store_conn_await()); keepalives only
+	 * let an idle connection notice a database that vanished.
 	 */
 	const char *keys[] = {"application_name",
 			      "connect_timeout",
@@ -109,9 +227,13 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 			      "keepalives_count",
 			      "dbname",
 			      NULL};
-	const char *vals[] = {"ledgerd", "5", "30", "5", "3", c->database_url, NULL};
+	char connect_s[24];
+	const char *vals[] = {"ledgerd", connect_s, "30", "5", "3", c->database_url, NULL};
+	int64_t bound = atomic_load(&wait_bound_ms);
 	PGconn *pg = NULL;
 
+	snprintf(connect_s, sizeof(connect_s), "%lld",
+		 bound > 0 ? (long long)((bound + 999) / 1000 < 2 ? 2 : (bound + 999) / 1000) : 5LL);
 	c->last_attempt_ms = monotonic_ms();
 	pg = PQconnectdbParams(keys, vals, 1);
 	if (pg == NULL) {
@@ -126,14 +248,28 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 		return LEDGER_ERR_UNAVAILABLE;
 	}
 	PQsetNoticeReceiver(pg, notice_receiver, c);
-	warn_if_localized(pg);
-	if (PQenterPipelineMode(pg) != 1) {
-		snprintf(err, errlen, "cannot enter pipeline mode");
+	if (PQsetnonblocking(pg, 1) != 0) {
+		snprintf(err, errlen, "cannot make the connection non-blocking");
 		PQfinish(pg);
 		return LEDGER_ERR_INTERNAL;
 	}
 	c->pg = pg;
 	c->nprepared = 0;
+	c->stuck = false;
+	warn_if_localized(c);
+	if (c->stuck) {
+		/* Nothing was written yet: this connection can simply go. */
+		c->stuck = false;
+		store_conn_drop(c);
+		snprintf(err, errlen, "the database did not answer within %lld ms",
+			 (long long)atomic_load(&wait_bound_ms));
+		return LEDGER_ERR_UNAVAILABLE;
+	}
+	if (PQenterPipelineMode(pg) != 1) {
+		snprintf(err, errlen, "cannot enter pipeline mode");
+		store_conn_drop(c);
+		return LEDGER_ERR_INTERNAL;
+	}
 	return LEDGER_OK;
 }
 
@@ -141,6 +277,8 @@ bool store_conn_ready(struct ledger_store_conn *c)
 {
 	char err[256];
 
+	if (c->stuck)
+		return false;
 	if (c->pg != NULL && PQstatus(c->pg) == CONNECTION_OK)
 		return true;
 	store_conn_drop(c);

@@ -30,10 +30,33 @@ struct ledger_store_conn {
 	bool down_logged;  /* "database unreachable" said once */
 	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
 	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
-	char failure[300]; /* what the last failed step said */
+	bool stuck;        /* a step outlived its deadline: its results are still to come */
+	int64_t deadline_ms; /* monotonic; the call in hand must be answered by then; 0: none */
+	char failure[300];   /* what the last failed step said */
 };
 
-/** True when the connection is up (connecting first if it is time to). */
+/**
+ * The deadline of a wait that starts now: the call's (deadline_ms), or
+ * the process's bound on one wait (ledger_store_set_timeout()) from now,
+ * whichever comes first; INT64_MAX when neither is set.
+ */
+int64_t store_conn_deadline(const struct ledger_store_conn *c);
+
+/**
+ * Sends what libpq holds for the server, then waits until a result can be
+ * read without blocking, until @p deadline_ms (monotonic).
+ * @return false when the deadline passed first; true otherwise, also on a
+ *         broken connection (the next result says so)
+ */
+bool store_conn_await(struct ledger_store_conn *c, int64_t deadline_ms);
+
+/** Monotonic milliseconds. */
+int64_t store_conn_now_ms(void);
+
+/**
+ * True when the connection is up (connecting first if it is time to);
+ * false while it is stuck (see ledger_store_settle()).
+ */
 bool store_conn_ready(struct ledger_store_conn *conn);
 
 /** Prepares @p c for the pool: down, with its first connection due at once. */

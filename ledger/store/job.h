@@ -85,6 +85,12 @@ struct ledger_store_op {
 struct ledger_store_result {
 	/* LEDGER_OK: the member below holds the outcome; otherwise the error to answer */
 	enum ledger_err rc;
+	/*
+	 * Monotonic ms at which the operation began. Every time left it
+	 * reports (a lease) was measured by the database after this moment,
+	 * so subtracting the time since gives at most what is left.
+	 */
+	int64_t began_ms;
 	union {
 		struct {
 			bool found;
@@ -120,10 +126,18 @@ struct ledger_job {
 	void (*done)(struct ledger_job *job);
 	struct ledger_store_result res;
 	uint32_t cache_stamp;    /* private: the request's replay-cache stamp before the read */
+	int64_t deadline_ms;     /* private: monotonic; answered 503 if not done by then; 0: none */
 	struct ledger_job *next; /* private to the queue */
 };
 
-/** Queues @p job (borrowed until its done() is called). Thread-safe. */
+/**
+ * Queues @p job (borrowed until its done() is called). Thread-safe. A job
+ * the store cannot take (its queue is full, or every worker waits on a
+ * database that stopped answering) is answered LEDGER_ERR_UNAVAILABLE at
+ * once: done() is then called before this returns, on the caller's thread.
+ * A schema-version job (/readyz) has workers of its own and never waits
+ * behind the others.
+ */
 void ledger_store_submit(struct ledger_store *store, struct ledger_job *job);
 
 /**

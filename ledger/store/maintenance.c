@@ -127,6 +127,15 @@ static void *run(void *arg)
 				gc(m);
 				next_gc = now_ms() + m->cfg.gc_interval_ms;
 			}
+			if (ledger_store_stuck(m->conn)) {
+				/*
+				 * A wait ran past --db-timeout: the connection goes
+				 * (what it sent is not cancelled) and a new one is
+				 * made at the next pass, so stopping never waits.
+				 */
+				ledger_store_disconnect(m->conn);
+				m->conn = NULL;
+			}
 		}
 		wait = (next_gc < next_count ? next_gc : next_count) - now_ms();
 		if (pause_ms(m, wait > 1000 || m->conn == NULL ? 1000 : (wait > 0 ? wait : 1)))

@@ -121,9 +121,17 @@ static enum ledger_err run_op(struct ledger_store_conn *conn, struct ledger_job 
 void ledger_store_execute(struct ledger_store_conn *conn, struct ledger_job *job)
 {
 	memset(&job->res, 0, sizeof(job->res));
+	job->res.began_ms = store_conn_now_ms();
+	if (job->deadline_ms != 0 && job->res.began_ms >= job->deadline_ms) {
+		/* Its caller has waited the whole bound already: not started now. */
+		job->res.rc = LEDGER_ERR_UNAVAILABLE;
+		return;
+	}
+	conn->deadline_ms = job->deadline_ms;
 	cache_before(job);
 	job->res.rc = run_op(conn, job);
 	cache_after(job);
+	conn->deadline_ms = 0;
 }
 
 /*
@@ -187,6 +195,7 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 			       struct ledger_batch_op *ops, struct ledger_job **joined)
 {
 	size_t k = 0, alone = 0;
+	int64_t began = 0;
 	enum ledger_err rc = LEDGER_ERR_CONFLICT; /* nothing batched: each runs alone */
 
 	/* The jobs that join keep their place in ops[] and joined[]; the others move up in jobs[]. */
@@ -200,11 +209,22 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 	}
 	/* A batch of one gains nothing: it runs alone, fast path and all. */
 	if (k > 1) {
+		began = store_conn_now_ms();
+
+		/* The batch answers by the earliest deadline of its calls. */
+		conn->deadline_ms = 0;
+		for (size_t i = 0; i < k; i++) {
+			int64_t d = joined[i]->deadline_ms;
+
+			if (d != 0 && (conn->deadline_ms == 0 || d < conn->deadline_ms))
+				conn->deadline_ms = d;
+		}
 		/* Its failure is said once per call below, each line with that call's ids. */
 		conn->quiet = true;
 		conn->failure[0] = '\0';
 		rc = ledger_store_batch(conn, ops, k);
 		conn->quiet = false;
+		conn->deadline_ms = 0;
 	}
 	for (size_t i = 0; i < k; i++) {
 		struct ledger_job *job = joined[i];
@@ -222,6 +242,7 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 		} else if (rc == LEDGER_OK && bop->done) {
 			check_fast_answer(bop);
 			memset(&job->res, 0, sizeof(job->res));
+			job->res.began_ms = began;
 			job->res.u.call = bop->out; /* what it owns is the job's now */
 			memset(&bop->out, 0, sizeof(bop->out));
 			cache_after(job);
@@ -254,6 +275,7 @@ bool ledger_store_replay(struct ledger_job *job)
 	    !ledger_store_fast_paths())
 		return false;
 	memset(&job->res, 0, sizeof(job->res));
+	job->res.began_ms = store_conn_now_ms();
 	if (!ledger_replay_cache_get(op->key.tenant, op->key.request_id, op->key.tool_call_id,
 				     &r->call))
 		return false;

@@ -133,6 +133,7 @@ enum ledger_err store_step_run(struct store_step *st)
 	enum ledger_err rc = LEDGER_OK;
 	PGresult *res = NULL;
 	unsigned nres = 0;
+	int64_t deadline = store_conn_deadline(c);
 	char what[300] = "";
 
 	c->unreplicated = false;
@@ -145,6 +146,8 @@ enum ledger_err store_step_run(struct store_step *st)
 		ExecStatusType status;
 		bool ok;
 
+		if (!store_conn_await(c, deadline))
+			goto late;
 		res = PQgetResult(c->pg);
 		if (res == NULL) {
 			rc = LEDGER_ERR_UNAVAILABLE;
@@ -165,6 +168,9 @@ enum ledger_err store_step_run(struct store_step *st)
 		} else {
 			st->res[nres++] = res;
 		}
+		res = NULL; /* cleared or the step's now */
+		if (!store_conn_await(c, deadline))
+			goto late;
 		res = PQgetResult(c->pg); /* each statement's results end with a NULL */
 		if (res != NULL) {
 			/* Only COPY or multiple statements yield more: a bug here. */
@@ -175,6 +181,8 @@ enum ledger_err store_step_run(struct store_step *st)
 			abort();
 		}
 	}
+	if (!store_conn_await(c, deadline))
+		goto late;
 	res = PQgetResult(c->pg);
 	if ((res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) && rc == LEDGER_OK) {
 		rc = LEDGER_ERR_UNAVAILABLE;
@@ -197,7 +205,9 @@ out:
 			LOG_ERROR("database error: %s", what);
 		else
 			LOG_DEBUG("database step failed: %s", what);
-		if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
+		if (c->stuck) {
+			/* Nothing is cancelled: ledger_store_settle() reads the rest. */
+		} else if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
 			/* The connection broke mid-step: nothing more can be read. */
 			rc = LEDGER_ERR_UNAVAILABLE;
 			store_conn_drop(c);
@@ -206,6 +216,18 @@ out:
 		}
 	}
 	return rc;
+late:
+	/*
+	 * The deadline passed with results still owed: the call is answered
+	 * 503 now. Whether a COMMIT in this step took effect is unknown, and
+	 * it is not cancelled (a cancelled synchronous commit is visible but
+	 * not durable); a retry of the call finds out, idempotently.
+	 */
+	c->stuck = true;
+	rc = LEDGER_ERR_UNAVAILABLE;
+	snprintf(what, sizeof(what), "the database did not answer within %lld ms",
+		 (long long)ledger_store_timeout());
+	goto out;
 }
 
 const char *store_step_int(struct store_step *st, int64_t v)
@@ -230,28 +252,89 @@ void store_step_clear(struct store_step *st)
 	st->nints = 0;
 }
 
-void store_step_abort(struct ledger_store_conn *c)
+/* The next result, read within @p deadline; *late tells a timeout from a NULL. */
+static PGresult *result_by(struct ledger_store_conn *c, int64_t deadline, bool *late)
+{
+	*late = !store_conn_await(c, deadline);
+	return *late ? NULL : PQgetResult(c->pg);
+}
+
+/* Ends the open transaction, if any, by @p deadline; drops the connection if it cannot. */
+static void rollback_by(struct ledger_store_conn *c, int64_t deadline)
 {
 	PGresult *res = NULL;
-	bool ok = false;
+	bool ok = false, late = false;
 
 	if (c->pg == NULL || PQtransactionStatus(c->pg) == PQTRANS_IDLE)
 		return;
 	if (PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
 	    PQpipelineSync(c->pg) == 1) {
 		/* The ROLLBACK's result, the NULL that ends it, then the sync. */
-		res = PQgetResult(c->pg);
+		res = result_by(c, deadline, &late);
 		ok = res != NULL && PQresultStatus(res) == PGRES_COMMAND_OK;
 		PQclear(res);
-		res = PQgetResult(c->pg);
-		ok = ok && res == NULL;
+		res = ok ? result_by(c, deadline, &late) : NULL;
+		ok = ok && !late && res == NULL;
 		PQclear(res);
-		res = PQgetResult(c->pg);
+		res = ok ? result_by(c, deadline, &late) : NULL;
 		ok = ok && res != NULL && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
 		PQclear(res);
 	}
+	/* A ROLLBACK that did not finish leaves nothing to keep: the connection goes. */
 	if (!ok)
 		store_conn_drop(c);
+}
+
+void store_step_abort(struct ledger_store_conn *c)
+{
+	if (!c->stuck) /* a stuck connection is settled by its thread, later */
+		rollback_by(c, store_conn_deadline(c));
+}
+
+/* Results a stuck step may still owe: bounded, so a bug cannot spin forever. */
+#define SETTLE_MAX_RESULTS 100000
+
+void ledger_store_settle(struct ledger_store_conn *c)
+{
+	int64_t bound = ledger_store_timeout(), deadline;
+	bool late = false;
+
+	if (!c->stuck || c->pg == NULL)
+		return;
+	/*
+	 * Waits for what the server owes, however long it takes within this
+	 * bound (a COMMIT waiting for a synchronous standby that is gone
+	 * waits here, uncancelled), then leaves no transaction open. Past the
+	 * bound the connection is closed: still nothing is cancelled, since
+	 * the server finishes what it was doing before it notices.
+	 */
+	deadline = store_conn_now_ms() + (bound * 6 > 30000 ? bound * 6 : 30000);
+	for (unsigned i = 0; i < SETTLE_MAX_RESULTS; i++) {
+		PGresult *res = result_by(c, deadline, &late);
+		ExecStatusType status;
+
+		if (late)
+			break;
+		if (res == NULL) {
+			if (PQstatus(c->pg) != CONNECTION_OK)
+				break;
+			continue; /* the end of one statement's results */
+		}
+		status = PQresultStatus(res);
+		PQclear(res);
+		if (status == PGRES_PIPELINE_SYNC) {
+			c->stuck = false;
+			c->deadline_ms = 0;
+			rollback_by(c, deadline);
+			if (c->pg != NULL)
+				LOG_INFO("the database answered what it owed a call that was "
+					 "answered 503");
+			return;
+		}
+	}
+	LOG_WARN("the database still owes a call answered 503; its connection is closed "
+		 "(nothing was cancelled)");
+	store_conn_drop(c);
 }
 
 /* --- reading results --- */
@@ -304,7 +387,7 @@ enum ledger_err store_step_commit(struct store_step *st)
 enum ledger_err store_step_rollback(struct ledger_store_conn *conn)
 {
 	store_step_abort(conn);
-	return conn->pg != NULL ? LEDGER_OK : LEDGER_ERR_UNAVAILABLE;
+	return conn->pg != NULL && !conn->stuck ? LEDGER_OK : LEDGER_ERR_UNAVAILABLE;
 }
 
 void store_step_fmt_int(char buf[24], int64_t v)

@@ -33,6 +33,7 @@ struct ledger_store_config {
 	unsigned workers;
 	unsigned batch_max;   /* jobs a worker may take at once (1: no batching) */
 	int64_t reconnect_ms; /* least time between connection attempts */
+	size_t queue_max;     /* jobs that may wait for a worker; more are answered at once */
 };
 
 /**
@@ -85,6 +86,47 @@ void ledger_store_set_fast_paths(bool on);
 
 /** Whether the fast paths are on. Thread-safe. */
 bool ledger_store_fast_paths(void);
+
+/**
+ * Bounds every wait for the database, in every thread of the process: a
+ * call whose statements or COMMIT are not answered within @p ms (counted
+ * from the moment it was queued) is answered LEDGER_ERR_UNAVAILABLE, and
+ * so is one still queued then. 0 (the default, for the command-line
+ * tools): no bound. Call before serving; thread-safe.
+ */
+void ledger_store_set_timeout(int64_t ms);
+
+/** The bound set by ledger_store_set_timeout(). Thread-safe. */
+int64_t ledger_store_timeout(void);
+
+/** Waits that ran past the bound since start, for /metrics. Thread-safe. */
+uint64_t ledger_store_timeouts(void);
+
+/* Calls answered without reaching the database, by why, for /metrics. */
+enum ledger_store_shed {
+	LEDGER_STORE_SHED_QUEUE_FULL, /* the queue held queue_max jobs */
+	LEDGER_STORE_SHED_STALLED,    /* every worker waits on a database that stopped answering */
+	LEDGER_STORE_SHED_EXPIRED,    /* it waited in the queue past the bound */
+};
+#define LEDGER_STORE_SHED_KINDS 3
+
+/** Calls shed for @p why since start. Thread-safe. */
+uint64_t ledger_store_shed_count(enum ledger_store_shed why);
+
+/** Workers waiting on a database that stopped answering, now. Thread-safe. */
+unsigned ledger_store_stalled(struct ledger_store *store);
+
+/**
+ * After a wait ran past its bound (the call was answered 503), reads what
+ * the database still owes the connection and ends its transaction, within
+ * a longer bound; past it the connection is closed. Nothing is ever
+ * cancelled. A connection needing it reports not ready until then. For
+ * the thread that owns @p conn, between calls.
+ */
+void ledger_store_settle(struct ledger_store_conn *conn);
+
+/** True when a wait on @p conn ran past its bound and ledger_store_settle() is due. */
+bool ledger_store_stuck(const struct ledger_store_conn *conn);
 
 /** Runs the jobs still queued, then stops the workers and frees @p store. */
 void ledger_store_close(struct ledger_store *store);

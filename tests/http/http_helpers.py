@@ -56,6 +56,12 @@ def result_text_of(body):
 # --- the error envelope -------------------------------------------------------
 
 
+def leases_as_asked(got, asked):
+    """A lease in an answer is what is left of the one asked for as the answer
+    went out: never more, and short of it only by the time the call took."""
+    return asked - 2000 < got <= asked
+
+
 def assert_error(r, status, code, field=None):
     """@r is the envelope {"error": {"code", "message", ...}} with @status and
     @code (and, unless @field is None, "field": @field); returns the error object."""

@@ -253,8 +253,8 @@ def test_each_call_of_a_batch_gets_the_answer_it_would_get_alone(service, tmp_pa
             pairs[(what, got)] += 1
             continue
         assert got == status, (path, body, got, doc)
-        if what is None:  # a renewal
-            assert doc["lease_ms"] == 5000, (path, doc)
+        if what is None:  # a renewal: what is left of 5000 ms as the answer went out
+            assert 0 < doc["lease_ms"] <= 5000, (path, doc)
         elif status < 300:
             assert doc["status"] == what, (path, doc)
         else:

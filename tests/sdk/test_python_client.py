@@ -544,7 +544,8 @@ def test_failover_from_a_dead_replica_to_a_terminated_stream(service):
     rid = new_id("r")
     a1 = led.begin_attempt(rid, new_id("a"), replica="gpu-1", model_revision="m1",
                            lease_ms=5000)
-    assert (a1.epoch, a1.attempt_number, a1.lease_ms, a1.revoked) == (1, 1, 5000, False)
+    assert (a1.epoch, a1.attempt_number, a1.revoked) == (1, 1, False)
+    assert 3000 < a1.lease_ms <= 5000  # what is left of it as the answer went out
     assert a1.request["request_id"] == rid and a1.request["status"] == "open"
     assert led.begin_attempt(rid, a1.attempt_id, replica="gpu-1",
                              model_revision="m1", lease_ms=5000).epoch == 1  # a repeat
@@ -640,7 +641,7 @@ def test_finish_failed_leaves_the_request_to_a_failover(service):
     d = led.failover(rid, a1.attempt_id, "replica_exited",
                      next_attempt={"attempt_id": new_id("a")})
     assert d.action == "retry_prefill" and d.body["source_state"] == "failed"
-    assert d.attempt.renew(20000)["lease_ms"] == 20000
+    assert 18000 < d.attempt.renew(20000)["lease_ms"] <= 20000
 
 
 def test_cancel_revokes_and_cancel_ack_ends_the_attempt(service):
