@@ -1,14 +1,14 @@
 /*
  * ledger/common/jcs.c: RFC 8785 canonical JSON and the SHA-256 fingerprint over it.
- * Fingerprints must match what every SDK computes, so numbers follow
- * ECMAScript's Number::toString exactly and keys sort by UTF-16 code units
- * as JavaScript compares strings, not by UTF-8 bytes.
+ * Fingerprints must match what every SDK computes, so numbers take
+ * ECMAScript's Number::toString layout (with their own exact digits: two
+ * different numbers never share a text) and keys sort by UTF-16 code
+ * units as JavaScript compares strings, not by UTF-8 bytes.
  */
 #include "ledger/common/jcs.h"
 
-#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,153 +16,148 @@
 #include "ledger/common/jsonw.h"
 #include "ledger/common/sha256.h"
 
-/* A double never needs more significant digits than this to round-trip. */
-#define MAX_DIGITS 17
+/* What a run of zeros or nines is copied from: a few appends, never a loop per byte. */
+static const char zeros[] = "00000000000000000000000000000000";
+static const char nines[] = "99999999999999999999999999999999";
 
-/*
- * The @p p significant digits of @p x (positive, finite) correctly rounded,
- * as glibc's printf produces them, and the decimal exponent of the first.
- * Any character that is not a digit before the 'e' is the locale's decimal
- * point, so the locale does not matter.
- */
-static void nearest_digits(double x, int p, char digits[MAX_DIGITS + 1], int *exp10)
+static void put_run(struct ledger_buf *out, const char *run, size_t count)
 {
-	char text[64];
-	int i, k = 0;
+	while (count > 0) {
+		size_t n = count < sizeof(zeros) - 1 ? count : sizeof(zeros) - 1;
 
-	snprintf(text, sizeof(text), "%.*e", p - 1, x);
-	for (i = 0; text[i] && text[i] != 'e'; i++) {
-		if (text[i] >= '0' && text[i] <= '9' && k < MAX_DIGITS)
-			digits[k++] = text[i];
+		ledger_buf_append(out, run, n);
+		count -= n;
 	}
-	if (k != p || text[i] != 'e')
-		abort();
-	digits[k] = '\0';
-	*exp10 = atoi(text + i + 1);
 }
 
-/* The double nearest to digits x 10^(exp10 - k + 1), read without a '.'. */
-static double digits_value(const char *digits, int k, int exp10)
+/* Digits [from, to) of @p d, read around the text's '.'. */
+static void put_digits(struct ledger_buf *out, const struct ledger_json_decimal *d, size_t from,
+		       size_t to)
 {
-	char text[64];
-
-	snprintf(text, sizeof(text), "%.*se%d", k, digits, exp10 - k + 1);
-	return strtod(text, NULL);
-}
-
-/*
- * Moves @p digits one unit in the last place up or down, keeping @p k
- * digits: 9.99e4 + 1 is 1.00e5 and 1.00e5 - 1 is 9.99e4.
- */
-static void step(char *digits, int k, int *exp10, bool up)
-{
-	int i;
-
-	for (i = k - 1; i >= 0; i--) {
-		if (up && digits[i] != '9') {
-			digits[i]++;
-			return;
-		}
-		if (!up && digits[i] != '0') {
-			digits[i]--;
-			if (i == 0 && digits[0] == '0') {
-				memset(digits, '9', (size_t)k);
-				(*exp10)--;
-			}
-			return;
-		}
-		digits[i] = up ? '0' : '9';
-	}
-	/* Only "99...9" going up runs off the front. */
-	digits[0] = '1';
-	(*exp10)++;
-}
-
-/*
- * Finds the shortest digits that read back as @p x, the closest to @p x
- * among those of that length. At a power of two the gap below x is half
- * the gap above, so the nearest candidate may fall short below while its
- * neighbour above still reads back: that one is then the only choice.
- */
-static int shortest_digits(double x, char digits[MAX_DIGITS + 1], int *exp10)
-{
-	char alt[MAX_DIGITS + 1];
-	int alt_exp;
-	int p;
-
-	for (p = 1; p <= MAX_DIGITS; p++) {
-		double y;
-
-		nearest_digits(x, p, digits, exp10);
-		y = digits_value(digits, p, *exp10);
-		if (y == x)
-			return p;
-		memcpy(alt, digits, sizeof(alt));
-		alt_exp = *exp10;
-		step(alt, p, &alt_exp, y < x);
-		if (digits_value(alt, p, alt_exp) == x) {
-			memcpy(digits, alt, sizeof(alt));
-			*exp10 = alt_exp;
-			return p;
-		}
-	}
-	/* Seventeen correctly rounded digits always read back. */
-	abort();
-}
-
-size_t ledger_jcs_format_number(double d, char out[LEDGER_JCS_NUMBER_MAX])
-{
-	char digits[MAX_DIGITS + 1];
-	int k, n, exp10, i;
-	size_t pos = 0;
-
-	if (!isfinite(d))
-		abort();
-	if (d == 0) {
-		/* Both zeros: ECMAScript writes -0 as "0". */
-		memcpy(out, "0", 2);
-		return 1;
-	}
-	if (d < 0) {
-		out[pos++] = '-';
-		d = -d;
-	}
-	k = shortest_digits(d, digits, &exp10);
-	while (k > 1 && digits[k - 1] == '0')
-		k--;
-	/* ECMAScript's n: the value is digits x 10^(n - k). */
-	n = exp10 + 1;
-	if (k <= n && n <= 21) {
-		memcpy(out + pos, digits, (size_t)k);
-		pos += (size_t)k;
-		for (i = k; i < n; i++)
-			out[pos++] = '0';
-	} else if (0 < n && n < k) {
-		/* (n < k <= 17 here: the point falls inside the digits.) */
-		memcpy(out + pos, digits, (size_t)n);
-		pos += (size_t)n;
-		out[pos++] = '.';
-		memcpy(out + pos, digits + n, (size_t)(k - n));
-		pos += (size_t)(k - n);
-	} else if (-6 < n && n <= 0) {
-		out[pos++] = '0';
-		out[pos++] = '.';
-		for (i = n; i < 0; i++)
-			out[pos++] = '0';
-		memcpy(out + pos, digits, (size_t)k);
-		pos += (size_t)k;
+	if (to <= d->before_dot) {
+		ledger_buf_append(out, d->digits + from, to - from);
+	} else if (from >= d->before_dot) {
+		ledger_buf_append(out, d->digits + from + 1, to - from);
 	} else {
-		out[pos++] = digits[0];
-		if (k > 1) {
-			out[pos++] = '.';
-			memcpy(out + pos, digits + 1, (size_t)(k - 1));
-			pos += (size_t)(k - 1);
-		}
-		pos += (size_t)snprintf(out + pos, LEDGER_JCS_NUMBER_MAX - pos, "e%c%d",
-					n - 1 < 0 ? '-' : '+', abs(n - 1));
+		ledger_buf_append(out, d->digits + from, d->before_dot - from);
+		ledger_buf_append(out, d->digits + d->before_dot + 1, to - d->before_dot);
 	}
-	out[pos] = '\0';
-	return pos;
+}
+
+/* @p v in decimal, zero-padded to @p width digits. */
+static void put_uint(struct ledger_buf *out, uint64_t v, int width)
+{
+	char text[20];
+	int i = (int)sizeof(text);
+
+	do {
+		text[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0 || (int)sizeof(text) - i < width);
+	ledger_buf_append(out, text + i, sizeof(text) - (size_t)i);
+}
+
+#define TAIL_DIGITS 18
+#define TAIL 1000000000000000000LL
+
+/*
+ * Writes M - c, where M is the decimal @p m of more than TAIL_DIGITS digits
+ * (leading zeros cut) and |c| < 10^18: the exponent of a number far below
+ * the smallest double, too long for an int64_t. Only the last 18 digits
+ * take part; a borrow or carry changes the rest by one.
+ */
+static void put_tiny_exponent(struct ledger_buf *out, const char *m, size_t len, int64_t c)
+{
+	size_t head = len - TAIL_DIGITS, keep;
+	bool wrote_head = true;
+	int64_t tail = 0;
+	size_t i;
+
+	for (i = head; i < len; i++)
+		tail = tail * 10 + (m[i] - '0');
+	tail -= c;
+	if (tail < 0) {
+		/* head - 1: its trailing zeros turn to nines, a leading 1 alone goes */
+		tail += TAIL;
+		for (keep = head; m[keep - 1] == '0'; keep--)
+			;
+		if (keep == 1 && m[0] == '1') {
+			wrote_head = head > 1;
+		} else {
+			ledger_buf_append(out, m, keep - 1);
+			ledger_buf_putc(out, (char)(m[keep - 1] - 1));
+		}
+		put_run(out, nines, head - keep);
+	} else if (tail >= TAIL) {
+		/* head + 1: its trailing nines turn to zeros, all nines grow a 1 */
+		tail -= TAIL;
+		for (keep = head; keep > 0 && m[keep - 1] == '9'; keep--)
+			;
+		if (keep > 0) {
+			ledger_buf_append(out, m, keep - 1);
+			ledger_buf_putc(out, (char)(m[keep - 1] + 1));
+		} else {
+			ledger_buf_putc(out, '1');
+		}
+		put_run(out, zeros, head - keep);
+	} else {
+		ledger_buf_append(out, m, head);
+	}
+	put_uint(out, (uint64_t)tail, wrote_head ? TAIL_DIGITS : 1);
+}
+
+/*
+ * The canonical text of a number: ECMAScript's Number::toString layout of
+ * its own exact digits. JCS lays out the shortest digits of the nearest
+ * double the same way; where that text has exactly the number's value, its
+ * digits and exponent are the number's own, so the bytes are JCS's without
+ * finding the double. Where it has not, JCS would have let two numbers
+ * share a text, and the exact digits are what api.md asks for. Nothing is
+ * allocated: the digits are copied from the source text.
+ */
+static enum ledger_err put_number(struct ledger_buf *out, const struct ledger_json_value *v)
+{
+	struct ledger_json_decimal d;
+	int64_t k, n;
+
+	if (ledger_json_number_decimal(v, &d) != LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	if (d.count == 0) {
+		ledger_buf_putc(out, '0');
+		return LEDGER_OK;
+	}
+	if (d.negative)
+		ledger_buf_putc(out, '-');
+	/* The value is 0.D x 10^n, D of k digits. */
+	k = (int64_t)d.count;
+	n = d.point;
+	if (d.tiny_exp == NULL && k <= n && n <= 21) {
+		put_digits(out, &d, 0, d.count);
+		put_run(out, zeros, (size_t)(n - k));
+	} else if (d.tiny_exp == NULL && 0 < n && n <= 21) {
+		put_digits(out, &d, 0, (size_t)n);
+		ledger_buf_putc(out, '.');
+		put_digits(out, &d, (size_t)n, d.count);
+	} else if (d.tiny_exp == NULL && -6 < n && n <= 0) {
+		ledger_buf_append(out, "0.", 2);
+		put_run(out, zeros, (size_t)-n);
+		put_digits(out, &d, 0, d.count);
+	} else {
+		put_digits(out, &d, 0, 1);
+		if (k > 1) {
+			ledger_buf_putc(out, '.');
+			put_digits(out, &d, 1, d.count);
+		}
+		if (d.tiny_exp != NULL) {
+			/* the exponent n - 1 is -(tiny_exp) + (point - 1) */
+			ledger_buf_append(out, "e-", 2);
+			put_tiny_exponent(out, d.tiny_exp, d.tiny_exp_len, n - 1);
+		} else {
+			ledger_buf_append(out, n - 1 < 0 ? "e-" : "e+", 2);
+			put_uint(out, (uint64_t)(n - 1 < 0 ? 1 - n : n - 1), 1);
+		}
+	}
+	return LEDGER_OK;
 }
 
 /*
@@ -284,10 +279,6 @@ static bool push(struct canon *c, const struct ledger_json_value *v)
 /* Writes a scalar, or the opening of a container (which it then enters). */
 static enum ledger_err start_value(struct canon *c, const struct ledger_json_value *v)
 {
-	char num[LEDGER_JCS_NUMBER_MAX];
-	double d;
-	size_t len;
-
 	switch (v->type) {
 	case LEDGER_JSON_NULL:
 		ledger_buf_puts(c->out, "null");
@@ -299,11 +290,7 @@ static enum ledger_err start_value(struct canon *c, const struct ledger_json_val
 		ledger_buf_puts(c->out, "true");
 		return LEDGER_OK;
 	case LEDGER_JSON_NUMBER:
-		if (ledger_json_number_double(v, &d) != LEDGER_OK)
-			return LEDGER_ERR_INVALID;
-		len = ledger_jcs_format_number(d, num);
-		ledger_buf_append(c->out, num, len);
-		return LEDGER_OK;
+		return put_number(c->out, v);
 	case LEDGER_JSON_STRING:
 		ledger_jsonw_escape(c->out, v->u.str.s, v->u.str.len);
 		return LEDGER_OK;

@@ -12,24 +12,18 @@
 #include "ledger/common/err.h"
 #include "ledger/common/json.h"
 
-/** Room for the longest number text JCS produces, with its NUL. */
-#define LEDGER_JCS_NUMBER_MAX 32
-
-/**
- * Writes the ECMAScript Number.prototype.toString form of the finite
- * double @p d (shortest round-trip digits; -0 is "0") into @p out.
- * @return the length written (without the NUL).
- */
-size_t ledger_jcs_format_number(double d, char out[LEDGER_JCS_NUMBER_MAX]);
-
 /**
  * Appends the canonical form of @p v to @p out: object members sorted by
  * their keys' UTF-16 code units, no whitespace, minimal string escapes,
- * numbers as ledger_jcs_format_number() writes them.
+ * numbers laid out as ECMAScript's Number::toString lays out a double but
+ * with their own exact digits, which are JCS's bytes wherever JCS's text
+ * has exactly the number's value (api.md, "Fingerprints"). A number below
+ * the smallest double keeps its digits (1e-400 is "1e-400", not "0").
+ * Allocates only for objects' key order; time is linear in the text.
  * @param v borrowed for the call
- * @return LEDGER_OK, or LEDGER_ERR_INVALID if a number is out of the
- *         double range (JCS has no form for it); on error @p out holds a
- *         partial text the caller discards.
+ * @return LEDGER_OK, or LEDGER_ERR_INVALID if a number is beyond the
+ *         double range (its nearest double is infinite); on error @p out
+ *         holds a partial text the caller discards.
  */
 LEDGER_MUSTCHECK enum ledger_err ledger_jcs_canonicalize(const struct ledger_json_value *v,
 							 struct ledger_buf *out);

@@ -2,7 +2,7 @@
  * ledger/common/json.h: a strict RFC 8259 JSON reader that keeps the byte span of
  * every value. ledgerd needs what general-purpose parsers drop: the exact
  * text of a value (results are stored and replayed byte for byte), numbers
- * of any size as text (fingerprints canonicalise them as IEEE doubles),
+ * of any size as text (fingerprints keep their exact digits),
  * refusal of duplicate object keys, and a hard bound on nesting depth.
  *
  * A parsed document owns all of its values; values borrow from it and from

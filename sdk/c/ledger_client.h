@@ -220,10 +220,12 @@ LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_stable_call_id(unsigned k, char *out, size_t size);
 
 /**
- * The RFC 8785 (JCS) canonical form of the JSON text @p json, as ledgerd
- * computes it. @param out a new NUL-terminated text; free with free()
+ * The canonical form of the JSON text @p json, as ledgerd computes it:
+ * RFC 8785 (JCS), every number with its own exact digits where JCS's
+ * double would be another number (9007199254740993 stays itself, 1e-400
+ * is not 0). @param out a new NUL-terminated text; free with free()
  * @return LEDGER_CLIENT_OK, _ERR_INVALID (not JSON, a duplicate key, a
- *         number out of the double range) or _ERR_NOMEM
+ *         number beyond the double range) or _ERR_NOMEM
  */
 LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_canonicalize(const char *json, size_t len, char **out, size_t *out_len);

@@ -41,7 +41,8 @@ def claim(service, rid, cid, body=None, token=None, raw=None):
 
 
 def fingerprint(obj):
-    """SHA-256 of the JCS form, for simple ASCII/integer inputs only."""
+    """SHA-256 of the canonical form, for ASCII strings and integers of at most
+    21 digits only (whose canonical form is their json.dumps text)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

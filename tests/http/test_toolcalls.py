@@ -7,13 +7,16 @@ Contract: the API contract ("Tool calls"); decisions where it is silent:
 docs/api.md ("Tool calls", "Conventions").
 """
 
+import hashlib
 import json
 import math
 import re
 import time
 
+import pytest
+
 from conftest import claim_id, new_id
-from http_helpers import (TS_RE, assert_error, claim, fingerprint, key, path,
+from http_helpers import (TS_RE, Router, assert_error, claim, fingerprint, key, path,
                           result_text_of, leases_as_asked)
 
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -360,6 +363,94 @@ def test_args_with_a_mismatching_args_sha256_is_invalid_field(service):
     r = claim(service, rid, cid, {"claim_id": claim_id(), "args": {"a": 1},
                                   "args_sha256": fingerprint({"a": 1})})
     assert r.status == 201, r
+
+
+# Numbers one double cannot tell apart: the fingerprint keeps their exact
+# digits (api.md, "Fingerprints"), so they are different calls.
+NEIGHBOURS = [
+    ("1234567890123456789", "1234567890123456790"),  # two order ids, one double
+    ("9007199254740993", "9007199254740992"),  # 2^53 + 1 and 2^53
+    ("0.30000000000000000001", "0.30000000000000000002"),  # past the 17th digit
+    ("1e-400", "0"),  # an underflow is not zero
+]
+
+
+def sha_of_text(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def number_claim(service, rid, cid, number, **fields):
+    """A claim whose args are {"order_id": <number>} written as the text @number."""
+    body = {"claim_id": claim_id(), "tool": "charge"}
+    body.update(fields)
+    raw = json.dumps(body)[:-1] + ', "args": {"order_id": %s}}' % number
+    return claim(service, rid, cid, raw=raw.encode())
+
+
+@pytest.mark.parametrize("first,second", NEIGHBOURS)
+def test_numbers_one_double_holds_are_different_calls(service, first, second):
+    rid, cid = key()
+    r = number_claim(service, rid, cid, first)
+    assert r.status == 201, r
+    assert complete(service, rid, cid, r.json["fencing_token"], result={"ok": 1}).status == 200
+    # Never the first call's result: the second one is another call.
+    r = number_claim(service, rid, cid, second)
+    err = assert_error(r, 422, "args_mismatch")
+    assert r.header("Idempotent-Replayed") is None
+    assert err["field"] == "args"
+    assert err["expected_args_sha256"] == sha_of_text('{"order_id":%s}' % first)
+    assert err["got_args_sha256"] == sha_of_text('{"order_id":%s}' % second)
+    assert err["expected_args_sha256"] != err["got_args_sha256"]
+    # The first spelling again is the first call, replayed.
+    r = number_claim(service, rid, cid, first)
+    assert r.status == 200 and r.json["replayed"] is True, r
+
+
+def test_big_order_ids_are_fingerprinted_by_their_digits(service):
+    rid, cid, _, _ = claimed(service, tool="charge", args={"order_id": 1234567890123456789})
+    assert get(service, rid, cid).json["args_sha256"] == fingerprint(
+        {"order_id": 1234567890123456789})
+    r = claim(service, rid, cid, {"claim_id": claim_id(), "tool": "charge",
+                                  "args": {"order_id": 1234567890123456790}})
+    err = assert_error(r, 422, "args_mismatch")
+    assert err["got_args_sha256"] == fingerprint({"order_id": 1234567890123456790})
+
+
+@pytest.mark.parametrize("settle", ["complete", "release"])
+def test_rerun_with_the_neighbouring_big_int_is_a_divergence(service, settle):
+    rt = Router(service)
+    rid, a1 = rt.started()
+    cid, tok = rt.claimed(rid, a1, "call_01", tool="charge",
+                          args={"order_id": 1234567890123456789})
+    if settle == "complete":
+        assert rt.complete(rid, cid, tok, result={"charged": True}).status == 200
+    else:
+        assert rt.call(rid, cid, "release", {"fencing_token": tok}).status == 200
+    a2 = rt.failed_over(rid, a1)
+    # The rerun's call under the same ordinal shifted to the next order id.
+    r = rt.claim(rid, cid, attempt_id=a2, tool="charge", args={"order_id": 1234567890123456790})
+    err = assert_error(r, 422, "args_mismatch")
+    assert r.header("Idempotent-Replayed") is None
+    assert err["expected_args_sha256"] == fingerprint({"order_id": 1234567890123456789})
+    assert err["got_args_sha256"] == fingerprint({"order_id": 1234567890123456790})
+    assert rt.attempts(rid) == {a1: (1, "dead"), a2: (2, "cancel_requested")}
+    q = rt.request(rid)
+    assert q["status"] == "failed"
+    assert q["client_error"]["error"]["code"] == "tool_call_divergence"
+    assert_error(rt.create(rid, new_id("a")), 409, "request_closed")
+
+
+@pytest.mark.parametrize("number,canonical", [
+    ("1.7976931348623157e308", "1.7976931348623157e+308"),  # the largest double
+    ("-1e-400", "-1e-400"),  # below the smallest: in range, its digits kept
+    ("0e999999999999999999", "0"),
+])
+def test_args_numbers_at_the_edges_of_the_range_are_kept(service, number, canonical):
+    rid, cid = key()
+    r = number_claim(service, rid, cid, number, store_args=True)
+    assert r.status == 201, r
+    g = get(service, rid, cid).json
+    assert g["args_sha256"] == sha_of_text('{"order_id":%s}' % canonical)
 
 
 def test_args_mismatch_takes_precedence_over_replay(service):

@@ -6,7 +6,7 @@
  *   live        every outcome kind, the in_progress wait, renewal, the router helper,
  *               the review calls (tests/sdk/test_c_client_review.c;
  *               $LEDGER_LONG_REQUEST_ID: a history of two pages)
- *   jcs         the RFC 8785 vectors of tests/data/jcs (files and numbers)
+ *   jcs         the vectors of tests/data/jcs (RFC 8785 files, numbers, exact numbers)
  *   restart     a completion retried while ledgerd restarts ($LEDGER_MARK handshake)
  *   unrecorded  ledgerd stays down past complete_retry_ms
  *   lost        LEDGER_URL is a proxy that loses the first answers (answer_thief.py)
@@ -878,7 +878,10 @@ static void test_client_jcs_files(void **state)
 
 		snprintf(path, sizeof(path), "%s/input/%s.json", dir, names[i]);
 		in = slurp(path, &in_len);
-		snprintf(path, sizeof(path), "%s/output/%s.json", dir, names[i]);
+		/* exact_output/ holds the vectors the exact-number rule changes */
+		snprintf(path, sizeof(path), "%s/exact_output/%s.json", dir, names[i]);
+		if (access(path, R_OK) != 0)
+			snprintf(path, sizeof(path), "%s/output/%s.json", dir, names[i]);
 		want = slurp(path, &want_len);
 		assert_int_equal(ledger_client_canonicalize(in, in_len, &got, &got_len),
 				 LEDGER_CLIENT_OK);
@@ -890,6 +893,7 @@ static void test_client_jcs_files(void **state)
 	}
 }
 
+/* Each line of numbers.txt, HEX,TEXT: TEXT is JCS's text of a double, its own canonical form. */
 static void test_client_jcs_numbers(void **state)
 {
 	const char *dir = getenv("LEDGER_JCS_DIR");
@@ -905,27 +909,70 @@ static void test_client_jcs_numbers(void **state)
 	while (fgets(line, sizeof(line), f) != NULL) {
 		char *comma = strchr(line, ',');
 		char json[64], *got = NULL;
-		uint64_t bits;
-		double d;
 		size_t len = 0;
 
 		assert_non_null(comma);
-		*comma = '\0';
 		comma[1 + strcspn(comma + 1, "\r\n")] = '\0';
-		bits = strtoull(line, NULL, 16);
-		memcpy(&d, &bits, sizeof(d));
-		/* 17 significant digits name the double exactly; JCS picks the shortest. */
-		snprintf(json, sizeof(json), "[%.17g]", d);
+		snprintf(json, sizeof(json), "[%s]", comma + 1);
 		assert_int_equal(ledger_client_canonicalize(json, strlen(json), &got, &len),
 				 LEDGER_CLIENT_OK);
-		got[len - 1] = '\0';
-		if (strcmp(got + 1, comma + 1) != 0)
-			fail_msg("%s: %s gives %s, want %s", line, json, got + 1, comma + 1);
+		if (len != strlen(json) || memcmp(got, json, len) != 0)
+			fail_msg("%s gives %s", json, got);
 		free(got);
 		n++;
 	}
 	fclose(f);
 	assert_true(n > 30000);
+}
+
+/*
+ * exact_numbers.txt, INPUT<TAB>EXPECTED: the canonical form and the
+ * fingerprint of INPUT, or LEDGER_CLIENT_ERR_INVALID when EXPECTED is
+ * "refused" (a number beyond the double range).
+ */
+static void test_client_jcs_exact_numbers(void **state)
+{
+	const char *dir = getenv("LEDGER_JCS_DIR");
+	char path[512], *data = NULL, *line = NULL, *next = NULL;
+	size_t data_len;
+	int n = 0;
+
+	(void)state;
+	assert_non_null(dir);
+	snprintf(path, sizeof(path), "%s/exact_numbers.txt", dir);
+	data = slurp(path, &data_len);
+	for (line = data; *line != '\0'; line = next) {
+		char *tab = NULL, *want = NULL, *got = NULL, hex[65];
+		size_t got_len = 0;
+		enum ledger_client_err rc;
+
+		next = strchr(line, '\n');
+		assert_non_null(next);
+		*next++ = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		tab = strchr(line, '\t');
+		assert_non_null(tab);
+		*tab = '\0';
+		want = tab + 1;
+		rc = ledger_client_canonicalize(line, strlen(line), &got, &got_len);
+		if (strcmp(want, "refused") == 0) {
+			assert_int_equal(rc, LEDGER_CLIENT_ERR_INVALID);
+			assert_int_equal(ledger_client_args_sha256(line, strlen(line), hex),
+					 LEDGER_CLIENT_ERR_INVALID);
+		} else {
+			assert_int_equal(rc, LEDGER_CLIENT_OK);
+			if (got_len != strlen(want) || memcmp(got, want, got_len) != 0)
+				fail_msg("%.80s gives %.80s, want %.80s", line, got, want);
+			assert_int_equal(ledger_client_args_sha256(line, strlen(line), hex),
+					 LEDGER_CLIENT_OK);
+			assert_int_equal(strlen(hex), 64);
+		}
+		free(got);
+		n++;
+	}
+	free(data);
+	assert_true(n >= 100);
 }
 
 /* --- completion across a restart: the test script stops and starts ledgerd --- */
@@ -1040,6 +1087,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest jcs[] = {
 		cmocka_unit_test(test_client_jcs_files),
 		cmocka_unit_test(test_client_jcs_numbers),
+		cmocka_unit_test(test_client_jcs_exact_numbers),
 	};
 	const struct CMUnitTest restart[] = {
 		cmocka_unit_test(test_client_completion_survives_a_restart),

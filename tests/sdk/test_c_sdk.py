@@ -89,7 +89,7 @@ def long_history(service):
 
 def test_c_client_jcs_vectors(env):
     out = run([CLIENT_TEST, "jcs"], env)
-    assert "[  PASSED  ] 2 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "[  PASSED  ] 3 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 def sanitized(binary):

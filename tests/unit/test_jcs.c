@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_jcs.c: unit tests of RFC 8785 canonicalisation and the
  * argument fingerprint (ledger/common/jcs.c). Fingerprints must agree with every
- * SDK byte for byte, so the published vectors in tests/data/jcs/ are the
- * judge; the tables here pin the cases those vectors do not reach.
+ * SDK byte for byte, so the vectors in tests/data/jcs/ (the published ones
+ * and exact_numbers.txt) are the judge; the tables here pin the cases
+ * those vectors do not reach.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ledger/common/buf.h"
 #include "ledger/common/jcs.h"
@@ -101,7 +103,10 @@ static void test_jcs_rfc8785_vectors(void **state)
 		if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
 			continue;
 		snprintf(in_path, sizeof(in_path), DATA "/input/%s", e->d_name);
-		snprintf(out_path, sizeof(out_path), DATA "/output/%s", e->d_name);
+		/* exact_output/ holds the vectors the exact-number rule changes */
+		snprintf(out_path, sizeof(out_path), DATA "/exact_output/%s", e->d_name);
+		if (access(out_path, R_OK) != 0)
+			snprintf(out_path, sizeof(out_path), DATA "/output/%s", e->d_name);
 		in = read_file(in_path, &in_len);
 		want = read_file(out_path, &want_len);
 		expect_canon(in, in_len, want, want_len);
@@ -114,9 +119,9 @@ static void test_jcs_rfc8785_vectors(void **state)
 }
 
 /*
- * Every line of numbers.txt (HEX,TEXT) three ways: the double formats as
- * TEXT, TEXT reads back as the same double, and TEXT as a JSON document
- * canonicalises to itself.
+ * Every line of numbers.txt (HEX,TEXT): TEXT reads back as that double, and
+ * TEXT as a JSON document canonicalises to itself: JCS's text of a double
+ * has exactly its value, so the exact-digits rule writes it unchanged.
  */
 static void test_jcs_number_vectors(void **state)
 {
@@ -126,7 +131,6 @@ static void test_jcs_number_vectors(void **state)
 	(void)state;
 	data = read_file(DATA "/numbers.txt", &len);
 	for (line = data; line < data + len; line = next) {
-		char out[LEDGER_JCS_NUMBER_MAX];
 		char *comma = NULL, *text = NULL, *c = NULL;
 		struct ledger_json_doc *doc = NULL;
 		uint64_t bits, back_bits;
@@ -146,13 +150,6 @@ static void test_jcs_number_vectors(void **state)
 		memcpy(&d, &bits, sizeof(d));
 		count++;
 
-		if (ledger_jcs_format_number(d, out) != text_len ||
-		    memcmp(out, text, text_len) != 0) {
-			if (bad++ < 10)
-				print_error("%016llx: formatted %s, expected %.*s\n",
-					    (unsigned long long)bits, out, (int)text_len, text);
-			continue;
-		}
 		assert_int_equal(ledger_json_parse(text, text_len, DEPTH, &doc, NULL), LEDGER_OK);
 		assert_int_equal(ledger_json_number_double(ledger_json_root(doc), &back),
 				 LEDGER_OK);
@@ -178,58 +175,245 @@ static void test_jcs_number_vectors(void **state)
 	assert_int_equal(bad, 0);
 }
 
-static void test_jcs_format_number(void **state)
+/*
+ * tests/data/jcs/exact_numbers.txt, which every SDK's tests read too:
+ * INPUT<TAB>EXPECTED, EXPECTED the canonical bytes or "refused". Each
+ * canonical form is also its own canonical form.
+ */
+static void test_jcs_exact_number_vectors(void **state)
+{
+	char *data = NULL, *line = NULL, *next = NULL;
+	size_t len, count = 0, bad = 0;
+
+	(void)state;
+	data = read_file(DATA "/exact_numbers.txt", &len);
+	for (line = data; line < data + len; line = next) {
+		char *tab = NULL, *want = NULL, *got = NULL, *again = NULL;
+		size_t in_len, want_len, got_len = 0, again_len = 0;
+		enum ledger_err rc;
+
+		next = memchr(line, '\n', (size_t)(data + len - line));
+		next = next ? next + 1 : data + len;
+		if (line[0] == '#' || line[0] == '\n')
+			continue;
+		tab = memchr(line, '\t', (size_t)(next - line));
+		assert_non_null(tab);
+		in_len = (size_t)(tab - line);
+		want = tab + 1;
+		want_len = (size_t)(next - want);
+		while (want_len && (want[want_len - 1] == '\n' || want[want_len - 1] == '\r'))
+			want_len--;
+		count++;
+
+		got = canon(line, in_len, DEPTH, &rc, &got_len);
+		if (want_len == 7 && memcmp(want, "refused", 7) == 0) {
+			if (rc != LEDGER_ERR_INVALID && bad++ < 10)
+				print_error("%.*s gave %s, expected it refused\n",
+					    (int)(in_len > 80 ? 80 : in_len), line, got);
+			free(got);
+			continue;
+		}
+		if (rc != LEDGER_OK || got_len != want_len || memcmp(got, want, want_len) != 0) {
+			if (bad++ < 10)
+				print_error("%.*s gave %s, expected %.*s\n",
+					    (int)(in_len > 80 ? 80 : in_len), line,
+					    got ? got : "(refused)", (int)want_len, want);
+			free(got);
+			continue;
+		}
+		again = canon(got, got_len, DEPTH, &rc, &again_len);
+		assert_int_equal(rc, LEDGER_OK);
+		if (again_len != got_len || memcmp(again, got, got_len) != 0) {
+			if (bad++ < 10)
+				print_error("%s canonicalised again as %s\n", got, again);
+		}
+		free(again);
+		free(got);
+	}
+	free(data);
+	assert_true(count >= 100);
+	assert_int_equal(bad, 0);
+}
+
+/*
+ * The layout at each of its edges, with more digits than any double has:
+ * up to 21 digits before the point stay plain, down to 0.000001.
+ */
+static void test_jcs_number_layout(void **state)
 {
 	static const struct {
-		double d;
+		const char *in;
 		const char *want;
 	} cases[] = {
-		{0.0, "0"},
-		{-0.0, "0"},
-		{1.0, "1"},
-		{-1.0, "-1"},
-		{100.0, "100"},
-		{1.5, "1.5"},
-		{0.5, "0.5"},
-		{4.35, "4.35"},
-		{0.1 + 0.2, "0.30000000000000004"},
-		{1e20, "100000000000000000000"},
-		{1e21, "1e+21"},
-		{999999999999999900000.0, "999999999999999900000"},
-		{1234567890123456789.0, "1234567890123456800"},
-		{123456789012345678901234567890.0, "1.2345678901234568e+29"},
-		{9007199254740992.0, "9007199254740992"},
-		{1e-6, "0.000001"},
-		{1.5e-6, "0.0000015"},
-		{1e-7, "1e-7"},
-		{-1e-7, "-1e-7"},
-		{1.5e-7, "1.5e-7"},
-		{1.23e-18, "1.23e-18"},
-		{1e300, "1e+300"},
-		{5e-324, "5e-324"},
-		{1.5e-323, "1.5e-323"},
-		{DBL_MIN, "2.2250738585072014e-308"},
-		{DBL_MAX, "1.7976931348623157e+308"},
-		{-DBL_MAX, "-1.7976931348623157e+308"},
-		/*
-	     * Powers of two where the gap below is half the gap above:
-	     * the nearest 16-digit decimal does not read back, the next
-	     * one up does (values checked against Node's String()).
-	     */
-		{0x1p-44, "5.684341886080802e-14"},
-		{0x1p-24, "5.960464477539063e-8"},
-		{0x1p89, "6.189700196426902e+26"},
+		{"123456789012345678901", "123456789012345678901"},
+		{"1234567890123456789010", "1.23456789012345678901e+21"},
+		{"100000000000000000000.5", "100000000000000000000.5"},
+		{"1000000000000000000000.5", "1.0000000000000000000005e+21"},
+		{"12345678901234567890.123456789", "12345678901234567890.123456789"},
+		{"0.00000123456789012345678901", "0.00000123456789012345678901"},
+		{"0.000000123456789012345678901", "1.23456789012345678901e-7"},
+		{"-0.000001000000000000000000001", "-0.000001000000000000000000001"},
+		{"1.0000000000000000000000000000000000000000000000000000001",
+		 "1.0000000000000000000000000000000000000000000000000000001"},
+		{"7e22", "7e+22"},
+		{"7.10e-22", "7.1e-22"},
+		/* JCS texts of doubles at powers of two (checked against Node's String()) */
+		{"5.684341886080802e-14", "5.684341886080802e-14"},
+		{"5.960464477539063e-8", "5.960464477539063e-8"},
+		{"6.189700196426902e+26", "6.189700196426902e+26"},
+		{"0.30000000000000004", "0.30000000000000004"},
+		{"999999999999999900000", "999999999999999900000"},
+		{"1.5e-323", "1.5e-323"},
+		{"-1.7976931348623157e+308", "-1.7976931348623157e+308"},
 	};
 	size_t i;
 
 	(void)state;
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char out[LEDGER_JCS_NUMBER_MAX];
-		size_t n = ledger_jcs_format_number(cases[i].d, out);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_canon(cases[i].in, strlen(cases[i].in), cases[i].want,
+			     strlen(cases[i].want));
+}
 
-		if (strcmp(out, cases[i].want) != 0)
-			fail_msg("%.17g gave %s, expected %s", cases[i].d, out, cases[i].want);
-		assert_int_equal(n, strlen(out));
+/* @p count copies of @p c appended to @p b. */
+static void put_many(struct ledger_buf *b, char c, size_t count)
+{
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		ledger_buf_putc(b, c);
+}
+
+/*
+ * Megabyte numbers and exponents of a hundred thousand digits: read in
+ * one pass, no int overflow, each gives its exact canonical text.
+ */
+static void test_jcs_number_huge_texts(void **state)
+{
+	const size_t big = 1000000, exp_len = 100000;
+	struct ledger_buf in = LEDGER_BUF_INIT, want = LEDGER_BUF_INIT;
+	enum ledger_err rc;
+	char *text = NULL, *got = NULL, *w = NULL;
+	size_t i, len, got_len, w_len;
+	int round;
+
+	(void)state;
+	for (round = 0; round < 6; round++) {
+		switch (round) {
+		case 0: /* 0.(10^6 zeros)1e+1000001 is 1 */
+			ledger_buf_puts(&in, "0.");
+			put_many(&in, '0', big);
+			ledger_buf_printf(&in, "1e+%zu", big + 1);
+			ledger_buf_puts(&want, "1");
+			break;
+		case 1: /* 1(10^6 zeros)e-1000001 is 0.1 */
+			ledger_buf_putc(&in, '1');
+			put_many(&in, '0', big);
+			ledger_buf_printf(&in, "e-%zu", big + 1);
+			ledger_buf_puts(&want, "0.1");
+			break;
+		case 2: /* -0.0000000(10^6 digits): exponent form, every digit kept */
+			ledger_buf_puts(&in, "-0.0000000");
+			ledger_buf_puts(&want, "-1.");
+			for (i = 0; i < big; i++) {
+				ledger_buf_putc(&in, (char)('1' + i % 9));
+				if (i > 0)
+					ledger_buf_putc(&want, (char)('1' + i % 9));
+			}
+			ledger_buf_puts(&want, "e-8");
+			break;
+		case 3: /* 1e-(10^5 nines): kept */
+			ledger_buf_puts(&in, "1e-");
+			put_many(&in, '9', exp_len);
+			ledger_buf_puts(&want, "1e-");
+			put_many(&want, '9', exp_len);
+			break;
+		case 4: /* -0.000e(10^5 nines): zero */
+			ledger_buf_puts(&in, "-0.000e");
+			put_many(&in, '9', exp_len);
+			ledger_buf_puts(&want, "0");
+			break;
+		case 5: /* 1e+(10^5 nines): beyond the range */
+			ledger_buf_puts(&in, "1e+");
+			put_many(&in, '9', exp_len);
+			break;
+		}
+		text = ledger_buf_steal(&in, &len);
+		assert_non_null(text);
+		got = canon(text, len, DEPTH, &rc, &got_len);
+		if (round == 5) {
+			assert_int_equal(rc, LEDGER_ERR_INVALID);
+		} else {
+			w = ledger_buf_steal(&want, &w_len);
+			assert_non_null(w);
+			assert_int_equal(rc, LEDGER_OK);
+			assert_int_equal(got_len, w_len);
+			assert_memory_equal(got, w, w_len);
+			free(w);
+		}
+		free(got);
+		free(text);
+	}
+}
+
+/*
+ * Random spellings: the canonical text has exactly the value of the text it
+ * came from (the same digits, point and sign), and is its own canonical form.
+ */
+static void test_jcs_number_random_values_kept(void **state)
+{
+	unsigned seed = 12345;
+	int round;
+
+	(void)state;
+	for (round = 0; round < 20000; round++) {
+		struct ledger_json_doc *a = NULL, *b = NULL;
+		struct ledger_json_decimal x, y;
+		char text[128], *c = NULL, *c2 = NULL;
+		size_t pos = 0, c_len = 0, c2_len = 0, i, n;
+		enum ledger_err rc;
+
+		if (rand_r(&seed) % 3 == 0)
+			text[pos++] = '-';
+		n = 1 + (size_t)rand_r(&seed) % 30;
+		for (i = 0; i < n; i++)
+			text[pos++] = (char)('0' + rand_r(&seed) % 10);
+		if (n > 1 && text[pos - n] == '0')
+			text[pos - n] = '1';
+		if (rand_r(&seed) % 2) {
+			text[pos++] = '.';
+			n = 1 + (size_t)rand_r(&seed) % 30;
+			for (i = 0; i < n; i++)
+				text[pos++] = (char)('0' + rand_r(&seed) % 10);
+		}
+		if (rand_r(&seed) % 2)
+			pos += (size_t)snprintf(text + pos, sizeof(text) - pos, "e%s%d",
+						rand_r(&seed) % 2 ? "-" : "+", rand_r(&seed) % 340);
+		c = canon(text, pos, DEPTH, &rc, &c_len);
+		if (rc != LEDGER_OK) {
+			assert_int_equal(rc, LEDGER_ERR_INVALID);
+			continue;
+		}
+		assert_int_equal(ledger_json_parse(text, pos, DEPTH, &a, NULL), LEDGER_OK);
+		assert_int_equal(ledger_json_parse(c, c_len, DEPTH, &b, NULL), LEDGER_OK);
+		assert_int_equal(ledger_json_number_decimal(ledger_json_root(a), &x), LEDGER_OK);
+		assert_int_equal(ledger_json_number_decimal(ledger_json_root(b), &y), LEDGER_OK);
+		if (x.negative != y.negative || x.count != y.count || x.point != y.point)
+			fail_msg("%.*s became %s", (int)pos, text, c);
+		for (i = 0; i < x.count; i++) {
+			char dx = x.digits[i + (i >= x.before_dot)];
+			char dy = y.digits[i + (i >= y.before_dot)];
+
+			if (dx != dy)
+				fail_msg("%.*s became %s", (int)pos, text, c);
+		}
+		c2 = canon(c, c_len, DEPTH, &rc, &c2_len);
+		assert_int_equal(rc, LEDGER_OK);
+		assert_int_equal(c2_len, c_len);
+		assert_memory_equal(c2, c, c_len);
+		ledger_json_free(a);
+		ledger_json_free(b);
+		free(c);
+		free(c2);
 	}
 }
 
@@ -294,8 +478,9 @@ static void test_jcs_numbers_in_documents(void **state)
 	expect_canon(TEXT("[-0, 0, -0.0e10, 1e21, 1E+21, 1e20, 999999999999999999999, 0.000001,"
 			  " 1e-7, 1.0, 5e-324, 123456789012345678901234567890, 4.50, 2e-3,"
 			  " 1e-400, -1.5e-7]"),
-		     TEXT("[0,0,0,1e+21,1e+21,100000000000000000000,1e+21,0.000001,1e-7,1,"
-			  "5e-324,1.2345678901234568e+29,4.5,0.002,0,-1.5e-7]"));
+		     TEXT("[0,0,0,1e+21,1e+21,100000000000000000000,999999999999999999999,"
+			  "0.000001,1e-7,1,5e-324,1.2345678901234567890123456789e+29,4.5,0.002,"
+			  "1e-400,-1.5e-7]"));
 	for (i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
 		enum ledger_err rc = LEDGER_OK;
 		size_t len;
@@ -439,7 +624,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_jcs_rfc8785_vectors),
 		cmocka_unit_test(test_jcs_number_vectors),
-		cmocka_unit_test(test_jcs_format_number),
+		cmocka_unit_test(test_jcs_exact_number_vectors),
+		cmocka_unit_test(test_jcs_number_layout),
+		cmocka_unit_test(test_jcs_number_huge_texts),
+		cmocka_unit_test(test_jcs_number_random_values_kept),
 		cmocka_unit_test(test_jcs_key_order_utf16),
 		cmocka_unit_test(test_jcs_unicode_escapes),
 		cmocka_unit_test(test_jcs_numbers_in_documents),

@@ -684,6 +684,78 @@ static void test_json_number_double_long_text(void **state)
 	free(text);
 }
 
+/*
+ * The exact value of a number text, row by row: sign, significant digits
+ * (read around the '.'), ECMAScript's point, or the long negative exponent
+ * kept as text; and what is beyond the double range.
+ */
+static void test_json_number_decimal(void **state)
+{
+	static const struct {
+		const char *text;
+		enum ledger_err rc;
+		bool negative;
+		const char *digits; /* "" for zero */
+		int64_t point;
+		const char *tiny_exp; /* NULL: none */
+	} cases[] = {
+		{"0", LEDGER_OK, false, "", 0, NULL},
+		{"-0.000e-99999999999999999999", LEDGER_OK, false, "", 0, NULL},
+		{"0e99999999999999999999", LEDGER_OK, false, "", 0, NULL},
+		{"1", LEDGER_OK, false, "1", 1, NULL},
+		{"-120.0500", LEDGER_OK, true, "12005", 3, NULL},
+		{"0.00120", LEDGER_OK, false, "12", -2, NULL},
+		{"100", LEDGER_OK, false, "1", 3, NULL},
+		{"100.000", LEDGER_OK, false, "1", 3, NULL},
+		{"1.5E+2", LEDGER_OK, false, "15", 3, NULL},
+		{"15e-1", LEDGER_OK, false, "15", 1, NULL},
+		{"9007199254740993", LEDGER_OK, false, "9007199254740993", 16, NULL},
+		{"1e-400", LEDGER_OK, false, "1", -399, NULL},
+		{"0.001e999999999999999999", LEDGER_ERR_INVALID, false, "", 0, NULL},
+		{"0.001e-999999999999999999", LEDGER_OK, false, "1", -1000000000000000001LL, NULL},
+		{"12.3e-0001234567890123456789", LEDGER_OK, false, "123", 2, "1234567890123456789"},
+		{"-5e-10000000000000000000", LEDGER_OK, true, "5", 1, "10000000000000000000"},
+		{"1e400", LEDGER_ERR_INVALID, false, "", 0, NULL},
+		{"1e308", LEDGER_OK, false, "1", 309, NULL},
+		{"1.7976931348623158e308", LEDGER_OK, false, "17976931348623158", 309, NULL},
+		{"1.7976931348623159e308", LEDGER_ERR_INVALID, false, "", 0, NULL},
+		{"-1e309", LEDGER_ERR_INVALID, false, "", 0, NULL},
+		{"1e1000000000000000000", LEDGER_ERR_INVALID, false, "", 0, NULL},
+		{"\"1\"", LEDGER_ERR_INVALID, false, "", 0, NULL},
+	};
+	size_t i, j;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ledger_json_doc *doc = parse_ok(cases[i].text, strlen(cases[i].text), DEPTH);
+		struct ledger_json_decimal d;
+		enum ledger_err rc = ledger_json_number_decimal(ledger_json_root(doc), &d);
+		char digits[64];
+
+		if (rc != cases[i].rc)
+			fail_msg("%s: %d, expected %d", cases[i].text, (int)rc, (int)cases[i].rc);
+		if (rc == LEDGER_OK) {
+			assert_true(d.count < sizeof(digits));
+			for (j = 0; j < d.count; j++)
+				digits[j] = d.digits[j + (j >= d.before_dot)];
+			digits[d.count] = '\0';
+			if (d.negative != cases[i].negative ||
+			    strcmp(digits, cases[i].digits) != 0 ||
+			    (d.count > 0 && d.point != cases[i].point))
+				fail_msg("%s: %s0.%s x 10^%lld", cases[i].text,
+					 d.negative ? "-" : "", digits, (long long)d.point);
+			if (cases[i].tiny_exp == NULL) {
+				assert_null(d.tiny_exp);
+			} else {
+				assert_int_equal(d.tiny_exp_len, strlen(cases[i].tiny_exp));
+				assert_memory_equal(d.tiny_exp, cases[i].tiny_exp, d.tiny_exp_len);
+			}
+		}
+		ledger_json_free(doc);
+	}
+	assert_int_equal(ledger_json_number_decimal(NULL, NULL), LEDGER_ERR_INVALID);
+}
+
 static void test_json_number_uint(void **state)
 {
 	static const struct {
@@ -998,6 +1070,7 @@ int main(void)
 		cmocka_unit_test(test_json_number_double),
 		cmocka_unit_test(test_json_number_double_overflow),
 		cmocka_unit_test(test_json_number_double_long_text),
+		cmocka_unit_test(test_json_number_decimal),
 		cmocka_unit_test(test_json_number_uint),
 		cmocka_unit_test(test_json_number_uint_leading_zero),
 		cmocka_unit_test(test_json_buf),
