@@ -225,8 +225,9 @@ static enum ledger_err claim_parse(struct api_request *req)
 			return rc;
 		}
 		if (rc != LEDGER_OK) {
-			api_reply_invalid_field(req, "args",
-						"has a number outside the range of a double");
+			/* JSON, but not JSON a fingerprint exists for (api.md, "Fingerprints") */
+			api_reply_error(req, 400, "invalid_json",
+					"args holds a number beyond the range of a double");
 			return rc;
 		}
 		if (in->args_sha256[0] != '\0' && strcmp(in->args_sha256, computed) != 0) {

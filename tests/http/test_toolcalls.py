@@ -440,6 +440,16 @@ def test_rerun_with_the_neighbouring_big_int_is_a_divergence(service, settle):
     assert_error(rt.create(rid, new_id("a")), 409, "request_closed")
 
 
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1.7976931348623159e308",
+                                    "1e999999999999999999"])
+def test_args_number_beyond_the_double_range_is_invalid_json(service, number):
+    rid, cid = key()
+    r = number_claim(service, rid, cid, number)
+    assert_error(r, 400, "invalid_json")
+    assert count(service, "requests", rid) == 0
+    assert count(service, "tool_calls", rid) == 0
+
+
 @pytest.mark.parametrize("number,canonical", [
     ("1.7976931348623157e308", "1.7976931348623157e+308"),  # the largest double
     ("-1e-400", "-1e-400"),  # below the smallest: in range, its digits kept
