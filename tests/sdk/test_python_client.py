@@ -13,9 +13,12 @@ Router tests work in tenants of their own: the pool-wide retry budget is
 counted per tenant.
 """
 
+import ctypes
+import decimal
 import hashlib
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -26,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from answer_thief import AnswerThief
-from conftest import claim_id, free_port, new_id
+from conftest import LEDGERD, claim_id, free_port, new_id
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "sdk" / "python"
@@ -110,45 +113,196 @@ class Tool:
 # --- RFC 8785 and the fingerprint -------------------------------------------
 
 
+def expected_output(name):
+    """The canonical form of input/NAME: exact_output/ holds the vectors the
+    exact-number rule changes (tests/data/jcs/README.md), output/ the rest."""
+    exact = JCS / "exact_output" / name
+    return (exact if exact.exists() else JCS / "output" / name).read_bytes()
+
+
+def exact_number_cases():
+    """(input, expected) of tests/data/jcs/exact_numbers.txt; expected None: refused."""
+    cases = []
+    for line in (JCS / "exact_numbers.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            text, want = line.split("\t")
+            cases.append((text, None if want == "refused" else want))
+    return cases
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (JCS / "input").glob("*.json")))
 def test_jcs_vector_files(name):
     text = (JCS / "input" / name).read_bytes()
-    assert canonicalize_text(text) == (JCS / "output" / name).read_bytes()
+    assert canonicalize_text(text) == expected_output(name)
 
 
 def test_jcs_number_vectors():
     lines = (JCS / "numbers.txt").read_text().splitlines()
-    assert len(lines) > 10000
+    assert len(lines) > 30000
     wrong = []
     for line in lines:
         pattern, want = line.split(",")
+        # The double written as JCS writes it, and that text as its own canonical form.
         got = format_number(struct.unpack(">d", bytes.fromhex(pattern))[0])
-        if got != want:
-            wrong.append((pattern, want, got))
+        again = canonicalize_text(want).decode()
+        if got != want or again != want:
+            wrong.append((pattern, want, got, again))
     assert wrong == []
+
+
+def test_jcs_exact_number_vectors():
+    cases = exact_number_cases()
+    assert len(cases) >= 100
+    wrong = []
+    for text, want in cases:
+        try:
+            got = canonicalize_text(text).decode()
+        except ValueError:
+            got = None
+        if got != want or (want is not None and canonicalize_text(want).decode() != want):
+            wrong.append((text[:80], want and want[:80], got and got[:80]))
+    assert wrong == []
+
+
+def literal_rule(text):
+    """The canonical text of a JSON number as api.md words the rule: JCS's text
+    of the nearest double when that text has exactly the number's value, else
+    the same layout of the number's own digits; None beyond the double range.
+    Decimal stands in for exact values; format_number, checked against
+    numbers.txt above, for JCS."""
+    d = float(text)
+    if d in (float("inf"), float("-inf")):
+        return None
+    jcs = format_number(d)
+    exact = decimal.Decimal(text)
+    if decimal.Decimal(jcs) == exact:
+        return jcs
+    sign, coefficient, exponent = exact.as_tuple()
+    digits = "".join(map(str, coefficient)).lstrip("0")
+    point = len(digits) + exponent
+    digits = digits.rstrip("0")
+    head = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    lead = "-" if sign else ""
+    if len(digits) <= point <= 21:
+        return lead + digits + "0" * (point - len(digits))
+    if 0 < point <= 21:
+        return lead + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return lead + "0." + "0" * -point + digits
+    return "%s%se%s%d" % (lead, head, "+" if point >= 1 else "-", abs(point - 1))
+
+
+def random_number_texts(n, seed=8785):
+    """JSON number texts: doubles' shortest and longer spellings, and decimals
+    of up to 40 digits with exponents around the double range."""
+    rnd = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        if rnd.random() < 0.3:
+            f = rnd.random() * 10.0 ** rnd.randint(-330, 308)
+            text = repr(f) if rnd.random() < 0.5 else "%.*g" % (rnd.randint(1, 25), f)
+        else:
+            text = str(rnd.randint(0, 10 ** rnd.randint(1, 40)))
+            if rnd.random() < 0.5:
+                text += "." + "".join(rnd.choice("0123456789")
+                                      for _ in range(rnd.randint(1, 25)))
+            if rnd.random() < 0.6:
+                text += rnd.choice("eE") + rnd.choice(["", "+", "-"]) + str(rnd.randint(0, 400))
+        texts.append(("-" if rnd.random() < 0.3 else "") + text)
+    return texts
+
+
+def test_jcs_numbers_follow_the_rule_as_worded():
+    wrong = []
+    for text in random_number_texts(50000):
+        try:
+            got = canonicalize_text(text).decode()
+        except ValueError:
+            got = None
+        if got != literal_rule(text):
+            wrong.append((text, literal_rule(text), got))
+    assert wrong[:10] == []
+
+
+def c_canonicalize():
+    """ledger_client_canonicalize of the C SDK's shared library, through ctypes."""
+    lib = ctypes.CDLL(str(LEDGERD.parent / "libledger_client.so"))
+    fn = lib.ledger_client_canonicalize
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                   ctypes.POINTER(ctypes.c_size_t)]
+    fn.restype = ctypes.c_int
+    libc = ctypes.CDLL(None)
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def canonical(text):
+        raw = text.encode()
+        out, n = ctypes.c_void_p(), ctypes.c_size_t()
+        if fn(raw, len(raw), ctypes.byref(out), ctypes.byref(n)) != 0:
+            return None
+        try:
+            return ctypes.string_at(out, n.value).decode()
+        finally:
+            libc.free(out)
+    return canonical
+
+
+def test_jcs_numbers_c_and_python_agree():
+    """The C library (the server's own code) and this SDK give the same bytes,
+    or both refuse, for every vector and for random spellings."""
+    canonical = c_canonicalize()
+    texts = [t for t, _ in exact_number_cases()] + random_number_texts(50000, seed=1)
+    texts += ["[%s]" % line.split(",")[1]
+              for line in (JCS / "numbers.txt").read_text().splitlines()]
+    wrong = []
+    for text in texts:
+        try:
+            mine = canonicalize_text(text).decode()
+        except ValueError:
+            mine = None
+        if canonical(text) != mine:
+            wrong.append((text[:80], canonical(text), mine))
+    assert wrong[:10] == []
 
 
 def test_jcs_of_python_values():
     assert canonicalize({"b": [1, 2.5, True, None], "a": "x"}) == b'{"a":"x","b":[1,2.5,true,null]}'
     assert canonicalize(-0.0) == b"0"
     assert canonicalize(10 ** 21) == b"1e+21"
-    assert canonicalize(2 ** 53 + 1) == b"9007199254740992"  # a double, like on the wire
+    # An int is its digits, as json.dumps sends it: 2^53 + 1 is not the double 2^53.
+    assert canonicalize(2 ** 53 + 1) == b"9007199254740993"
+    assert canonicalize(-(2 ** 64) - 1) == b"-18446744073709551617"
+    assert canonicalize(10 ** 22 + 1) == b"1.0000000000000000000001e+22"
     assert canonicalize(1.5e-7) == b"1.5e-7"
     assert canonicalize(0.000001) == b"0.000001"
+    assert canonicalize(1e23) == b"1e+23"
+    assert canonicalize(0.1 + 0.2) == b"0.30000000000000004"
+    # A Decimal is its own digits.
+    D = decimal.Decimal
+    assert canonicalize(D("0.30000000000000000001")) == b"0.30000000000000000001"
+    assert canonicalize([D("1.10"), D("-0"), D("1E+2"), D("1E-400"), D("12.5e-7")]) == \
+        b"[1.1,0,100,1e-400,0.00000125]"
+    assert canonicalize(D("1234567890123456789")) == canonicalize(1234567890123456789)
     assert canonicalize("\u2028\x7f\x1f\b\"\\/") == '"\u2028\x7f\\u001f\\b\\"\\\\/"'.encode()
     # UTF-16 order: U+1F600 (surrogates D83D..) sorts before U+E000.
     assert canonicalize({"\ue000": 1, "\U0001f600": 2}) == '{"\U0001f600":2,"\ue000":1}'.encode()
-    for bad in (float("nan"), float("inf"), 10 ** 400, "\ud800"):
+    for bad in (float("nan"), float("inf"), 10 ** 400, -(10 ** 309), D("1e400"), D("NaN"),
+                D("-Infinity"), "\ud800"):
         with pytest.raises(ValueError):
             canonicalize(bad)
     with pytest.raises(TypeError):
         canonicalize({1: "a"})
     with pytest.raises(TypeError):
         canonicalize({"a": object()})
-    for text in ('{"a": 1, "a": 2}', "[NaN]", "[1e400]", '{"a": 1', b"\xff"):
+    for text in ('{"a": 1, "a": 2}', "[NaN]", "[1e400]", '{"a": 1', b"\xff",
+                 "1e" + "9" * 5000):
         with pytest.raises(ValueError):
             canonicalize_text(text)
-    assert canonicalize_text("123456789012345678901234567890") == b"1.2345678901234568e+29"
+    # Once the double 1.2345678901234568e+29 (JCS): now the number's own digits.
+    assert canonicalize_text("123456789012345678901234567890") == \
+        b"1.2345678901234567890123456789e+29"
+    # Exponents past Python's 4300-digit int conversions are still exact.
+    assert canonicalize_text("1.5e-" + "9" * 5000) == b"1.5e-" + b"9" * 5000
+    assert canonicalize_text("0e" + "9" * 5000) == b"0"
     assert args_sha256({"a": 1}) == hashlib.sha256(b'{"a":1}').hexdigest()
 
 
@@ -158,6 +312,7 @@ FINGERPRINT_ARGS = [
     {"\u20ac": "euro", "\U0001f600": "smiley", "\ufb33": "dalet", "\n": "newline",
      "ctl": "\x01\x1f\x7f", "quote": "\"\\/"},
     [333333333.33333329, 4.5, 2e-3, 1e-27, 9007199254740993],
+    {"order_id": 1234567890123456789, "big": 10 ** 30 + 7, "neg": -(2 ** 63) - 1},
     "just a string",
 ]
 
@@ -177,9 +332,36 @@ def test_fingerprint_of_the_vector_files_equals_the_servers(service, name):
     raw = '{"claim_id": "%s", "args": %s}' % (claim_id(), text)
     r = raw_post(service, tool_path(rid, cid, "claim"), raw=raw.encode("utf-8"))
     assert r.status == 201, r
-    expected = hashlib.sha256((JCS / "output" / name).read_bytes()).hexdigest()
+    expected = hashlib.sha256(expected_output(name)).hexdigest()
     assert agent(service).get_tool_call(rid, cid)["args_sha256"] == expected
     assert hashlib.sha256(canonicalize_text(text)).hexdigest() == expected
+
+
+def test_fingerprint_of_the_exact_number_vectors_equals_the_servers(service):
+    """The server fingerprints each vector as the SDK does, and refuses with
+    400 invalid_json what the SDK refuses."""
+    for text, want in exact_number_cases():
+        rid, cid = key()
+        raw = '{"claim_id": "%s", "args": %s}' % (claim_id(), text)
+        r = raw_post(service, tool_path(rid, cid, "claim"), raw=raw.encode("utf-8"))
+        if want is None:
+            assert r.status == 400 and r.json["error"]["code"] == "invalid_json", (text, r)
+            continue
+        assert r.status == 201, (text, r)
+        expected = hashlib.sha256(want.encode()).hexdigest()
+        assert agent(service).get_tool_call(rid, cid)["args_sha256"] == expected, text
+        assert hashlib.sha256(canonicalize_text(text)).hexdigest() == expected
+
+
+def test_fingerprint_of_decimals_equals_the_servers(service):
+    """A Decimal fingerprints like the same digits sent as JSON text."""
+    args = {"amount": decimal.Decimal("0.30000000000000000001"), "id": 1234567890123456789}
+    rid, cid = key()
+    raw = ('{"claim_id": "%s", "args": {"id": 1234567890123456789,'
+           ' "amount": 0.300000000000000000010}}' % claim_id())
+    r = raw_post(service, tool_path(rid, cid, "claim"), raw=raw.encode())
+    assert r.status == 201, r
+    assert agent(service).get_tool_call(rid, cid)["args_sha256"] == args_sha256(args)
 
 
 def test_store_args_sends_the_args_and_the_server_keeps_them(service):
@@ -190,6 +372,22 @@ def test_store_args_sends_the_args_and_the_server_keeps_them(service):
     call = agent(service).get_tool_call(rid, cid)
     assert call["args"] == args
     assert call["args_sha256"] == args_sha256(args)
+
+
+def test_store_args_of_numbers_json_dumps_cannot_send(service):
+    """Decimals and big ints go out as their canonical text, with the
+    fingerprint beside it: the server finds the same one (or it would refuse
+    with 400), and the call is recognised without store_args too."""
+    D = decimal.Decimal
+    args = {"amount": D("12.50"), "rate": D("1E-400"), "order_id": 2 ** 64 + 1, "f": 0.1}
+    rid, cid = key()
+    r = agent(service).tool_call(rid, cid, Tool({"ok": True}), args=args, store_args=True)
+    assert r.outcome == "succeeded"
+    call = agent(service).get_tool_call(rid, cid)
+    assert call["args_sha256"] == args_sha256(args)
+    assert call["args"] == json.loads(canonicalize(args))
+    r = agent(service).tool_call(rid, cid, must_not_run, args=args)
+    assert r.replayed
 
 
 # --- tool_call: every outcome -------------------------------------------------

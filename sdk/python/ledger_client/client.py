@@ -86,9 +86,10 @@ class Ledger:
           to ``wait_s`` seconds; a completion met meanwhile is replayed.
 
         Args:
-            args: the call's arguments (any JSON value; None: none). Their
-                fingerprint (:func:`args_sha256`) is sent; a later claim of
-                the key with other arguments is :class:`ArgsMismatch`.
+            args: the call's arguments (any JSON value, ``decimal.Decimal``
+                numbers included; None: none). Their fingerprint
+                (:func:`args_sha256`) is sent; a later claim of the key with
+                other arguments is :class:`ArgsMismatch`.
             tool: the tool's name, recorded and compared like ``args``.
             attempt_id, attempt: the router attempt the call is made under
                 (required once the request has attempts). With ``attempt``,
@@ -99,8 +100,8 @@ class Ledger:
                 default: 30 s); past it without a word the outcome is unknown.
             tool_dedupes: the tool itself honours the idempotency key, so
                 it may run again after an unknown outcome.
-            store_args: send ``args`` themselves, kept for incident review,
-                instead of their fingerprint.
+            store_args: also send ``args`` themselves (their canonical
+                text), kept for incident review.
             wait_s: how long to wait for another holder.
 
         Raises:

@@ -9,6 +9,7 @@ of running the tool again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import secrets
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from ._heartbeat import Heartbeat
 from ._http import Answer, Backoff, Transport, json_body, quote_id
 from .errors import InProgress, LedgerError, NotExecuted, Retryable
-from .jcs import args_sha256
+from .jcs import args_sha256, canonicalize
 
 __all__ = ["ToolCall", "ToolCallCounter", "ToolCallResult", "ToolFunction",
            "stable_tool_call_id"]
@@ -163,19 +164,26 @@ class ToolCall:
         claim: dict[str, Any] = {"claim_id": secrets.token_hex(16), "tool_dedupes": tool_dedupes}
         if tool is not None:
             claim["tool"] = tool
+        raw: dict[str, str] = {}
         if store_args:
             if args is None:
                 raise ValueError("store_args needs args")
-            args_sha256(args)  # refuses what JSON cannot carry, before anything is sent
-            claim["args"] = args
+            # The arguments go out as their canonical text, which ledgerd
+            # fingerprints to the very bytes hashed here (json.dumps could
+            # not send a Decimal); with the fingerprint beside them, a
+            # client and a server that ever disagreed would get a 400, not
+            # two fingerprints for one call.
+            canonical = canonicalize(args)
+            claim["args_sha256"] = hashlib.sha256(canonical).hexdigest()
             claim["store_args"] = True
+            raw["args"] = canonical.decode("utf-8")
         elif args is not None:
             claim["args_sha256"] = args_sha256(args)
         for name, value in (("attempt_id", attempt_id), ("owner", owner),
                             ("lease_ms", lease_ms)):
             if value is not None:
                 claim[name] = value
-        self._claim_body = json_body(claim)
+        self._claim_body = json_body(claim, raw)
 
     def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
         return self._transport.call("POST", self._path + action, body, retry_s=retry_s)
