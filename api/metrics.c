@@ -63,6 +63,7 @@ static const char *const fenced_names[] = {
 static atomic_ullong fenced[COUNT(fenced_names)];
 
 static atomic_ullong late_completions, conflicting_completions, replay_cache_hits;
+static atomic_ullong resolve_contradictions, duplicate_executions;
 
 static void add(atomic_ullong *cell)
 {
@@ -117,6 +118,11 @@ void api_metrics_fenced(enum api_fenced_op op)
 void api_metrics_late_completion(void)
 {
 	add(&late_completions);
+}
+
+void api_metrics_contradiction(bool duplicate)
+{
+	add(duplicate ? &duplicate_executions : &resolve_contradictions);
 }
 
 void api_metrics_conflicting_completion(void)
@@ -227,6 +233,16 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	header(out, "ledger_late_completions_total", "counter",
 	       "Final outcomes accepted from an older holder or after the lease.");
 	ledger_buf_printf(out, "ledger_late_completions_total %llu\n", get(&late_completions));
+	header(out, "ledger_resolve_contradictions_total", "counter",
+	       "not_executed resolutions proved wrong by the holder's late final outcome, "
+	       "nobody having claimed the key since.");
+	ledger_buf_printf(out, "ledger_resolve_contradictions_total %llu\n",
+			  get(&resolve_contradictions));
+	header(out, "ledger_duplicate_executions_total", "counter",
+	       "Side effects that may have run twice: a not_executed resolution proved wrong "
+	       "after the key was claimed again.");
+	ledger_buf_printf(out, "ledger_duplicate_executions_total %llu\n",
+			  get(&duplicate_executions));
 	header(out, "ledger_conflicting_completions_total", "counter",
 	       "Completions refused because another one was stored.");
 	ledger_buf_printf(out, "ledger_conflicting_completions_total %llu\n",

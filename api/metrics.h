@@ -6,6 +6,7 @@
 #ifndef API_METRICS_H
 #define API_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ledger/common/buf.h"
@@ -32,6 +33,11 @@ void api_metrics_failover(enum ledger_failover_action a);
 void api_metrics_fenced(enum api_fenced_op op);
 void api_metrics_late_completion(void);
 void api_metrics_conflicting_completion(void);
+/**
+ * Counts a not_executed resolution proved wrong by its holder's late final
+ * outcome; @p duplicate: the key was claimed since, so it may have run twice.
+ */
+void api_metrics_contradiction(bool duplicate);
 /* A replay answered from the replay cache, without the database. */
 void api_metrics_replay_cache_hit(void);
 

@@ -473,6 +473,8 @@ static void complete_answer(struct api_request *req, const struct ledger_store_r
 		api_metrics_late_completion();
 	else if (res->outcome.complete == LEDGER_COMPLETE_ALREADY_COMPLETED)
 		api_metrics_conflicting_completion();
+	if (res->contradiction != LEDGER_CONTRADICTION_NONE)
+		api_metrics_contradiction(res->contradiction == LEDGER_CONTRADICTION_DUPLICATE);
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);
 	else if (res->call.state == LEDGER_CALL_RELEASED)

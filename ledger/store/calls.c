@@ -65,6 +65,30 @@ static const struct store_stmt call_release = {
 	5,
 };
 
+/*
+ * The first not_executed resolution that revoked token $4 or an older one
+ * (the token it gave the key is above $4), whether anyone claimed the key
+ * after it, and whether token $4's report already proved it wrong: read
+ * when a holder reports that it did execute.
+ */
+static const struct store_stmt call_resolved_not_executed = {
+	"call_resolved_not_executed",
+	"SELECT (r.detail->>'fencing_token')::bigint,"
+	"  EXISTS (SELECT 1 FROM events c WHERE c.tenant = r.tenant"
+	"    AND c.request_id = r.request_id AND c.tool_call_id = r.tool_call_id"
+	"    AND c.seq > r.seq AND c.type = 'claimed'),"
+	"  EXISTS (SELECT 1 FROM events d WHERE d.tenant = r.tenant"
+	"    AND d.request_id = r.request_id AND d.tool_call_id = r.tool_call_id"
+	"    AND d.seq > r.seq AND d.type IN ('duplicate_execution', 'resolve_contradicted')"
+	"    AND (d.detail->>'fencing_token')::bigint = $4)"
+	" FROM events r"
+	" WHERE r.tenant = $1 AND r.request_id = $2 AND r.tool_call_id = $3"
+	"  AND r.type = 'resolved' AND r.detail->>'resolution' = 'not_executed'"
+	"  AND (r.detail->>'fencing_token')::bigint > $4"
+	" ORDER BY r.seq LIMIT 1",
+	4,
+};
+
 /* clang-format on */
 
 /* Clears a result between tries, keeping nothing of the last one. */
@@ -259,6 +283,43 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 
 /* --- complete --- */
 
+/*
+ * A holder reports a final outcome (the effect happened) under a token a
+ * not_executed resolution revoked: the resolution was wrong. If the key was
+ * claimed since, the effect may have happened twice. Queues the event that
+ * says so on @p st and marks @p out; nothing when no such resolution exists.
+ */
+static enum ledger_err check_resolution(struct store_step *st,
+					const struct ledger_call_key *key, const char *given,
+					const struct ledger_completion *c, struct ledger_call_result *out,
+					struct store_event *ev)
+{
+	const char *params[4] = {key->tenant, key->request_id, key->tool_call_id, given};
+	enum ledger_err rc;
+	int64_t resolved_token;
+	bool newer;
+
+	store_step_add(st, &call_resolved_not_executed, params);
+	rc = store_step_run(st);
+	/* None, or already said for this holder (a retried report is not counted twice). */
+	if (rc != LEDGER_OK || PQntuples(st->res[0]) == 0 || store_step_get_bool(st->res[0], 0, 2)) {
+		store_step_clear(st);
+		return rc;
+	}
+	resolved_token = store_step_get_int(st->res[0], 0, 0);
+	newer = store_step_get_bool(st->res[0], 0, 1);
+	store_step_clear(st);
+	out->contradiction = newer ? LEDGER_CONTRADICTION_DUPLICATE : LEDGER_CONTRADICTION_RESOLVE;
+	store_event_start(ev, newer ? "duplicate_execution" : "resolve_contradicted",
+			  out->call.attempt_id);
+	store_event_int(ev, "fencing_token", c->fencing_token);
+	store_event_str(ev, "outcome", c->succeeded ? "succeeded" : "failed");
+	store_event_int(ev, "resolved_token", resolved_token);
+	store_event_int(ev, "current_token", out->call.fencing_token);
+	store_event_bool(ev, "newer_holder", newer);
+	return LEDGER_OK;
+}
+
 static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 				       const struct ledger_call_key *key,
 				       const struct ledger_completion *c,
@@ -268,12 +329,13 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 	struct store_locked lk;
 	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
 	struct store_step st;
-	struct store_event ev;
+	struct store_event ev, contradiction;
 	char read_token[24], given[24];
 	enum ledger_err rc;
 
 	memset(&lk, 0, sizeof(lk));
 	memset(&ev, 0, sizeof(ev));
+	memset(&contradiction, 0, sizeof(contradiction));
 	store_step_begin(&st, conn);
 	rc = store_rows_lock_and_read(conn, key->tenant, key->request_id, false, &look, &lk,
 				      &out->call);
@@ -283,6 +345,13 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 	out->outcome.complete = o;
 	store_step_fmt_int(read_token, out->call.fencing_token);
 	store_step_fmt_int(given, c->fencing_token);
+	/* A final outcome from a revoked holder may prove a not_executed resolution wrong. */
+	if ((o == LEDGER_COMPLETE_LATE || o == LEDGER_COMPLETE_ALREADY_COMPLETED) &&
+	    !c->retryable) {
+		rc = check_resolution(&st, key, given, c, out, &contradiction);
+		if (rc != LEDGER_OK)
+			goto out;
+	}
 
 	switch (o) {
 	case LEDGER_COMPLETE_NOT_FOUND:
@@ -297,6 +366,8 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		store_event_completion(&ev, c);
 		store_event_int(&ev, "current_token", out->call.fencing_token);
 		store_event_add(&st, key, &ev);
+		if (contradiction.type != NULL)
+			store_event_add(&st, key, &contradiction);
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_COMPLETE_STORED:
@@ -323,6 +394,8 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		}
 		store_step_add(&st, &call_settle, params);
 		store_event_add(&st, key, &ev);
+		if (contradiction.type != NULL)
+			store_event_add(&st, key, &contradiction);
 		rc = store_step_commit(&st);
 		if (rc == LEDGER_OK)
 			rc = store_rows_set_completed(&out->call, c, st.res[0], 0, 0, by);
@@ -343,6 +416,7 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 	}
 out:
 	store_step_clear(&st);
+	store_event_free(&contradiction);
 	store_event_free(&ev);
 	store_rows_locked_clear(&lk);
 	return rc;
@@ -672,5 +746,6 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_calls_statements[] = {
-	&call_insert, &call_reclaim, &call_renew, &call_settle, &call_release, NULL,
+	&call_insert,  &call_reclaim, &call_renew, &call_settle, &call_release,
+	&call_resolved_not_executed, NULL,
 };

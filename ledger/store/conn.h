@@ -18,7 +18,7 @@ struct store_stmt {
 	int nparams;
 };
 
-#define STORE_MAX_STMTS 32 /* statements of all store files together */
+#define STORE_MAX_STMTS 64 /* statements of all store files together */
 
 struct ledger_store_conn {
 	PGconn *pg;               /* NULL while down */

@@ -46,6 +46,12 @@ void store_event_int(struct store_event *ev, const char *key, int64_t v)
 	ledger_jsonw_int(&ev->w, v);
 }
 
+void store_event_bool(struct store_event *ev, const char *key, bool v)
+{
+	ledger_jsonw_key(&ev->w, key);
+	ledger_jsonw_bool(&ev->w, v);
+}
+
 void store_event_str(struct store_event *ev, const char *key, const char *s)
 {
 	if (s == NULL || s[0] == '\0')

@@ -5,6 +5,7 @@
 #ifndef LEDGER_STORE_EVENT_H
 #define LEDGER_STORE_EVENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ledger/common/buf.h"
@@ -26,6 +27,7 @@ void store_event_start(struct store_event *ev, const char *type, const char *att
 void store_event_refused(struct store_event *ev, const char *operation, const char *code,
 			 const char *attempt_id);
 void store_event_int(struct store_event *ev, const char *key, int64_t v);
+void store_event_bool(struct store_event *ev, const char *key, bool v);
 /** Adds @p s, or nothing when it is NULL or empty. */
 void store_event_str(struct store_event *ev, const char *key, const char *s);
 /** Closes the detail and queues the event's INSERT; @p ev must outlive the step. */

@@ -178,6 +178,13 @@ struct ledger_call_key {
 	const char *tool_call_id;
 };
 
+/* What a holder's late final outcome proved about an earlier not_executed resolution. */
+enum ledger_contradiction {
+	LEDGER_CONTRADICTION_NONE,
+	LEDGER_CONTRADICTION_RESOLVE,   /* it did execute; nobody claimed the key since */
+	LEDGER_CONTRADICTION_DUPLICATE, /* it did execute, and the key was claimed since */
+};
+
 /* What an operation decided, and the call as it stands afterwards. */
 struct ledger_call_result {
 	union {
@@ -189,6 +196,7 @@ struct ledger_call_result {
 	} outcome;
 	const char *mismatch;    /* claim ARGS_MISMATCH: the field that differs */
 	bool no_attempts;        /* known: the request had no attempts (replay cache) */
+	enum ledger_contradiction contradiction; /* complete: recorded with its event */
 	struct ledger_call call; /* owned: ledger_call_clear() when done */
 };
 

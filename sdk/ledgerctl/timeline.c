@@ -227,6 +227,20 @@ static void say_late(struct detail *d, const struct ledger_json_value *x, const 
 		say(d, true, ", ", "was %s", previous);
 }
 
+/* A holder proved a not_executed resolution wrong: said so that no reader misses it. */
+static void say_contradiction(struct detail *d, const struct ledger_json_value *x,
+			      const char *call, bool duplicate)
+{
+	char t[24], r[24];
+
+	say(d, false, "", "%s %s: token %s reports %s after it was resolved not_executed "
+	    "(token %s)", duplicate ? "DUPLICATE EXECUTION" : "RESOLUTION WRONG", call,
+	    num(x, "fencing_token", t), or_q(ledgerctl_field_str(x, "outcome")),
+	    num(x, "resolved_token", r));
+	if (duplicate)
+		say(d, false, "; ", "the key was claimed again since: the effect may have run twice");
+}
+
 static void say_released(struct detail *d, const struct ledger_json_value *x, const char *call)
 {
 	const char *reason = ledgerctl_field_str(x, "reason");
@@ -361,6 +375,9 @@ void ledgerctl_timeline_detail(const struct ledger_json_value *event,
 		    num(x, "fencing_token", t));
 	} else if (strcmp(type, "late_completion") == 0) {
 		say_late(&d, x, call);
+	} else if (strcmp(type, "duplicate_execution") == 0 ||
+		   strcmp(type, "resolve_contradicted") == 0) {
+		say_contradiction(&d, x, call, type[0] == 'd');
 	} else if (strcmp(type, "released") == 0) {
 		say_released(&d, x, call);
 	} else if (strcmp(type, "resolved") == 0) {

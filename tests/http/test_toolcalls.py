@@ -917,6 +917,75 @@ def test_resolve_in_progress_as_not_executed_fences_the_old_holder(service):
     assert c.status == 201 and c.json["fencing_token"] > r.json["fencing_token"], c
 
 
+def metric_value(service, name):
+    for line in service.ledgerd.get("/metrics").body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no metric " + name)
+
+
+def test_late_completion_after_not_executed_is_accepted_and_contradicts_the_resolve(service):
+    """The resolution was wrong: the old holder did run it. Its final outcome is
+    accepted (nobody else ran it since) and the history says the resolve was wrong."""
+    rid, cid, _, tok = expired(service)
+    assert resolve(service, rid, cid, "not_executed", note="no ticket found").status == 200
+    before = metric_value(service, "ledger_resolve_contradictions_total")
+    r = complete(service, rid, cid, tok, result={"ticket": "T-9"})
+    assert r.status == 200 and r.json["status"] == "completed", r
+    assert r.json["result"] == {"ticket": "T-9"}
+    evs = events(service, rid)
+    assert [e[0] for e in evs][-3:] == ["resolved", "late_completion", "resolve_contradicted"]
+    detail = evs[-1][2]
+    assert detail["fencing_token"] == tok and detail["resolved_token"] > tok, detail
+    assert detail["newer_holder"] is False, detail
+    assert metric_value(service, "ledger_resolve_contradictions_total") == before + 1
+    again = claim(service, rid, cid, {"claim_id": claim_id()})
+    assert again.status == 200 and again.json["result"] == {"ticket": "T-9"}, again
+
+
+def test_late_completion_after_not_executed_and_a_new_holder_is_a_duplicate_execution(service):
+    rid, cid, _, old = expired(service)
+    assert resolve(service, rid, cid, "not_executed").status == 200
+    new = claim(service, rid, cid, {"claim_id": claim_id()})
+    assert new.status == 201, new
+    before = metric_value(service, "ledger_duplicate_executions_total")
+    # The new holder ran it and completed; then the old holder's answer comes in.
+    assert complete(service, rid, cid, new.json["fencing_token"], result={"n": 2}).status == 200
+    r = complete(service, rid, cid, old, result={"n": 1})
+    err = assert_error(r, 409, "already_completed")
+    assert err["outcome"] == "succeeded"
+    evs = events(service, rid)
+    assert [e[0] for e in evs][-2:] == ["refused", "duplicate_execution"], evs
+    detail = evs[-1][2]
+    assert detail["fencing_token"] == old and detail["newer_holder"] is True, detail
+    assert detail["current_token"] == new.json["fencing_token"], detail
+    assert metric_value(service, "ledger_duplicate_executions_total") == before + 1
+    # The stored completion stands.
+    assert claim(service, rid, cid, {"claim_id": claim_id()}).json["result"] == {"n": 2}
+
+
+def test_late_completion_while_a_new_holder_runs_is_a_duplicate_execution(service):
+    rid, cid, _, old = expired(service)
+    assert resolve(service, rid, cid, "not_executed").status == 200
+    new = claim(service, rid, cid, {"claim_id": claim_id(), "lease_ms": 30000})
+    assert new.status == 201, new
+    r = complete(service, rid, cid, old, result={"n": 1})
+    assert r.status == 200 and r.json["status"] == "completed", r
+    assert event_types(service, rid)[-2:] == ["late_completion", "duplicate_execution"]
+    # The new holder's own answer, if it differs, conflicts with the stored one.
+    assert_error(complete(service, rid, cid, new.json["fencing_token"], result={"n": 2}), 409,
+                 "already_completed")
+
+
+def test_a_retryable_failure_after_not_executed_contradicts_nothing(service):
+    rid, cid, _, tok = expired(service)
+    assert resolve(service, rid, cid, "not_executed").status == 200
+    assert_error(complete(service, rid, cid, tok, outcome="failed", retryable=True), 409,
+                 "stale_token")
+    types = event_types(service, rid)
+    assert "resolve_contradicted" not in types and "duplicate_execution" not in types
+
+
 def test_resolve_a_released_call(service):
     rid, cid, _, tok = claimed(service)
     assert release(service, rid, cid, tok).status == 200

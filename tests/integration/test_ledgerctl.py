@@ -327,6 +327,31 @@ def test_unknown_lists_the_call_and_resolve_settles_it(service):
     ])
 
 
+def test_show_marks_a_duplicate_execution(service):
+    """Resolved not_executed, claimed again, then the first holder says it ran."""
+    inc = Incident(service)
+    r = inc.ctl("resolve", inc.rid, "call_03", "--as", "not_executed")
+    assert r.returncode == 0, r.err
+    led, path = service.ledgerd, inc.path + "/tool-calls/call_03"
+    again = led.post(path + "/claim", {"claim_id": claim_id(), "tool": "refund",
+                                       "attempt_id": "att-2", "lease_ms": 30000},
+                     token=inc.router)
+    assert again.status == 201 and again.json["fencing_token"] == 3, again
+    late = led.post(path + "/complete", {"fencing_token": 1, "outcome": "succeeded",
+                                         "result": {"refund": "R-1"}}, token=inc.router)
+    assert late.status == 200, late
+    r = inc.ctl("show", inc.rid)
+    assert r.returncode == 0, r.err
+    find_in_order(rows(r.out), [
+        r"resolved +call_03 -> not_executed",
+        r"late_completion +call_03 succeeded from token 1",
+        r"duplicate_execution +DUPLICATE EXECUTION call_03: token 1 reports",
+    ])
+    r = inc.ctl("--json", "show", inc.rid)
+    dup = [e for e in json.loads(r.out)["events"] if e["type"] == "duplicate_execution"]
+    assert len(dup) == 1 and dup[0]["detail"]["resolved_token"] == 2, dup
+
+
 def test_resolve_sends_the_result_byte_for_byte(service):
     inc = Incident(service)
     result = '{"refund_id": "rf-9",  "amount": 12.50, "tags": ["a" ,"b"]}'
