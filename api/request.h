@@ -77,6 +77,7 @@ struct api_request {
 	unsigned nquery;
 	struct ledger_buf body; /* the request body as received */
 	bool body_too_large;
+	size_t discarded; /* body bytes read and dropped: too large, or answered from the head */
 	bool has_token;     /* an Authorization: Bearer header was given */
 	bool authenticated; /* tenant and role are known */
 	unsigned char token_sha256[32];

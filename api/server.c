@@ -392,6 +392,35 @@ static void start(struct api_request *req, const char *url, const char *method)
 	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
 }
 
+/*
+ * A body still being sent when the answer is known (from the head, or
+ * once it is too large) is read and dropped up to this much, so that a
+ * client that writes its whole body before it reads (most scripts) gets
+ * the answer rather than a connection reset; past it the connection is
+ * answered and closed at once.
+ */
+#define DISCARD_MAX(cfg) ((size_t)(cfg)->max_body_bytes + (size_t)8 * 1024 * 1024)
+
+/* True when the client will send a body it has not been told to hold back. */
+static bool body_follows_unasked(struct api_request *req)
+{
+	struct MHD_Connection *c = req->conn;
+	const char *clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						       MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						     MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+							 MHD_HTTP_HEADER_EXPECT);
+
+	/* A client that asked "Expect: 100-continue" reads the early answer instead. */
+	if (expect != NULL && strcasecmp(expect, "100-continue") == 0)
+		return false;
+	if (te != NULL)
+		return true;
+	return clen != NULL && strtoull(clen, NULL, 10) > 0 &&
+	       strtoull(clen, NULL, 10) <= DISCARD_MAX(req->settings);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **req_cls)
@@ -412,18 +441,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*req_cls = req;
 		atomic_fetch_add(&srv->in_flight, 1);
 		start(req, url, method);
-		/* Errors known from the head alone go out before any body is read. */
-		return req->reply.status != 0 ? send_reply(req) : MHD_YES;
+		/*
+		 * Errors known from the head alone need no body: to a client that
+		 * waits for "100 Continue" they go out at once; one that is
+		 * sending its body anyway gets them once it is read and dropped.
+		 */
+		if (req->reply.status != 0 && !body_follows_unasked(req))
+			return send_reply(req);
+		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
-		if (!req->body_too_large) {
-			if (req->body.len + *upload_data_size > (size_t)srv->cfg->max_body_bytes) {
-				req->body_too_large = true;
-				ledger_buf_free(&req->body);
-			} else {
-				ledger_buf_append(&req->body, upload_data, *upload_data_size);
-			}
+		if (req->reply.status == 0 && !req->body_too_large &&
+		    req->body.len + *upload_data_size > (size_t)srv->cfg->max_body_bytes) {
+			req->body_too_large = true;
+			req->discarded = req->body.len;
+			ledger_buf_free(&req->body);
 		}
+		if (req->reply.status != 0 || req->body_too_large) {
+			req->discarded += *upload_data_size;
+			*upload_data_size = 0;
+			if (req->discarded <= DISCARD_MAX(srv->cfg))
+				return MHD_YES;
+			/* Too much to drop: answer now, and the connection closes. */
+			if (req->reply.status == 0)
+				drive(req);
+			req->stage = API_STAGE_ANSWERED;
+			return send_reply(req);
+		}
+		ledger_buf_append(&req->body, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
