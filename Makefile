@@ -147,6 +147,12 @@ unit: $(UNIT_BIN)
 	@$(PYTHON) tests/unit/gen_failover_table.py --check
 	@set -e; for t in $(UNIT_BIN); do $$t; done
 
+# Test files run in parallel, each whole on one worker (its module's ledgerd
+# and database are its own); most of their time is spent waiting on leases,
+# PostgreSQL and failovers, not on the CPU.
+TEST_JOBS       ?= 4
+PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile
+
 # The README's test command: every test, on a throwaway PostgreSQL; then the
 # HTTP contract again with the fast paths off, so that every answer the fast
 # paths give is also the one the locked path decides in C.
@@ -155,8 +161,9 @@ test:
 	$(MAKE) all unit $(SDK_TEST)
 	$(PYTHON) scripts/check_layers.py
 	$(PYTHON) scripts/check_names.py $(BUILD)
-	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
-	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q tests/http
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
+		tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
+	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) tests/http
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
 bench:

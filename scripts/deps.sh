@@ -7,7 +7,7 @@ set -euo pipefail
 
 BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
 RUN_PKGS="postgresql-15 python3"
-TEST_PKGS="libcmocka-dev python3-pytest curl valgrind nodejs patroni etcd-server python3-etcd"
+TEST_PKGS="libcmocka-dev python3-pytest curl valgrind nodejs patroni etcd-server python3-etcd python3-pytest-xdist"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the

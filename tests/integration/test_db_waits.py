@@ -271,14 +271,28 @@ def test_no_answer_reports_more_lease_than_is_left(db, tmp_path):
         led.stop()
 
 
+def wait_for(cluster, sql, what, within_s=10):
+    deadline = time.monotonic() + within_s
+    while int(cluster.psql(sql, "waits")[0][0]) == 0:
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def hold_request_lock(cluster, rid, seconds):
-    """Another session holds @rid's row lock for @seconds (in a thread)."""
+    """Another session holds @rid's row lock for @seconds (in a thread), from
+    the moment this returns."""
     t = threading.Thread(target=cluster.psql, args=(
         "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
         "SELECT pg_sleep(%s); COMMIT;" % (rid, seconds), "waits"))
     t.start()
-    time.sleep(0.3)
+    wait_for(cluster, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+             "query LIKE 'BEGIN; SELECT 1 FROM requests%%'", "the lock was never taken")
     return t
+
+
+def worker_waits_on_the_lock(cluster):
+    wait_for(cluster, "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+             "'ledgerd' AND wait_event_type = 'Lock'", "ledgerd's worker never waited")
 
 
 def test_the_queue_is_bounded(db, tmp_path):
@@ -294,7 +308,7 @@ def test_the_queue_is_bounded(db, tmp_path):
             held = pool.submit(lambda: led.post(
                 "/v1/requests/%s/tool-calls/call_02/claim" % blocker,
                 {"claim_id": claim_id()}, token=token, timeout=20))
-            time.sleep(0.3)
+            worker_waits_on_the_lock(cluster)
             sent = [(new_id(), claim_id()) for _ in range(12)]
             answers = list(pool.map(lambda k: claim(led, token, *k), sent))
             assert held.result().status == 201
@@ -321,7 +335,7 @@ def test_readyz_never_waits_behind_the_calls(db, tmp_path):
             held = pool.submit(lambda: led.post(
                 "/v1/requests/%s/tool-calls/call_02/claim" % blocker,
                 {"claim_id": claim_id()}, token=token, timeout=20))
-            time.sleep(0.3)
+            worker_waits_on_the_lock(cluster)
             assert metric(led, "ledger_store_queue_depth") == 0  # the worker has it
             r, took = timed_get(led, "/readyz")
             assert r.status == 200 and took < 0.5, (r, took)

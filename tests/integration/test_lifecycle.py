@@ -128,9 +128,13 @@ def test_sigterm_drains_calls_in_flight(service):
     # Hold the request's row lock for a while, as a long transaction would.
     locker = threading.Thread(target=service.sql, args=(
         "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
-        "SELECT pg_sleep(1.5); COMMIT" % rid,))
+        "SELECT pg_sleep(3); COMMIT" % rid,))
     locker.start()
-    time.sleep(0.3)
+    deadline = time.time() + 10
+    while int(service.sql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                          "AND query LIKE 'BEGIN; SELECT 1 FROM requests%%'")[0][0]) == 0:
+        assert time.time() < deadline, "the lock was never taken"
+        time.sleep(0.05)
     got = {}
 
     def slow_claim():
@@ -139,7 +143,13 @@ def test_sigterm_drains_calls_in_flight(service):
 
     t = threading.Thread(target=slow_claim)
     t.start()
-    time.sleep(0.3)
+    # In flight for sure: ledgerd's worker waits on the lock.
+    deadline = time.time() + 10
+    while int(service.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                          "'ledgerd' AND wait_event_type = 'Lock' AND datname = "
+                          "current_database()")[0][0]) == 0:
+        assert time.time() < deadline, "the claim never reached the lock"
+        time.sleep(0.05)
     led.proc.send_signal(signal.SIGTERM)
     t.join(timeout=10)
     locker.join()
