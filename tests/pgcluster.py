@@ -4,9 +4,10 @@ The cluster lives in a directory of its own and is reached only through a
 unix socket there. PostgreSQL refuses to run as root, so when the tests
 run as root the cluster runs as the `postgres` user, in a directory it
 owns, and every command is started from that directory (postgres may not
-be allowed into ours). The HTTP tests' session cluster (conftest.py), the
-fault scenarios' stack (faults/stack.py) and the HA tests' primary and
-standby (ha/ha_cluster.py) are all this class.
+be allowed into ours). The HTTP tests' session cluster (conftest.py) and
+the fault scenarios' stack (faults/stack.py) are this class; the HA tests
+run Patroni instead (ha/patroni_cluster.py), which uses PGBIN and
+free_port from here.
 """
 
 import os
