@@ -7,7 +7,11 @@ set -euo pipefail
 
 BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
 RUN_PKGS="postgresql-15 python3"
-TEST_PKGS="libcmocka-dev python3-pytest curl valgrind nodejs patroni etcd-server python3-etcd python3-pytest-xdist"
+# The HA engine: Patroni, its etcd client and etcd. tests/ha runs ledgerd's
+# database on it; docker/patroni.Dockerfile builds the image of its nodes.
+HA_PKGS="patroni python3-etcd etcd-server"
+# pytest-xdist: make test runs its test files in parallel.
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl valgrind nodejs $HA_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
@@ -23,7 +27,8 @@ case "${1:-run}" in
 	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
 	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
 	runtime) want="$RUNTIME_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|dev|bench|runtime]" >&2; exit 2 ;;
+	patroni) want="$RUN_PKGS $HA_PKGS" ;;
+	*) echo "usage: $0 [build|run|test|dev|bench|runtime|patroni]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.
