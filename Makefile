@@ -38,6 +38,7 @@ SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
 SDK_TEST   := $(BUILD)/tests/test_c_client
 SDK_EXAMPLE := $(BUILD)/examples/send_email
 GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/gateway/*.c))
+CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
@@ -128,6 +129,11 @@ $(SDK_EXAMPLE): sdk/examples/send_email.c $(BUILD)/libledger_client.so \
 	$(CC) -D_GNU_SOURCE $(CFLAGS) $$(PKG_CONFIG_PATH=$(BUILD) pkg-config --cflags ledger_client) -o $@ $< \
 		$$(PKG_CONFIG_PATH=$(BUILD) pkg-config --libs ledger_client) \
 		-Wl,-rpath,$(CURDIR)/$(BUILD) $(LDFLAGS)
+
+# The chaos campaign's agent on the C SDK (tests/chaos/): the static library, like the SDK test.
+$(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
+	@mkdir -p $(dir $@)
+	$(CC) -D_GNU_SOURCE $(CFLAGS) -Isdk/c -o $@ $< $(BUILD)/libledger_client.a $(SDK_LIBS) $(LDFLAGS)
 
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
