@@ -46,7 +46,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk install-sdk deps run test unit bench format lint clean
+.PHONY: all sdk install-sdk deps run test unit bench chaos format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -164,12 +164,20 @@ PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile
 # paths give is also the one the locked path decides in C.
 test:
 	@scripts/deps.sh test
-	$(MAKE) all unit $(SDK_TEST)
+	$(MAKE) all unit $(SDK_TEST) $(CHAOS_AGENT)
 	$(PYTHON) scripts/check_layers.py
 	$(PYTHON) scripts/check_names.py $(BUILD)
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
-		tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker
+		tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker tests/chaos
 	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) tests/http
+
+# A randomized fault campaign judged by an independent checker (tests/chaos/README.md):
+# CHAOS_SECONDS of load and faults (default 300) drawn from CHAOS_SEED (default random,
+# printed); the record lands in build/chaos/<time>-<seed>/.
+chaos:
+	@scripts/deps.sh run
+	$(MAKE) all $(CHAOS_AGENT)
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/chaos/campaign.py
 
 # Not a test: figures side by side with PostgreSQL's own limit (tests/bench/).
 bench:
@@ -185,7 +193,7 @@ run:
 format:
 	@scripts/deps.sh dev
 	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
-		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c)
+		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c)
 
 lint:
 	@scripts/deps.sh dev
