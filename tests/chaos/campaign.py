@@ -32,6 +32,7 @@ campaign itself could not run.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -344,7 +345,6 @@ class Campaign:
                 if self.locks.get("agent:" + name, threading.Lock()).locked():
                     continue
                 try:
-                    import http.client
                     host, port = self.agent(name).address
                     conn = http.client.HTTPConnection(host, port, timeout=0.3)
                     conn.request("GET", "/status")
@@ -374,6 +374,10 @@ class Campaign:
             self.note("fault %d %s failed: %s\n%s" % (f["n"], f["kind"], rec["error"],
                                                        traceback.format_exc()))
         self.record(rec)
+        self.out("  [%s] fault %d %s %s: %s" % (
+            self.rel(), f["n"], f["kind"], rec.get("target"),
+            rec.get("skipped") or rec.get("error") or "%.1f-%.1f s" % (
+                rec.get("started", 0), rec.get("ended", 0))))
 
     def do_fault(self, f, rec, step):
         kind = f["kind"]
@@ -515,7 +519,6 @@ class Campaign:
                                      "ledgerd": slot.name, "pid": proc.pid, "kb": kb})
 
     def wait_agents_idle(self, timeout_s):
-        import http.client
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             busy = 0

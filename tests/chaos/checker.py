@@ -44,6 +44,8 @@ Three records, never the database:
                           recorded, or after a router was told its deliver went through
   lost_attempt, lost_delta, lost_request  an acknowledged attempt, first
                           delta or request missing from the final state
+  lost_close              a router was told its request completed (finish)
+                          or ended (reject, terminate_stream), and it did not
   bad_transition          an event that is not an edge of the state machines
                           (TOOL_CALL_EDGES, ATTEMPT_EDGES, REQUEST_EDGES, below),
                           or that breaks the edge's token rule
@@ -68,6 +70,8 @@ from pathlib import Path
 
 # The ledger writes times with milliseconds; a client's clock is the same host's.
 SLACK_S = 0.005
+# Final failover decisions and the request status they leave for good.
+CLOSING_ACTIONS = {"reject": "failed", "terminate_stream": "terminated"}
 UNCERTAIN_CAUSES = ("heartbeat_timeout", "network_error", "next_attempt", "overloaded",
                     "client_disconnected")
 
@@ -208,6 +212,7 @@ class Told:
         self.attempts = defaultdict(set)      # rid -> {attempt_id}
         self.attempt_leases = defaultdict(list)  # (rid, aid) -> [t0 + lease_s]
         self.delivers = defaultdict(list)     # rid -> [(aid, t1)]
+        self.closed = defaultdict(set)        # rid -> {status a router was told it ends in}
         self.rids = set()
         for e in client_entries:
             if e.get("kind") == "http":
@@ -251,6 +256,12 @@ class Told:
             attempt = body.get("attempt")
             if body.get("action") == "retry_prefill" and isinstance(attempt, dict):
                 self.attempts[rid].add(attempt.get("attempt_id"))
+            if body.get("action") in CLOSING_ACTIONS:
+                self.closed[rid].add(CLOSING_ACTIONS[body["action"]])
+        elif op == "attempt_finish":
+            status = (body.get("request") or {}).get("status")
+            if status == "completed":
+                self.closed[rid].add(status)
         elif op == "attempt_renew" and "lease_ms" in body:
             self.attempt_leases[(rid, sub)].append(e["t0"] + body["lease_ms"] / 1000)
         elif op == "attempt_deliver":
@@ -485,6 +496,10 @@ class Walk:
         if self.told.delivers.get(self.rid) and not request.get("first_delta_sent"):
             self.bad("lost_delta", "a router was told its deliver went through; "
                      "first_delta_sent is false")
+        for status in sorted(self.told.closed.get(self.rid, ())):
+            if request.get("status") != status:
+                self.bad("lost_close", "a router was told the request ends %s (a finish or "
+                         "a final failover decision); it is %s" % (status, request.get("status")))
 
 
 def walk_calls_final(walk, tool_calls, anomalies):

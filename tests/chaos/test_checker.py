@@ -408,6 +408,19 @@ def test_a_result_the_tool_never_gave_is_caught():
     found(run, "foreign_result")
 
 
+def test_a_finish_or_a_decision_the_final_state_forgot_is_caught():
+    t = clean()
+    t.http(2.6, "attempts/a1/finish", 200, {"state": "finished",
+                                            "request": {"status": "completed"}}, proc="router-1")
+    assert checker.judge(t.run()) == []
+    t.request["status"] = "open"
+    t.events = [e for e in t.events if e["type"] != "request_status"]
+    found(t.run(), "lost_close")
+    t = clean()
+    t.http(2.7, "failover", 200, {"action": "reject", "client_error": {}}, proc="router-1")
+    found(t.run(), "lost_close")
+
+
 def test_a_lost_attempt_is_caught():
     t = clean()
     t.http(2.8, "attempts", 201, {"attempt_id": "a9", "epoch": 2, "lease_ms": 3000},
