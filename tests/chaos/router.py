@@ -46,7 +46,7 @@ from sdkwrap import ClientLog, make_ledger, split_url
 from ledger_client import (AttemptFenced, LedgerError, LedgerUnavailable,  # noqa: I100
                            RequestClosed, stable_tool_call_id)
 
-TOOLS = (("create_ticket", False), ("send_email", True), ("charge", False))
+TOOLS = (("create_ticket", False), ("send_email", True), ("charge", False), ("notify", True))
 ATTEMPT_LEASE_MS = 3000
 CLAIM_LEASE_MS = 3000
 JOB_TIMEOUT_S = 4.5       # no answer from the worker in this long: liveness uncertain

@@ -60,7 +60,7 @@ def draw(rng, kind, ledgerds, agents, routers, claim_lease_s):
                 "stop_s": round(rng.uniform(1.0, 4.0), 2)}
     if kind == "agent_stop":
         return {"target": "holding-claim", "fallback": "agent-%d" % rng.randint(1, agents),
-                "stop_s": round(claim_lease_s + rng.uniform(1.5, 6.0), 2)}
+                "stop_s": round(claim_lease_s + rng.uniform(2.0, 8.0), 2)}
     if kind == "router_stop":
         return {"target": "router-%d" % rng.randint(1, routers),
                 "stop_s": round(rng.uniform(1.0, 5.0), 2)}

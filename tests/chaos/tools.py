@@ -17,8 +17,8 @@ appends what it did to the log, one JSON line per call it received:
              after a successful execution: the first answer, replayed (200);
              nothing happened
 
-`send_email` honours the key (the ledger's `tool_dedupes`); `create_ticket`
-and `charge` do not: they run whatever they accept, as a careless API
+`send_email` and `notify` honour the key (the ledger's `tool_dedupes`);
+`create_ticket` and `charge` do not: they run whatever they accept, as a careless API
 would, so only fencing keeps a zombie out. Transient failures and business
 refusals are drawn from a hash of (seed, key, token): a run replays them.
 
@@ -39,8 +39,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DEDUPE_TOOLS = frozenset({"send_email"})
-TOOLS = ("create_ticket", "send_email", "charge")
+DEDUPE_TOOLS = frozenset({"send_email", "notify"})
+TOOLS = ("create_ticket", "send_email", "charge", "notify")
 TRANSIENT_PER_MILLE = 70
 REJECTED_PER_MILLE = 30
 
