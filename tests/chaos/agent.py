@@ -19,10 +19,11 @@ Two kinds:
              --careful it checks, before it calls the tool, that the lease
              it can prove is still running: woken from a freeze past its
              lease it fences itself. Without, only the tool's fencing stops it.
-  --kind c   every call through the C SDK: each job runs tests/chaos/c_agent
-             (built against build/libledger_client.a), whose JSON lines (one
-             per tool call: what ledger_client_tool_call() returned) are
-             logged here. The C SDK shows outcomes, not single exchanges.
+  --kind c   every call through the C SDK: each job runs build/tests/chaos_agent
+             (tests/chaos/c_agent.c, built against build/libledger_client.a),
+             whose JSON lines (one per tool call: what
+             ledger_client_tool_call() returned) are logged here. The C SDK
+             shows outcomes, not single exchanges.
 
 The tool is tools.py: `POST /call/<tool>` with the idempotency key and the
 fencing token. Its answer becomes the call's result; 409 (fenced by the
