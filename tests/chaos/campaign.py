@@ -627,11 +627,13 @@ class Report:
                              name, len(kb), len(pids), min(kb) / 1024,
                              statistics.median(kb) / 1024, max(kb) / 1024, kb[0] / 1024,
                              kb[-1] / 1024))
-            last_pid = [r["kb"] for r in series if r["pid"] == pids[-1]]
-            if len(pids) > 1 and len(last_pid) > 1:
-                lines.append("    its last process (pid %d, %d s): first %.1f last %.1f max %.1f"
-                             % (pids[-1], len(last_pid), last_pid[0] / 1024,
-                                last_pid[-1] / 1024, max(last_pid) / 1024))
+            if len(pids) > 1:
+                # A restart starts small again: a leak shows within one process.
+                longest = max(pids, key=lambda p: sum(r["pid"] == p for r in series))
+                one = [r["kb"] for r in series if r["pid"] == longest]
+                lines.append("    its longest-lived process (pid %d, %d s): first %.1f last %.1f "
+                             "max %.1f" % (longest, len(one), one[0] / 1024, one[-1] / 1024,
+                                           max(one) / 1024))
         return lines
 
     def text(self):
@@ -646,7 +648,8 @@ class Report:
         w("faults (%d planned; kind, time, target):" % len(self.plan))
         for f in self.faults:
             params = {k: v for k, v in f.items() if k not in (
-                "n", "at", "kind", "target", "steps", "started", "ended", "seed", "fallback")}
+                "n", "at", "kind", "target", "steps", "started", "ended", "seed", "fallback",
+                "skipped", "error")}
             status = ("skipped: " + f["skipped"]) if f.get("skipped") else \
                 ("ERROR " + f["error"]) if f.get("error") else \
                 "%.1f-%.1f s" % (f.get("started", 0), f.get("ended", 0))
