@@ -73,7 +73,7 @@ CLAIM_LEASE_S = 3.0
 LOCK_WAIT_S = 15        # a fault waits this long for its target, then is skipped
 ROUTERS_QUIESCE_S = 75  # routers finish what they started within this
 AGENTS_QUIESCE_S = 45   # ... and workers (zombies too) their jobs
-DB_TIMEOUT_ARGS = ["--db-timeout", "2s"]  # passed once ledgerd knows the flag
+DB_TIMEOUT_ARGS = ["--db-timeout", "2s"]  # every database wait of ledgerd's is bounded so
 LEDGERD_ARGS = ["--unavailable-retry", "250ms"]
 
 
@@ -87,16 +87,11 @@ def ledgerd_cmd(*args):
                           env=clean_env()).stdout.strip()
 
 
-def ledgerd_knows(flag):
-    done = subprocess.run([str(LEDGERD), "help"], capture_output=True, text=True, timeout=10)
-    return flag in done.stdout + done.stderr
-
-
 def default_ledgerd_args():
-    """ledgerd's extra flags: CHAOS_LEDGERD_ARGS, else --db-timeout 2s once ledgerd has it."""
+    """ledgerd's extra flags: CHAOS_LEDGERD_ARGS, else --db-timeout 2s."""
     if "CHAOS_LEDGERD_ARGS" in os.environ:
         return shlex.split(os.environ["CHAOS_LEDGERD_ARGS"])
-    return list(DB_TIMEOUT_ARGS) if ledgerd_knows("--db-timeout") else []
+    return list(DB_TIMEOUT_ARGS)
 
 
 def run_folder(seed):

@@ -1,6 +1,6 @@
 """Two PostgreSQL nodes, a primary and its synchronous standby, that swap roles on demand.
 
-The nodes are tests/ha/ha_cluster.py's (unix sockets only, run as `postgres`
+The nodes are pg_node.py's (unix sockets only, run as `postgres`
 when the campaign runs as root), with durability on: fsync,
 synchronous_commit, a synchronous standby named in
 synchronous_standby_names. `failover()` does what a lost machine and a
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))        # tests/: pgcluster
-sys.path.insert(0, str(HERE.parent / "ha"))  # tests/ha: ha_cluster
+sys.path.insert(0, str(HERE.parent))  # tests/: pgcluster
+sys.path.insert(0, str(HERE))         # pg_node
 
-from ha_cluster import Node, wait_for  # noqa: E402
+from pg_node import Node, wait_for  # noqa: E402
 from pgcluster import PGBIN  # noqa: E402
 
 DBNAME = "ledger_chaos"

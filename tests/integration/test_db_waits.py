@@ -28,7 +28,7 @@ from integration_helpers import metric
 
 BOUND_MS = 1000
 SLACK_S = 1.5  # a loaded 2-core machine answers late by this much, not more
-TRANSIT_MS = 50  # loopback connect, send and read around the server's own time
+TRANSIT_MS = 250  # the client's connect, send and read on a loaded machine, not ledgerd's time
 
 
 @pytest.fixture
