@@ -737,6 +737,17 @@ def attempt_state(led, rid, aid):
     return {a["attempt_id"]: a["state"] for a in led.get_request(rid)["attempts"]}[aid]
 
 
+def test_a_retried_begin_renews_with_the_lease_asked_not_what_is_left(service):
+    led = router(service)
+    rid, aid = new_id("r"), new_id("a")
+    first = led.begin_attempt(rid, aid, replica="gpu-1", lease_ms=300)
+    assert 0 < first.lease_ms_left <= 300 and first.lease_ms == 300
+    time.sleep(0.5)
+    # The same begin again (its answer was lost): ledgerd says what is left, 0.
+    again = led.begin_attempt(rid, aid, replica="gpu-1", lease_ms=300)
+    assert again.lease_ms_left == 0 and again.lease_ms == 300
+
+
 def test_failover_from_a_dead_replica_to_a_terminated_stream(service):
     led = router(service)
     rid = new_id("r")

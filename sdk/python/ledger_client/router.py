@@ -16,6 +16,9 @@ from ._heartbeat import Heartbeat
 from ._http import Transport, json_body, quote_id
 from .errors import AttemptFenced, LedgerError
 
+# ledgerd's least lease_ms by default: what a renewal asks at least.
+MIN_LEASE_MS = 100
+
 __all__ = ["Attempt", "FailoverDecision"]
 
 
@@ -35,21 +38,26 @@ class Attempt:
         request_id, attempt_id: what the attempt belongs to and its id.
         epoch: the attempt's fencing token; it grows with every attempt.
         attempt_number: 1 for the first attempt of the request, and so on.
-        lease_ms: the lease it was created with, and renews by default.
+        lease_ms: the lease it renews with by default: the one asked for at
+            creation, else the one ledgerd granted.
+        lease_ms_left: what was left of the lease when ledgerd answered the
+            creation (less than granted when the answer was slow or retried).
         request: the request as ledgerd described it at creation.
         revoked: ledgerd said this attempt has no rights any more (it was
             fenced, or cancelled through this object).
     """
 
     def __init__(self, transport: Transport, request_id: str, created: dict[str, Any], *,
-                 retry_s: float) -> None:
+                 retry_s: float, asked_lease_ms: int | None = None) -> None:
         self._transport = transport
         self._retry_s = retry_s
         self.request_id = request_id
         self.attempt_id: str = created["attempt_id"]
         self.epoch: int = created["epoch"]
         self.attempt_number: int = created["attempt_number"]
-        self.lease_ms: int = created["lease_ms"]
+        self.lease_ms_left: int = created["lease_ms"]
+        # A retried creation answers with what is left, possibly 0: never renew with that.
+        self.lease_ms: int = asked_lease_ms or max(created["lease_ms"], MIN_LEASE_MS)
         self.request: dict[str, Any] = created["request"]
         self.revoked = False
         self._path = "/v1/requests/%s/attempts/%s/" % (quote_id(request_id),
@@ -175,7 +183,7 @@ def begin_attempt(transport: Transport, request_id: str, attempt_id: str, *,
                              max_attempts=max_attempts))
     answer = transport.call("POST", "/v1/requests/%s/attempts" % quote_id(request_id), body,
                             retry_s=retry_s)
-    return Attempt(transport, request_id, answer.body, retry_s=retry_s)
+    return Attempt(transport, request_id, answer.body, retry_s=retry_s, asked_lease_ms=lease_ms)
 
 
 def failover(transport: Transport, request_id: str, attempt_id: str, signal: str, *,
@@ -198,7 +206,8 @@ def failover(transport: Transport, request_id: str, attempt_id: str, signal: str
         retry_after_ms=decision.get("retry_after_ms"),
         client_error=client_error,
         sse_event=None if client_error is None else "data: %s\n\n" % json.dumps(client_error),
-        attempt=None if created is None else Attempt(transport, request_id, created,
-                                                     retry_s=retry_s),
+        attempt=None if created is None else Attempt(
+            transport, request_id, created, retry_s=retry_s,
+            asked_lease_ms=(next_attempt or {}).get("lease_ms")),
         settled_tool_calls=decision.get("settled_tool_calls") or [],
         body=decision)
