@@ -408,6 +408,18 @@ class Walk:
         cid = ev["tool_call_id"]
         call = self.calls.setdefault(cid, {"state": ABSENT, "token": 0, "dedupes": None,
                                            "issued": [], "lease_end": None})
+        if kind in ("resolve_contradicted", "duplicate_execution"):
+            # Not a move: the history's note that a holder revoked by a
+            # not_executed resolution reported it did run. It must name that
+            # resolution, and an older token than it gave the key.
+            resolved = [t for t, _, how in call["issued"] if how == "not_executed"]
+            token = d.get("fencing_token")
+            if (d.get("resolved_token") not in resolved or not isinstance(token, int)
+                    or token >= d["resolved_token"]):
+                self.bad("bad_transition", "tool call %s: %s (seq %s) names no not_executed "
+                         "resolution that revoked token %s" % (cid, kind, ev["seq"], token),
+                         key=self.key(cid), seq=ev["seq"])
+            return
         if kind == "claimed":
             label = "claimed:%s" % d.get("previous_state", "new")
         elif kind in ("completed", "late_completion"):

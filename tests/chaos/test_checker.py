@@ -190,6 +190,30 @@ def test_a_second_execution_after_a_not_executed_resolution_is_excused():
     assert checker.judge(t.run()) == []
 
 
+def contradicted(resolved_token):
+    """call_02: token 1 frozen, resolved not_executed, then it reports it ran."""
+    t = clean()
+    cid = "call_02"
+    t.ev(1.0, "claimed", {"fencing_token": 1, "lease_ms": 300}, "a1", cid)
+    t.ev(1.4, "resolved", {"resolution": "not_executed", "fencing_token": 2,
+                           "previous_state": "unknown"}, None, cid)
+    t.tool(1.5, cid, 1, answer=result(cid, 1))
+    t.ev(1.6, "late_completion", {"outcome": "succeeded", "fencing_token": 1}, "a1", cid)
+    t.ev(1.6, "resolve_contradicted", {"fencing_token": 1, "outcome": "succeeded",
+                                       "resolved_token": resolved_token, "current_token": 2,
+                                       "newer_holder": False}, "a1", cid)
+    t.calls[cid] = {"state": "succeeded", "fencing_token": 2, "result": result(cid, 1)}
+    return t
+
+
+def test_a_resolution_proved_wrong_is_a_note_not_a_move():
+    assert checker.judge(contradicted(2).run()) == []
+
+
+def test_a_contradiction_naming_no_resolution_is_caught():
+    assert found(contradicted(3).run(), "bad_transition")
+
+
 def test_an_execution_under_a_superseded_token_is_caught():
     t = clean()
     cid = "call_02"
