@@ -29,7 +29,9 @@
  * its claims create, then those they find; then those of its completions),
  * so two batches sharing requests could wait for each other in a cycle.
  * batch_lock prevents it: every batch first takes a transaction lock per
- * request ($1 tenants, $2 request ids), existing or not, all in one order.
+ * request ($1 tenants, $2 request ids), existing or not, all in one order;
+ * a batch of one-call statements too, which lock rows in key order, not
+ * in a batch's phases, and so could close a cycle with one that does.
  * Anything else touches one request at a time and cannot close a cycle.
  */
 static const struct store_stmt batch_lock = {
@@ -292,6 +294,8 @@ static enum ledger_err plan_batch(struct batch_plan *p, struct ledger_batch_op *
 		nclaims += op->kind == LEDGER_BATCH_CLAIM;
 		ncompletes += op->kind == LEDGER_BATCH_COMPLETE;
 		p->singles[p->nsingles++] = op;
+		store_step_array_add(&p->lock.a[0], op->key.tenant);
+		store_step_array_add(&p->lock.a[1], op->key.request_id);
 	}
 	/* The kinds numerous enough leave the singles for their statement. */
 	if (nclaims >= BATCH_MANY_MIN || ncompletes >= BATCH_MANY_MIN) {
@@ -306,8 +310,6 @@ static enum ledger_err plan_batch(struct batch_plan *p, struct ledger_batch_op *
 				p->completes[p->ncompletes++] = op;
 			else
 				p->singles[kept++] = op;
-			store_step_array_add(&p->lock.a[0], op->key.tenant);
-			store_step_array_add(&p->lock.a[1], op->key.request_id);
 		}
 		p->nsingles = kept;
 	}
@@ -410,8 +412,9 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 
 	store_step_add_simple(&st, "BEGIN");
 	/*
-	 * One statement per call, in key order, locks requests in one order.
-	 * Statements over many calls lock in phases: batch_lock first.
+	 * Statements over many calls lock in phases, one-call statements in
+	 * key order: every batch takes batch_lock first, so two never wait
+	 * for each other in a cycle.
 	 */
 	if (plan.nclaims > 0 || plan.ncompletes > 0) {
 		/*
@@ -419,9 +422,10 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 		 * the generic one serves any length (and any statement here).
 		 */
 		store_step_add_simple(&st, "SET LOCAL plan_cache_mode = force_generic_plan");
-		store_step_add(&st, &batch_lock, params_of(&plan.lock, params, 2));
-		first += 2;
+		first++;
 	}
+	store_step_add(&st, &batch_lock, params_of(&plan.lock, params, 2));
+	first++;
 	if (plan.nclaims > 0)
 		store_step_add(&st, &claim_many, params_of(&plan.claim, params, 11));
 	if (plan.ncompletes > 0)
