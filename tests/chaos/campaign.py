@@ -726,6 +726,10 @@ def main():
                         else random.SystemRandom().randrange(1, 1 << 31))
     parser.add_argument("--folder")
     args = parser.parse_args()
+    # Stopped from outside (make interrupted, a CI timeout): the teardown
+    # still runs, so no PostgreSQL, ledgerd or agent is left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
         report = run_campaign(args.seed, args.seconds, args.folder)
     except Exception:  # noqa: BLE001
