@@ -283,8 +283,9 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	header(out, "ledger_store_shed_total", "counter",
 	       "Calls answered 503 without reaching the database, by reason.");
 	for (int i = 0; i < LEDGER_STORE_SHED_KINDS; i++)
-		ledger_buf_printf(out, "ledger_store_shed_total{reason=\"%s\"} %llu\n", shed_names[i],
-				  (unsigned long long)ledger_store_shed_count((enum ledger_store_shed)i));
+		ledger_buf_printf(
+			out, "ledger_store_shed_total{reason=\"%s\"} %llu\n", shed_names[i],
+			(unsigned long long)ledger_store_shed_count((enum ledger_store_shed)i));
 	header(out, "ledger_store_stalled_workers", "gauge",
 	       "Database workers waiting on a database that stopped answering.");
 	ledger_buf_printf(out, "ledger_store_stalled_workers %u\n", stalled);

@@ -405,12 +405,12 @@ static void start(struct api_request *req, const char *url, const char *method)
 static bool body_follows_unasked(struct api_request *req)
 {
 	struct MHD_Connection *c = req->conn;
-	const char *clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						       MHD_HTTP_HEADER_CONTENT_LENGTH);
-	const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_TRANSFER_ENCODING);
-	const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-							 MHD_HTTP_HEADER_EXPECT);
+	const char *clen =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *te =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	const char *expect =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
 
 	/* A client that asked "Expect: 100-continue" reads the early answer instead. */
 	if (expect != NULL && strcasecmp(expect, "100-continue") == 0)

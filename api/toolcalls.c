@@ -623,9 +623,10 @@ void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const cha
 		ledger_jsonw_null(w);
 	}
 	ledger_jsonw_key(w, "lease_ms_left");
-	ledger_jsonw_int(w, call->state == LEDGER_CALL_IN_PROGRESS && call->lease_ms_left > elapsed_ms
-				    ? call->lease_ms_left - elapsed_ms
-				    : 0);
+	ledger_jsonw_int(w,
+			 call->state == LEDGER_CALL_IN_PROGRESS && call->lease_ms_left > elapsed_ms
+				 ? call->lease_ms_left - elapsed_ms
+				 : 0);
 	write_text(w, "args_sha256", call->args_sha256);
 	if (payload && call->args != NULL) {
 		ledger_jsonw_key(w, "args");

@@ -289,10 +289,9 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
  * claimed since, the effect may have happened twice. Queues the event that
  * says so on @p st and marks @p out; nothing when no such resolution exists.
  */
-static enum ledger_err check_resolution(struct store_step *st,
-					const struct ledger_call_key *key, const char *given,
-					const struct ledger_completion *c, struct ledger_call_result *out,
-					struct store_event *ev)
+static enum ledger_err check_resolution(struct store_step *st, const struct ledger_call_key *key,
+					const char *given, const struct ledger_completion *c,
+					struct ledger_call_result *out, struct store_event *ev)
 {
 	const char *params[4] = {key->tenant, key->request_id, key->tool_call_id, given};
 	enum ledger_err rc;
@@ -302,7 +301,8 @@ static enum ledger_err check_resolution(struct store_step *st,
 	store_step_add(st, &call_resolved_not_executed, params);
 	rc = store_step_run(st);
 	/* None, or already said for this holder (a retried report is not counted twice). */
-	if (rc != LEDGER_OK || PQntuples(st->res[0]) == 0 || store_step_get_bool(st->res[0], 0, 2)) {
+	if (rc != LEDGER_OK || PQntuples(st->res[0]) == 0 ||
+	    store_step_get_bool(st->res[0], 0, 2)) {
 		store_step_clear(st);
 		return rc;
 	}
@@ -746,6 +746,7 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_calls_statements[] = {
-	&call_insert,  &call_reclaim, &call_renew, &call_settle, &call_release,
-	&call_resolved_not_executed, NULL,
+	&call_insert, &call_reclaim, &call_renew,
+	&call_settle, &call_release, &call_resolved_not_executed,
+	NULL,
 };

@@ -183,7 +183,8 @@ static void warn_if_localized(struct ledger_store_conn *c)
 			break;
 		PQclear(extra);
 	}
-	if (!c->stuck && res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	if (!c->stuck && res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK &&
+	    PQntuples(res) == 1)
 		lc = PQgetvalue(res, 0, 0);
 	if (lc != NULL && lc[0] != '\0' && strncmp(lc, "C", 1) != 0 &&
 	    strncmp(lc, "POSIX", 5) != 0 && strncmp(lc, "en", 2) != 0 &&
@@ -233,7 +234,8 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 	PGconn *pg = NULL;
 
 	snprintf(connect_s, sizeof(connect_s), "%lld",
-		 bound > 0 ? (long long)((bound + 999) / 1000 < 2 ? 2 : (bound + 999) / 1000) : 5LL);
+		 bound > 0 ? (long long)((bound + 999) / 1000 < 2 ? 2 : (bound + 999) / 1000)
+			   : 5LL);
 	c->last_attempt_ms = monotonic_ms();
 	pg = PQconnectdbParams(keys, vals, 1);
 	if (pg == NULL) {

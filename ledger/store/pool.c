@@ -38,7 +38,11 @@ struct lane {
 	struct ledger_store_conn *conns; /* one per worker */
 };
 
-enum { LANE_CALLS, LANE_PROBE, NLANES };
+enum {
+	LANE_CALLS,
+	LANE_PROBE,
+	NLANES
+};
 
 struct ledger_store {
 	pthread_mutex_t lock;
@@ -279,8 +283,8 @@ enum ledger_err ledger_store_open(const struct ledger_store_config *cfg, struct 
 		.max_depth = cfg->queue_max > 0 ? cfg->queue_max : SIZE_MAX,
 	};
 	/* Probes are cheap and few: a small queue, one at a time. */
-	s->lanes[LANE_PROBE] = (struct lane){
-		.name = "probe", .nworkers = 1, .batch_max = 1, .max_depth = 64};
+	s->lanes[LANE_PROBE] =
+		(struct lane){.name = "probe", .nworkers = 1, .batch_max = 1, .max_depth = 64};
 	for (int i = 0; i < NLANES && rc == LEDGER_OK; i++)
 		rc = lane_start(s, &s->lanes[i], cfg);
 	if (rc == LEDGER_OK && pthread_create(&s->reaper, NULL, reaper_main, s) != 0)

@@ -228,17 +228,20 @@ static void say_late(struct detail *d, const struct ledger_json_value *x, const 
 }
 
 /* A holder proved a not_executed resolution wrong: said so that no reader misses it. */
-static void say_contradiction(struct detail *d, const struct ledger_json_value *x,
-			      const char *call, bool duplicate)
+static void say_contradiction(struct detail *d, const struct ledger_json_value *x, const char *call,
+			      bool duplicate)
 {
 	char t[24], r[24];
 
-	say(d, false, "", "%s %s: token %s reports %s after it was resolved not_executed "
-	    "(token %s)", duplicate ? "DUPLICATE EXECUTION" : "RESOLUTION WRONG", call,
+	say(d, false, "",
+	    "%s %s: token %s reports %s after it was resolved not_executed "
+	    "(token %s)",
+	    duplicate ? "DUPLICATE EXECUTION" : "RESOLUTION WRONG", call,
 	    num(x, "fencing_token", t), or_q(ledgerctl_field_str(x, "outcome")),
 	    num(x, "resolved_token", r));
 	if (duplicate)
-		say(d, false, "; ", "the key was claimed again since: the effect may have run twice");
+		say(d, false, "; ",
+		    "the key was claimed again since: the effect may have run twice");
 }
 
 static void say_released(struct detail *d, const struct ledger_json_value *x, const char *call)
