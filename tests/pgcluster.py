@@ -16,9 +16,27 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 PGBIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def wait_for(probe, timeout, what, interval=0.05):
+    """Polls @probe until it returns something true; returns that.
+
+    On timeout fails with @what, which may be a callable returning the text
+    (so the message can say what was seen last).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = what() if callable(what) else what
+            raise AssertionError("after %.1f s still waiting for %s" % (timeout, text))
+        time.sleep(interval)
 
 
 def free_port():

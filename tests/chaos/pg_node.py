@@ -11,27 +11,9 @@ lost machine would leave it) and promoted.
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from pgcluster import PGBIN, Cluster
-
-
-def wait_for(probe, timeout, what, interval=0.05):
-    """Polls @probe until it returns something true; returns that.
-
-    On timeout fails with @what, which may be a callable returning the text
-    (so the message can say what was seen last).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            text = what() if callable(what) else what
-            raise AssertionError("after %.1f s still waiting for %s" % (timeout, text))
-        time.sleep(interval)
+from pgcluster import PGBIN, Cluster, wait_for  # noqa: F401 (pgpair takes it from here)
 
 
 class Node(Cluster):

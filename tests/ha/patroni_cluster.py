@@ -28,12 +28,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pgcluster import PGBIN, free_port
+from pgcluster import PGBIN, free_port, wait_for  # noqa: F401 (test_ha takes it from here)
 
 PATRONI = shutil.which("patroni") or "/usr/bin/patroni"
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
@@ -49,23 +48,6 @@ PG_USER = "postgres" if AS_ROOT else None
 LOOP_WAIT_S = 1
 RETRY_TIMEOUT_S = 2
 TTL_S = LOOP_WAIT_S + 2 * RETRY_TIMEOUT_S
-
-
-def wait_for(probe, timeout, what, interval=0.05):
-    """Polls @probe until it returns something true; returns that.
-
-    On timeout fails with @what, which may be a callable returning the text
-    (so the message can say what was seen last).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            text = what() if callable(what) else what
-            raise AssertionError("after %.1f s still waiting for %s" % (timeout, text))
-        time.sleep(interval)
 
 
 def own(path):
