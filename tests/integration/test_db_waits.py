@@ -27,7 +27,7 @@ from conftest import TEST_SETTINGS, Cluster, Ledgerd, claim_id, ledgerd_cmd, new
 from integration_helpers import metric
 
 BOUND_MS = 1000
-SLACK_S = 1.5  # a loaded 2-core machine answers late by this much, not more
+SLACK_S = 2.5  # a loaded 2-core machine (a sanitizer build, suites in parallel) answers this late
 TRANSIT_MS = 250  # the client's connect, send and read on a loaded machine, not ledgerd's time
 
 
