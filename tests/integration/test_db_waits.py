@@ -303,20 +303,26 @@ def worker_waits_on_the_lock(cluster):
              "'ledgerd' AND wait_event_type = 'Lock'", "ledgerd's worker never waited")
 
 
+def hold_the_only_worker(cluster, led, token, pool, seconds):
+    """A claim under a request another session locks for @seconds: ledgerd's
+    one worker waits on it. Returns (the locking thread, the claim's future)."""
+    blocker = new_id()
+    assert claim(led, token, blocker, claim_id())[0].status == 201
+    lock = hold_request_lock(cluster, blocker, seconds)
+    held = pool.submit(lambda: led.post("/v1/requests/%s/tool-calls/call_02/claim" % blocker,
+                                        {"claim_id": claim_id()}, token=token, timeout=20))
+    worker_waits_on_the_lock(cluster)
+    return lock, held
+
+
 def test_the_queue_is_bounded(db, tmp_path):
     cluster, url, token = db
     led = start(url, tmp_path, "--workers", "1", "--queue-max", "3", "--batch-max", "1",
                 "--db-timeout", "5s")
     try:
-        blocker = new_id()
-        assert claim(led, token, blocker, claim_id())[0].status == 201
-        lock = hold_request_lock(cluster, blocker, 2)
-        # The only worker waits on the lock; then three calls fill the queue.
+        # The only worker waits on a lock; then three calls fill the queue.
         with concurrent.futures.ThreadPoolExecutor(13) as pool:
-            held = pool.submit(lambda: led.post(
-                "/v1/requests/%s/tool-calls/call_02/claim" % blocker,
-                {"claim_id": claim_id()}, token=token, timeout=20))
-            worker_waits_on_the_lock(cluster)
+            lock, held = hold_the_only_worker(cluster, led, token, pool, 2)
             sent = [(new_id(), claim_id()) for _ in range(12)]
             answers = list(pool.map(lambda k: claim(led, token, *k), sent))
             assert held.result().status == 201
@@ -336,14 +342,8 @@ def test_readyz_never_waits_behind_the_calls(db, tmp_path):
     cluster, url, token = db
     led = start(url, tmp_path, "--workers", "1", "--db-timeout", "5s")
     try:
-        blocker = new_id()
-        assert claim(led, token, blocker, claim_id())[0].status == 201
-        lock = hold_request_lock(cluster, blocker, 2.5)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            held = pool.submit(lambda: led.post(
-                "/v1/requests/%s/tool-calls/call_02/claim" % blocker,
-                {"claim_id": claim_id()}, token=token, timeout=20))
-            worker_waits_on_the_lock(cluster)
+            lock, held = hold_the_only_worker(cluster, led, token, pool, 2.5)
             assert metric(led, "ledger_store_queue_depth") == 0  # the worker has it
             r, took = timed_get(led, "/readyz")
             assert r.status == 200 and took < 0.5, (r, took)
