@@ -4,6 +4,7 @@ and the database's errors, whether the worker hit them alone or in a batch."""
 
 import json
 import threading
+import time
 
 from conftest import claim_id, new_id
 
@@ -12,10 +13,18 @@ def path(rid, cid, action):
     return "/v1/requests/%s/tool-calls/%s/%s" % (rid, cid, action)
 
 
-def lines(led, since):
-    """The log's JSON lines after byte offset @since."""
-    text = led.log_text()[since:]
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+def lines(led, since, msg):
+    """The log's JSON lines after byte offset @since whose msg starts with
+    @msg, once there is one: the log is copied from ledgerd's stderr by a
+    thread, and may not hold the last call's lines yet."""
+    deadline = time.time() + 10
+    while True:
+        text = led.log_text()[since:]
+        found = [e for e in (json.loads(line) for line in text.splitlines()
+                             if line.startswith("{")) if e["msg"].startswith(msg)]
+        if found or time.time() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def test_a_database_error_names_the_call_it_failed(service):
@@ -29,7 +38,7 @@ def test_a_database_error_names_the_call_it_failed(service):
     finally:
         service.sql("ALTER TABLE tool_calls_away RENAME TO tool_calls")
     assert r.status == 503, r
-    failures = [e for e in lines(led, since) if e["msg"].startswith("database step failed")]
+    failures = lines(led, since, "database step failed")
     assert failures, "no database failure was logged"
     for e in failures:
         assert e.get("request_id") == rid and e.get("tool_call_id") == cid, e
@@ -44,7 +53,7 @@ def test_the_reply_line_names_the_attempt_of_the_body(service):
     r = led.post(path(rid, "call_01", "claim"), {"claim_id": claim_id(), "attempt_id": aid},
                  token=token)
     assert r.status == 201, r
-    replies = [e for e in lines(led, since) if e["msg"] == "tool_call_claim"]
+    replies = [e for e in lines(led, since, "tool_call_claim") if e["msg"] == "tool_call_claim"]
     assert replies and all(e.get("request_id") == rid and e.get("attempt_id") == aid and
                            e.get("tool_call_id") == "call_01" for e in replies), replies
 
@@ -66,7 +75,7 @@ def test_no_line_of_a_batch_is_left_without_its_call(service):
             t.join()
     finally:
         service.sql("ALTER TABLE tool_calls_away RENAME TO tool_calls")
-    failures = [e for e in lines(led, since) if e["msg"].startswith("database step failed")]
+    failures = lines(led, since, "database step failed")
     assert failures
     for e in failures:
         assert e.get("request_id") in rids and e.get("tool_call_id") == "call_01", e
