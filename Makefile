@@ -8,7 +8,7 @@ SANITIZE  ?=
 BUILD     := build$(if $(SANITIZE),/sanitize)
 
 CC        ?= cc
-PKGS      := libmicrohttpd libpq libcrypto yaml-0.1 libcurl
+PKGS      := libpq libcrypto libssl yaml-0.1 libcurl
 WARNINGS  := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
              -Wpointer-arith -Wformat=2 -Wundef -Werror
 CFLAGS    ?= -O2 -g
@@ -137,7 +137,7 @@ $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
 
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
-$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson)
+$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags libmicrohttpd jansson)
 $(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/server.h"
+#include "api/tls.h"
 #include "api/settings.h"
 #include "ledger/common/log.h"
 #include "ledger/store/maintenance.h"
@@ -192,6 +193,58 @@ static int cmd_gc(const struct api_settings *cfg)
 	return 0;
 }
 
+static void close_sockets(struct api_server_sockets *sk)
+{
+	if (sk->api_fd >= 0)
+		close(sk->api_fd);
+	if (sk->ops_fd >= 0)
+		close(sk->ops_fd);
+	api_tls_close(sk->tls);
+	sk->api_fd = sk->ops_fd = -1;
+	sk->tls = NULL;
+}
+
+/* Opens the listeners and reads the TLS credentials. @return 0, or the exit status */
+static int open_sockets(const struct api_settings *cfg, struct api_server_sockets *sk)
+{
+	char err[400];
+
+	if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL)) {
+		fprintf(stderr, "ledgerd: --tls-cert and --tls-key go together\n");
+		return EXIT_USAGE;
+	}
+	if (cfg->tls_cert != NULL && strncmp(cfg->listen, "unix:", 5) == 0) {
+		fprintf(stderr, "ledgerd: --tls-cert: TLS is for a TCP --listen, not a unix socket\n");
+		return EXIT_USAGE;
+	}
+	if (cfg->tls_cert != NULL &&
+	    api_tls_open(cfg->tls_cert, cfg->tls_key, &sk->tls, err, sizeof(err)) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: %s\n", err);
+		return EXIT_USAGE;
+	}
+	sk->api_fd = api_server_listen(cfg->listen, sk->api_bound, sizeof(sk->api_bound), err,
+				       sizeof(err));
+	if (sk->api_fd < 0) {
+		int status = sk->api_fd == -2 ? EXIT_USAGE : 1;
+
+		fprintf(stderr, "ledgerd: %s\n", err);
+		close_sockets(sk);
+		return status;
+	}
+	if (cfg->ops_listen != NULL) {
+		sk->ops_fd = api_server_listen(cfg->ops_listen, sk->ops_bound, sizeof(sk->ops_bound),
+					       err, sizeof(err));
+		if (sk->ops_fd < 0) {
+			int status = sk->ops_fd == -2 ? EXIT_USAGE : 1;
+
+			fprintf(stderr, "ledgerd: --ops-listen: %s\n", err);
+			close_sockets(sk);
+			return status;
+		}
+	}
+	return 0;
+}
+
 static int cmd_serve(const struct api_settings *cfg)
 {
 	struct ledger_store_config scfg = {
@@ -211,8 +264,9 @@ static int cmd_serve(const struct api_settings *cfg)
 	struct ledger_maintenance *maintenance = NULL;
 	struct ledger_store *store = NULL;
 	struct ledger_policy policy;
-	char bound[300], err[300];
-	int fd, rc;
+	struct api_server_sockets sk = {.api_fd = -1, .ops_fd = -1};
+	char err[400];
+	int rc;
 
 	/* The failover policy is read and checked at start-up, like any setting. */
 	ledger_policy_default(&policy);
@@ -227,24 +281,23 @@ static int cmd_serve(const struct api_settings *cfg)
 		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
 		return 1;
 	}
-	/* A malformed or taken address fails before anything else starts. */
-	fd = api_server_listen(cfg->listen, bound, sizeof(bound), err, sizeof(err));
-	if (fd < 0) {
-		fprintf(stderr, "ledgerd: %s\n", err);
-		return fd == -2 ? EXIT_USAGE : 1;
-	}
+	/* Credentials and addresses that are wrong or taken fail before anything starts. */
+	rc = open_sockets(cfg, &sk);
+	if (rc != 0)
+		return rc;
 	if (ledger_store_open(&scfg, &store) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: cannot start the database workers\n");
-		close(fd);
+		close_sockets(&sk);
 		return 1;
 	}
 	if (ledger_maintenance_start(&mcfg, &maintenance) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: cannot start the maintenance thread\n");
 		ledger_store_close(store);
-		close(fd);
+		close_sockets(&sk);
 		return 1;
 	}
-	rc = api_server_run(cfg, &policy, store, fd, bound);
+	rc = api_server_run(cfg, &policy, store, &sk);
+	api_tls_close(sk.tls);
 	ledger_maintenance_stop(maintenance);
 	ledger_store_close(store);
 	ledger_replay_cache_free();
@@ -267,6 +320,7 @@ int main(int argc, char **argv)
 	sigemptyset(&block);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

@@ -7,6 +7,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "api/server.h"
 #include "ledger/store/maintenance.h"
@@ -62,6 +63,21 @@ static const char *const fenced_names[] = {
 };
 static atomic_ullong fenced[COUNT(fenced_names)];
 
+/* What api/net.c refuses on the wire, by error code, and its other counts. */
+static const char *const wire_codes[] = {
+	"malformed_request", "headers_too_large", "http_version_not_supported",
+	"not_implemented",   "expectation_failed", "request_timeout",
+};
+static atomic_ullong wire_refused[COUNT(wire_codes) + 1];
+static const char *const refused_reasons[] = {"total", "per_address", "files", "memory"};
+static atomic_ullong connections_refused[COUNT(refused_reasons)];
+static const char *const timeout_phases[] = {"head", "body", "write"};
+static atomic_ullong http_timeouts[COUNT(timeout_phases)];
+static atomic_long http_connections;
+static const char *const token_results[] = {"found", "unknown", "unknown_remembered"};
+static atomic_ullong token_lookups[COUNT(token_results)];
+static atomic_ullong readiness_checks;
+
 static atomic_ullong late_completions, conflicting_completions, replay_cache_hits;
 static atomic_ullong resolve_contradictions, duplicate_executions;
 
@@ -95,6 +111,55 @@ void api_metrics_http(size_t route_index, unsigned status, double seconds)
 	add(&latency[r].buckets[b]);
 	atomic_fetch_add_explicit(&latency[r].sum_us, (unsigned long long)(seconds * 1e6),
 				  memory_order_relaxed);
+}
+
+/* The index of @p name in @p names, or @p n when it is not there. */
+static size_t index_of(const char *const *names, size_t n, const char *name)
+{
+	size_t i = 0;
+
+	while (i < n && strcmp(names[i], name) != 0)
+		i++;
+	return i;
+}
+
+void api_metrics_http_refused(const char *code)
+{
+	add(&wire_refused[index_of(wire_codes, COUNT(wire_codes), code)]);
+}
+
+void api_metrics_http_connection_refused(const char *reason)
+{
+	size_t i = index_of(refused_reasons, COUNT(refused_reasons), reason);
+
+	if (i < COUNT(refused_reasons))
+		add(&connections_refused[i]);
+}
+
+void api_metrics_http_timeout(const char *phase)
+{
+	size_t i = index_of(timeout_phases, COUNT(timeout_phases), phase);
+
+	if (i < COUNT(timeout_phases))
+		add(&http_timeouts[i]);
+}
+
+void api_metrics_http_connections(int delta)
+{
+	atomic_fetch_add_explicit(&http_connections, delta, memory_order_relaxed);
+}
+
+void api_metrics_token_lookup(const char *result)
+{
+	size_t i = index_of(token_results, COUNT(token_results), result);
+
+	if (i < COUNT(token_results))
+		add(&token_lookups[i]);
+}
+
+void api_metrics_readiness_check(void)
+{
+	add(&readiness_checks);
 }
 
 void api_metrics_claim(enum ledger_claim_outcome o)
@@ -291,4 +356,36 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	ledger_buf_printf(out, "ledger_store_stalled_workers %u\n", stalled);
 	header(out, "ledger_http_in_flight", "gauge", "HTTP calls being served.");
 	ledger_buf_printf(out, "ledger_http_in_flight %ld\n", in_flight);
+	header(out, "ledger_token_lookups_total", "counter",
+	       "Tokens not in memory: looked up in the database (found, unknown), or refused "
+	       "because the database said so a moment ago (unknown_remembered).");
+	for (size_t i = 0; i < COUNT(token_results); i++)
+		ledger_buf_printf(out, "ledger_token_lookups_total{result=\"%s\"} %llu\n",
+				  token_results[i], get(&token_lookups[i]));
+	header(out, "ledger_readiness_checks_total", "counter",
+	       "Readiness checks that asked the database (a /readyz within a second of one "
+	       "is answered from it).");
+	ledger_buf_printf(out, "ledger_readiness_checks_total %llu\n", get(&readiness_checks));
+	header(out, "ledger_http_connections", "gauge", "HTTP connections open.");
+	ledger_buf_printf(out, "ledger_http_connections %ld\n",
+			  atomic_load_explicit(&http_connections, memory_order_relaxed));
+	header(out, "ledger_http_connections_refused_total", "counter",
+	       "Connections closed unanswered when accepted: past --max-connections (total), "
+	       "--max-connections-per-address, or out of file descriptors or memory.");
+	for (size_t i = 0; i < COUNT(refused_reasons); i++)
+		ledger_buf_printf(out, "ledger_http_connections_refused_total{reason=\"%s\"} %llu\n",
+				  refused_reasons[i], get(&connections_refused[i]));
+	header(out, "ledger_http_refused_total", "counter",
+	       "Requests refused on the wire before any route (malformed, too large a head, a "
+	       "deadline passed), by error code; the connection closes after each.");
+	for (size_t i = 0; i <= COUNT(wire_codes); i++)
+		ledger_buf_printf(out, "ledger_http_refused_total{code=\"%s\"} %llu\n",
+				  i < COUNT(wire_codes) ? wire_codes[i] : "other",
+				  get(&wire_refused[i]));
+	header(out, "ledger_http_timeouts_total", "counter",
+	       "Connections cut by a deadline: --head-timeout (head), --body-timeout (body), "
+	       "--idle-timeout on a reply not read (write).");
+	for (size_t i = 0; i < COUNT(timeout_phases); i++)
+		ledger_buf_printf(out, "ledger_http_timeouts_total{phase=\"%s\"} %llu\n",
+				  timeout_phases[i], get(&http_timeouts[i]));
 }

@@ -28,6 +28,19 @@ enum api_fenced_op {
  */
 void api_metrics_http(size_t route_index, unsigned status, double seconds);
 
+/* api/net.c's counts: a request refused on the wire (by error code), a
+ * connection closed when accepted (reason: total, per_address, files,
+ * memory), a deadline that cut one (phase: head, body, write), and the
+ * connections open. */
+void api_metrics_http_refused(const char *code);
+void api_metrics_http_connection_refused(const char *reason);
+void api_metrics_http_timeout(const char *phase);
+void api_metrics_http_connections(int delta);
+
+/* A token looked up (result: found, unknown, unknown_remembered), a readiness check made. */
+void api_metrics_token_lookup(const char *result);
+void api_metrics_readiness_check(void);
+
 void api_metrics_claim(enum ledger_claim_outcome o);
 void api_metrics_failover(enum ledger_failover_action a);
 void api_metrics_fenced(enum api_fenced_op op);

@@ -2,11 +2,15 @@
  * api/ops.c: the operational endpoints, which need no token: /healthz (the
  * process runs), /readyz (the database answers and its schema is the one
  * this binary expects) and /metrics (Prometheus text). Only /readyz asks
- * the database; the other two answer on the HTTP thread from parse().
+ * the database, and at most once a READY_FRESH_MS: a flood of probes costs
+ * the database nothing more. The other two answer on the HTTP thread from
+ * parse().
  */
 #include "api/ops.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "api/metrics.h"
 #include "api/reply.h"
@@ -29,18 +33,51 @@ static enum ledger_err healthz_parse(struct api_request *req)
 
 const struct api_handler api_ops_healthz = {.parse = healthz_parse};
 
+/* A readiness check answers the probes that follow it for this long. */
+#define READY_FRESH_MS 1000
+
+/* The last check: what the database said, and when (monotonic ms; 0: never). */
+static atomic_llong checked_ms;
+static atomic_int checked_rc, checked_version;
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void readyz_reply(struct api_request *req, enum ledger_err rc, int version);
+
 static enum ledger_err readyz_parse(struct api_request *req)
 {
+	long long at = atomic_load(&checked_ms);
+
+	if (at != 0 && now_ms() - at < READY_FRESH_MS) {
+		readyz_reply(req, (enum ledger_err)atomic_load(&checked_rc),
+			     atomic_load(&checked_version));
+		return LEDGER_OK;
+	}
 	req->job.op.kind = LEDGER_STORE_SCHEMA_VERSION;
 	return LEDGER_OK;
 }
 
 static void readyz_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	int expected = ledger_migrate_expected_version(), version = res->u.schema_version;
+	atomic_store(&checked_rc, (int)res->rc);
+	atomic_store(&checked_version, res->u.schema_version);
+	atomic_store(&checked_ms, now_ms());
+	api_metrics_readiness_check();
+	readyz_reply(req, res->rc, res->u.schema_version);
+}
+
+static void readyz_reply(struct api_request *req, enum ledger_err rc, int version)
+{
+	int expected = ledger_migrate_expected_version();
 	struct ledger_jsonw w;
 
-	if (res->rc != LEDGER_OK) {
+	if (rc != LEDGER_OK) {
 		api_reply_unavailable(req); /* whatever went wrong, the process is not ready */
 		return;
 	}

@@ -9,11 +9,12 @@
 #ifndef API_REQUEST_H
 #define API_REQUEST_H
 
-#include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/http.h"
+#include "api/offload.h"
 #include "api/routes.h"
 #include "api/settings.h"
 #include "ledger/common/buf.h"
@@ -29,8 +30,9 @@ struct api_request;
 
 struct api_handler {
 	/*
-	 * On the HTTP thread, for an authenticated caller with the right role:
-	 * parses the body and the query, and names the store operation in
+	 * For an authenticated caller with the right role, on the HTTP thread
+	 * or, for a large body, an offload thread: parses the body and the
+	 * query, and names the store operation in
 	 * req->job.op (kind and input; the key is filled from the path before).
 	 * An op of kind LEDGER_STORE_NONE means parse() replied itself.
 	 * @return LEDGER_OK to go on, anything else after replying
@@ -57,27 +59,36 @@ struct api_reply {
 
 /* Where a call is in its life (api/server.c, drive()). */
 enum api_stage {
-	API_STAGE_HEAD,           /* routed from its head; the body is arriving */
-	API_STAGE_AUTHENTICATING, /* parsed; its token is being looked up by a worker */
+	API_STAGE_HEAD,           /* routed from its head; nothing of its body read */
+	API_STAGE_AUTHENTICATING, /* its token is being looked up by a worker */
+	API_STAGE_BODY,           /* authenticated; its body is arriving */
+	API_STAGE_PARSING,        /* its large body is being parsed on an offload thread */
 	API_STAGE_STORING,        /* its operation is queued or running on a worker */
 	API_STAGE_ANSWERED,       /* its reply is ready */
 };
 
 struct api_server;
+struct api_net_conn;
+
+/* The listeners a call can arrive on. */
+enum {
+	API_LISTENER_API, /* --listen */
+	API_LISTENER_OPS, /* --ops-listen: /healthz, /readyz and /metrics only */
+};
 
 struct api_request {
 	struct api_server *server;
 	const struct api_settings *settings; /* borrowed: the process's */
 	const struct ledger_policy *policy;  /* borrowed: the failover policy in force */
-	struct MHD_Connection *conn;
+	struct api_net_conn *conn;
+	const struct api_http_head *head; /* valid for the call's life */
+	unsigned listener;                /* API_LISTENER_API or API_LISTENER_OPS */
 	enum api_stage stage;
 	const struct api_route *route; /* NULL: answered before routing */
 	char *params[API_MAX_PARAMS];  /* decoded path parameters, in pattern order */
 	char *query_keys[API_MAX_QUERY], *query_values[API_MAX_QUERY];
 	unsigned nquery;
 	struct ledger_buf body; /* the request body as received */
-	bool body_too_large;
-	size_t discarded; /* body bytes read and dropped: too large, or answered from the head */
 	bool has_token;     /* an Authorization: Bearer header was given */
 	bool authenticated; /* tenant and role are known */
 	unsigned char token_sha256[32];
@@ -86,7 +97,7 @@ struct api_request {
 	struct ledger_json_doc *doc;  /* the parsed body, when parse() parsed one */
 	void *input;                  /* the handler's parsed input; freed with free() */
 	struct ledger_job job;        /* the store operation, its ids and its result */
-	struct ledger_store_op stash; /* the operation, while the job looks the token up */
+	struct api_offload_job parse_job; /* parse(), when the body is large */
 	struct api_reply reply;
 	int64_t started_ns; /* monotonic, for latency */
 };

@@ -173,10 +173,32 @@ struct list_input {
 	unsigned limit; /* the page's */
 };
 
-/* RFC 3339 with a zone: 2026-11-30T01:29:43Z, with seconds' fraction and offsets. */
+/* The decimal value of the @p n digits at @p s (already checked to be digits). */
+static int digits(const char *s, int n)
+{
+	int v = 0;
+
+	while (n-- > 0)
+		v = v * 10 + (*s++ - '0');
+	return v;
+}
+
+static bool is_leap(int y)
+{
+	return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
+
+/*
+ * RFC 3339 with a zone, e.g. 2026-11-30T01:29:43Z, with a fraction of a
+ * second and an offset allowed: the shape, then every field in its range
+ * (a day that month has; a leap second), so that the database is never
+ * handed a time it refuses.
+ */
 static bool is_rfc3339(const char *s)
 {
 	static const char shape[] = "dddd-dd-ddTdd:dd:dd";
+	static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int year, month, day;
 	size_t i;
 
 	for (i = 0; shape[i] != '\0'; i++) {
@@ -184,19 +206,31 @@ static bool is_rfc3339(const char *s)
 				    : (s[i] != shape[i] && !(shape[i] == 'T' && s[i] == 't')))
 			return false;
 	}
+	year = digits(s, 4);
+	month = digits(s + 5, 2);
+	day = digits(s + 8, 2);
+	if (year < 1 || month < 1 || month > 12 || day < 1 ||
+	    day > days[month - 1] + (month == 2 && is_leap(year)) || digits(s + 11, 2) > 23 ||
+	    digits(s + 14, 2) > 59 || digits(s + 17, 2) > 60)
+		return false;
 	if (s[i] == '.') {
-		if (!isdigit((unsigned char)s[++i]))
-			return false;
+		size_t first = ++i;
+
 		while (isdigit((unsigned char)s[i]))
 			i++;
+		if (i == first || i - first > 9)
+			return false;
 	}
 	if ((s[i] == 'Z' || s[i] == 'z') && s[i + 1] == '\0')
 		return true;
 	return (s[i] == '+' || s[i] == '-') && isdigit((unsigned char)s[i + 1]) &&
 	       isdigit((unsigned char)s[i + 2]) && s[i + 3] == ':' &&
 	       isdigit((unsigned char)s[i + 4]) && isdigit((unsigned char)s[i + 5]) &&
-	       s[i + 6] == '\0';
+	       s[i + 6] == '\0' && digits(s + i + 1, 2) <= 23 && digits(s + i + 4, 2) <= 59;
 }
+
+/* The latest creation time a cursor can name: 9999-12-31T23:59:59.999999Z, in µs. */
+#define CURSOR_MAX_US 253402300799999999LL
 
 static enum ledger_err list_parse(struct api_request *req)
 {
@@ -239,6 +273,7 @@ static enum ledger_err list_parse(struct api_request *req)
 		}
 		*colon = '\0';
 		if (!parse_int(raw, &in->filter.cursor_created_us) ||
+		    in->filter.cursor_created_us > CURSOR_MAX_US ||
 		    !ledger_id_valid(colon + 1, strlen(colon + 1))) {
 			api_reply_invalid_field(req, "cursor", "is not a cursor this list gave");
 			return LEDGER_ERR_INVALID;

@@ -1,10 +1,12 @@
 /*
- * api/server.c: the HTTP server and its driver. libmicrohttpd's polling
- * threads route a call from its head and read its body; then drive()
- * walks it through its life: authenticate, parse, answer from the replay
- * cache, or queue its operation for the store's workers with the
- * connection suspended; the worker resumes it and drive() answers what
- * the store said. A polling thread never waits on the database.
+ * api/server.c: the driver of every call. api/net.c reads a call's head
+ * and hands it here; drive() walks it through its life, in the order the
+ * API fixes: the path, then the token (from the head alone: nothing of
+ * the body is read before the caller is known), then the body, parsed on
+ * the polling thread when it is small and on an offload thread when it is
+ * large, then the replay cache or the store's workers, with the call held
+ * until a worker hands it back. A polling thread never waits on the
+ * database.
  */
 #include "api/server.h"
 
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -28,18 +31,25 @@
 
 #include "api/input.h"
 #include "api/metrics.h"
+#include "api/net.h"
+#include "api/offload.h"
+#include "api/ops.h"
 #include "api/reply.h"
+#include "api/tls.h"
 #include "api/tokens.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
+
+/* Bodies up to this size are parsed on the polling thread: a few milliseconds at most. */
+#define API_PARSE_INLINE_MAX (8 * 1024)
 
 struct api_server {
 	const struct api_settings *cfg;     /* borrowed */
 	const struct ledger_policy *policy; /* borrowed */
 	struct ledger_store *store;         /* borrowed */
-	struct MHD_Daemon *daemon;
-	atomic_long in_flight; /* requests between first byte and completion */
-	atomic_bool draining;  /* shutting down: replies close their connection */
+	struct api_net *net;
+	struct api_offload *offload;
+	bool ops_apart; /* --ops-listen is set: the API listener has no /metrics */
 };
 
 size_t api_server_queue_depth(const struct api_request *req)
@@ -54,7 +64,7 @@ unsigned api_server_stalled(const struct api_request *req)
 
 long api_server_in_flight(const struct api_request *req)
 {
-	return atomic_load(&req->server->in_flight);
+	return api_net_in_flight(req->server->net);
 }
 
 static int64_t monotonic_ns(void)
@@ -107,45 +117,33 @@ static void log_reply(const struct api_request *req)
 	ledger_log_write(level, &ids, extra, "%s", req->route ? req->route->name : "unmatched");
 }
 
-static enum MHD_Result send_reply(struct api_request *req)
+static void send_reply(struct api_request *req)
 {
 	struct api_reply *r = &req->reply;
-	struct MHD_Response *resp = NULL;
-	enum MHD_Result ret;
-	size_t len = 0;
+	char headers[512];
+	size_t len = 0, n;
 	char *body = NULL;
 
+	req->stage = API_STAGE_ANSWERED;
 	if (r->body.oom) {
 		ledger_buf_free(&r->body);
 		api_reply_error(req, 500, "internal_error", "out of memory");
 	}
 	body = ledger_buf_steal(&r->body, &len);
-	resp = MHD_create_response_from_buffer(len, body != NULL ? body : (char *)"",
-					       body != NULL ? MHD_RESPMEM_MUST_FREE
-							    : MHD_RESPMEM_PERSISTENT);
-	if (resp == NULL) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				r->content_type != NULL ? r->content_type : "application/json");
-	if (r->retry_after_ms > 0) {
-		char secs[24];
-		snprintf(secs, sizeof(secs), "%lld", (long long)((r->retry_after_ms + 999) / 1000));
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
-	}
+	n = (size_t)snprintf(headers, sizeof(headers), "Content-Type: %s\r\n",
+			     r->content_type != NULL ? r->content_type : "application/json");
+	if (r->retry_after_ms > 0)
+		n += (size_t)snprintf(headers + n, sizeof(headers) - n, "Retry-After: %lld\r\n",
+				      (long long)((r->retry_after_ms + 999) / 1000));
 	if (r->replayed)
-		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+		n += (size_t)snprintf(headers + n, sizeof(headers) - n,
+				      "Idempotent-Replayed: true\r\n");
 	if (r->allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
-	if (atomic_load(&req->server->draining))
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	ret = MHD_queue_response(req->conn, r->status, resp);
-	MHD_destroy_response(resp);
+		snprintf(headers + n, sizeof(headers) - n, "Allow: %s\r\n", r->allow);
+	api_net_reply(req->conn, r->status, headers, body, len);
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
 			 r->status, (double)(monotonic_ns() - req->started_ns) / 1e9);
 	log_reply(req);
-	return ret;
 }
 
 /* --- the life of a call --- */
@@ -158,8 +156,8 @@ static struct api_request *request_of(struct ledger_job *job)
 /* On a worker: the call's operation was answered; its polling thread takes it on. */
 static void job_done(struct ledger_job *job)
 {
-	/* The last touch: once resumed, the polling thread may free the call. */
-	MHD_resume_connection(request_of(job)->conn);
+	/* The last touch: once woken, the polling thread may end the call. */
+	api_net_wake(request_of(job)->conn);
 }
 
 /* Hands the call's operation to the store's workers; drive() goes on when it is back. */
@@ -167,17 +165,8 @@ static void queue(struct api_request *req, enum api_stage next)
 {
 	req->stage = next;
 	req->job.done = job_done;
-	MHD_suspend_connection(req->conn);
+	api_net_hold(req->conn);
 	ledger_store_submit(req->server->store, &req->job);
-}
-
-/* Knows the token from the cache alone. @return false: the store must look it up */
-static bool authenticate_from_cache(struct api_request *req)
-{
-	if (!api_tokens_cache_get(req->token_sha256, req->tenant, &req->role))
-		return false;
-	req->authenticated = true;
-	return true;
 }
 
 /* What the store said of the token. @return false after replying 401 or 503 */
@@ -189,11 +178,14 @@ static bool authenticate_from_store(struct api_request *req)
 	if (res->rc != LEDGER_OK) {
 		api_reply_store_error(req, res->rc);
 	} else if (!res->u.token.found) {
+		api_metrics_token_lookup("unknown");
+		api_tokens_unknown_put(req->token_sha256);
 		api_reply_error(req, 401, "unauthorized", "the token is not valid");
 	} else {
 		snprintf(req->tenant, sizeof(req->tenant), "%s", res->u.token.tenant);
 		req->role = res->u.token.role;
 		req->authenticated = true;
+		api_metrics_token_lookup("found");
 		api_tokens_cache_put(req->token_sha256, req->tenant, req->role);
 		ok = true;
 	}
@@ -218,61 +210,120 @@ static void answer(struct api_request *req)
 	}
 }
 
+/* Splits the query into the route's parameters. @return false after replying 400 */
+static bool collect_query(struct api_request *req, const char *query)
+{
+	while (query != NULL && *query != '\0') {
+		const char *amp = strchr(query, '&'), *eq;
+		size_t plen = amp != NULL ? (size_t)(amp - query) : strlen(query);
+		size_t klen = 0, vlen = 0, i;
+		char *k = NULL, *v = NULL;
+
+		if (plen == 0) {
+			query++;
+			continue;
+		}
+		eq = memchr(query, '=', plen);
+		k = api_routes_percent_decode(query, eq != NULL ? (size_t)(eq - query) : plen, &klen);
+		if (k == NULL || strlen(k) != klen) {
+			api_reply_invalid_field(req, "", "a query parameter name is malformed");
+			goto fail;
+		}
+		for (i = 0; req->route->query[i] != NULL; i++) {
+			if (strcmp(req->route->query[i], k) == 0)
+				break;
+		}
+		if (req->route->query[i] == NULL) {
+			api_reply_invalid_field(req, klen <= 64 ? k : "", "unknown query parameter");
+			goto fail;
+		}
+		if (eq != NULL)
+			v = api_routes_percent_decode(eq + 1, plen - (size_t)(eq + 1 - query), &vlen);
+		if (v == NULL || strlen(v) != vlen) {
+			api_reply_invalid_field(req, req->route->query[i], "is malformed");
+			goto fail;
+		}
+		if (api_input_query(req, req->route->query[i]) != NULL ||
+		    req->nquery == API_MAX_QUERY) {
+			api_reply_invalid_field(req, req->route->query[i], "given twice");
+			goto fail;
+		}
+		req->query_keys[req->nquery] = k;
+		req->query_values[req->nquery] = v;
+		req->nquery++;
+		query += plen;
+		continue;
+fail:
+		free(k);
+		free(v);
+		return false;
+	}
+	return true;
+}
+
+/* Parses the body into the call's operation, wherever it runs. */
+static void parse(struct api_request *req)
+{
+	req->job.op.kind = LEDGER_STORE_NONE;
+	req->job.op.key.tenant = req->tenant;
+	if (req->route->handler->parse(req) != LEDGER_OK || req->reply.status != 0)
+		return;
+	if (req->job.op.kind == LEDGER_STORE_NONE) {
+		LOG_ERROR("handler %s neither replied nor named an operation", req->route->name);
+		abort();
+	}
+}
+
+static void drive(struct api_request *req);
+
+static void parse_run(struct api_offload_job *job)
+{
+	struct api_request *req =
+		(struct api_request *)(void *)((char *)job - offsetof(struct api_request, parse_job));
+
+	ledger_log_context_set(&req->job.ids);
+	parse(req);
+	ledger_log_context_set(NULL);
+}
+
+static void parse_done(struct api_offload_job *job)
+{
+	api_net_wake(((struct api_request *)(void *)((char *)job -
+						     offsetof(struct api_request, parse_job)))
+			     ->conn);
+}
+
 /*
- * The life of a call, once its body is in: parse, authenticate, check the
- * role, then answer from the replay cache or queue the operation for a
- * worker, and answer what the store said. It runs on the polling thread,
- * again each time a worker hands the call back; a stage that needs the
- * database queues the call and returns. It ends with a reply.
+ * The caller is known (or the route needs no token): the role, the query,
+ * then the body's size from the head, then the body itself.
  */
-static void drive(struct api_request *req)
+static void authenticated(struct api_request *req)
 {
 	const struct api_route *route = req->route;
+	const char *q = strchr(req->head->target, '?');
 
-	switch (req->stage) {
-	case API_STAGE_HEAD:
-		if (req->body_too_large) {
-			api_reply_error(req, 413, "body_too_large",
-					"the body is larger than %lld bytes",
-					(long long)req->settings->max_body_bytes);
-			return;
-		}
-		if (req->body.oom) {
-			api_reply_error(req, 500, "internal_error", "out of memory");
-			return;
-		}
-		req->job.op.kind = LEDGER_STORE_NONE;
-		req->job.op.key.tenant = req->tenant; /* filled in by authentication */
-		if (route->handler->parse(req) != LEDGER_OK || req->reply.status != 0)
-			return;
-		if (req->job.op.kind == LEDGER_STORE_NONE) {
-			LOG_ERROR("handler %s neither replied nor named an operation", route->name);
-			abort();
-		}
-		if (route->roles != 0 && !authenticate_from_cache(req)) {
-			req->stash = req->job.op;
-			req->job.op.kind = LEDGER_STORE_TOKEN_LOOKUP;
-			req->job.op.in.token_sha256 = req->token_sha256;
-			queue(req, API_STAGE_AUTHENTICATING);
-			return;
-		}
-		break;
-	case API_STAGE_AUTHENTICATING:
-		if (!authenticate_from_store(req))
-			return;
-		req->job.op = req->stash;
-		break;
-	case API_STAGE_STORING:
-		answer(req);
-		return;
-	case API_STAGE_ANSWERED:
-		return;
-	}
 	if (route->roles != 0 && (route->roles & LEDGER_ROLE_BIT(req->role)) == 0) {
 		api_reply_error(req, 403, "forbidden", "the role %s may not call %s %s",
 				ledger_role_name(req->role), route->method, route->pattern);
 		return;
 	}
+	if (q != NULL && !collect_query(req, q + 1))
+		return;
+	if (req->head->body == API_HTTP_BODY_LENGTH &&
+	    req->head->content_length > (uint64_t)req->settings->max_body_bytes) {
+		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
+				(long long)req->settings->max_body_bytes);
+		return;
+	}
+	req->stage = API_STAGE_BODY;
+	api_net_read_body(req->conn, (size_t)req->settings->max_body_bytes);
+}
+
+/* The body is parsed: the replay cache, or the store. */
+static void parsed(struct api_request *req)
+{
+	if (req->reply.status != 0)
+		return;
 	if (ledger_store_replay(&req->job)) {
 		api_metrics_replay_cache_hit();
 		answer(req);
@@ -281,55 +332,60 @@ static void drive(struct api_request *req)
 	queue(req, API_STAGE_STORING);
 }
 
-/* --- the polling thread's side --- */
-
-static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
-				     const char *value)
+/*
+ * The life of a call after its head, on its polling thread: again each
+ * time a worker or an offload thread hands it back. A stage that waits
+ * holds the call and returns; the call ends with a reply.
+ */
+static void drive(struct api_request *req)
 {
-	struct api_request *req = cls;
-	size_t klen = 0, vlen = 0;
-	char *k = NULL, *v = NULL;
-
-	(void)kind;
-	if (req->reply.status != 0)
-		return MHD_NO;
-	k = api_routes_percent_decode(key, strlen(key), &klen);
-	if (k == NULL || strlen(k) != klen) {
-		api_reply_invalid_field(req, "", "a query parameter name is malformed");
-		goto fail;
-	}
-	for (size_t i = 0; req->route->query[i] != NULL; i++) {
-		const char *name = req->route->query[i];
-
-		if (strcmp(name, k) != 0)
-			continue;
-		if (value != NULL)
-			v = api_routes_percent_decode(value, strlen(value), &vlen);
-		if (v == NULL || strlen(v) != vlen) {
-			api_reply_invalid_field(req, name, "is malformed");
-			goto fail;
+	switch (req->stage) {
+	case API_STAGE_HEAD:
+		/* begin() decided from the head; nothing is left for here. */
+		return;
+	case API_STAGE_AUTHENTICATING:
+		if (authenticate_from_store(req))
+			authenticated(req);
+		return;
+	case API_STAGE_BODY:
+		if (req->body.len > API_PARSE_INLINE_MAX) {
+			req->stage = API_STAGE_PARSING;
+			req->parse_job.run = parse_run;
+			req->parse_job.done = parse_done;
+			api_net_hold(req->conn);
+			api_offload_submit(req->server->offload, &req->parse_job);
+			return;
 		}
-		if (api_input_query(req, name) != NULL) {
-			api_reply_invalid_field(req, name, "given twice");
-			goto fail;
-		}
-		req->query_keys[req->nquery] = k;
-		req->query_values[req->nquery] = v;
-		req->nquery++;
-		return MHD_YES;
+		parse(req);
+		parsed(req);
+		return;
+	case API_STAGE_PARSING:
+		parsed(req);
+		return;
+	case API_STAGE_STORING:
+		answer(req);
+		return;
+	case API_STAGE_ANSWERED:
+		return;
 	}
-	api_reply_invalid_field(req, klen <= 64 ? k : "", "unknown query parameter");
-fail:
-	free(k);
-	free(v);
-	return MHD_NO;
 }
 
-/* Reads "Authorization: Bearer <token>" into the request's token hash. */
+/* Sends the reply once drive() made one. */
+static void drive_and_reply(struct api_request *req)
+{
+	ledger_log_context_set(&req->job.ids);
+	drive(req);
+	ledger_log_context_set(NULL);
+	if (req->reply.status != 0 && req->stage != API_STAGE_ANSWERED)
+		send_reply(req);
+}
+
+/* --- what api/net.c hands over --- */
+
+/* Reads "Authorization: Bearer <token>" into the call's token hash. */
 static void read_token(struct api_request *req)
 {
-	const char *h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-						    MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *h = api_http_field(req->head, "Authorization");
 	const char *t = NULL;
 
 	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
@@ -343,13 +399,33 @@ static void read_token(struct api_request *req)
 	req->has_token = true;
 }
 
-/* The first call for a request: everything knowable from its head alone. */
-static void start(struct api_request *req, const char *url, const char *method)
+/* Routes the call from its path, and decides what the head alone can. */
+static void route(struct api_request *req)
 {
-	const char *allow = NULL, *bad = NULL;
-	const char *clen = NULL;
+	const char *allow = NULL, *bad = NULL, *target = req->head->target;
+	size_t plen = strcspn(target, "?");
+	char *path = strndup(target, plen);
+	enum api_match m;
 
-	switch (api_routes_match(method, url, &req->route, req->params, &allow, &bad)) {
+	if (path == NULL) {
+		api_reply_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	m = api_routes_match(req->head->method, path, &req->route, req->params, &allow, &bad);
+	free(path);
+	/* On the ops listener only the routes without a token exist; /metrics only there. */
+	if (m == API_MATCH_OK &&
+	    ((req->listener == API_LISTENER_OPS && req->route->roles != 0) ||
+	     (req->listener == API_LISTENER_API && req->server->ops_apart &&
+	      req->route->handler == &api_ops_metrics))) {
+		for (unsigned i = 0; i < API_MAX_PARAMS; i++) {
+			free(req->params[i]);
+			req->params[i] = NULL;
+		}
+		req->route = NULL;
+		m = API_MATCH_NOT_FOUND;
+	}
+	switch (m) {
 	case API_MATCH_OK:
 		break;
 	case API_MATCH_NOT_FOUND:
@@ -373,127 +449,78 @@ static void start(struct api_request *req, const char *url, const char *method)
 	req->job.op.key.request_id = req->job.ids.request_id;
 	req->job.op.key.tool_call_id = req->job.ids.tool_call_id;
 	req->job.op.attempt_id = req->job.ids.attempt_id;
-	if (req->route->roles != 0) {
-		read_token(req);
-		if (!req->has_token) {
-			api_reply_error(req, 401, "unauthorized",
-					"an Authorization: Bearer token is required");
-			return;
-		}
+	if (req->route->roles == 0) {
+		authenticated(req);
+		return;
 	}
-	clen = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-					   MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (clen != NULL &&
-	    strtoull(clen, NULL, 10) > (unsigned long long)req->settings->max_body_bytes) {
+	read_token(req);
+	if (!req->has_token) {
+		api_reply_error(req, 401, "unauthorized", "an Authorization: Bearer token is required");
+		return;
+	}
+	if (api_tokens_cache_get(req->token_sha256, req->tenant, &req->role)) {
+		req->authenticated = true;
+		authenticated(req);
+		return;
+	}
+	if (api_tokens_unknown(req->token_sha256)) {
+		api_metrics_token_lookup("unknown_remembered");
+		api_reply_error(req, 401, "unauthorized", "the token is not valid");
+		return;
+	}
+	req->job.op.kind = LEDGER_STORE_TOKEN_LOOKUP;
+	req->job.op.in.token_sha256 = req->token_sha256;
+	queue(req, API_STAGE_AUTHENTICATING);
+}
+
+static void *on_begin(void *ctx, struct api_net_conn *conn, const struct api_http_head *head,
+		      unsigned listener)
+{
+	struct api_server *srv = ctx;
+	struct api_request *req = calloc(1, sizeof(*req));
+
+	if (req == NULL)
+		return NULL;
+	req->server = srv;
+	req->settings = srv->cfg;
+	req->policy = srv->policy;
+	req->conn = conn;
+	req->head = head;
+	req->listener = listener;
+	req->started_ns = monotonic_ns();
+	req->stage = API_STAGE_HEAD;
+	route(req);
+	ledger_log_context_set(NULL);
+	if (req->reply.status != 0)
+		send_reply(req);
+	return req;
+}
+
+static void on_body(void *call, struct ledger_buf *body)
+{
+	struct api_request *req = call;
+
+	if (body == NULL) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
 				(long long)req->settings->max_body_bytes);
+		send_reply(req);
 		return;
 	}
-	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
+	req->body = *body;
+	memset(body, 0, sizeof(*body));
+	drive_and_reply(req);
 }
 
-/*
- * A body still being sent when the answer is known (from the head, or
- * once it is too large) is read and dropped up to this much, so that a
- * client that writes its whole body before it reads (most scripts) gets
- * the answer rather than a connection reset; past it the connection is
- * answered and closed at once.
- */
-#define DISCARD_MAX(cfg) ((size_t)(cfg)->max_body_bytes + (size_t)8 * 1024 * 1024)
-
-/* True when the client will send a body it has not been told to hold back. */
-static bool body_follows_unasked(struct api_request *req)
+static void on_resume(void *call)
 {
-	struct MHD_Connection *c = req->conn;
-	const char *clen =
-		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	const char *te =
-		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-	const char *expect =
-		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-
-	/* A client that asked "Expect: 100-continue" reads the early answer instead. */
-	if (expect != NULL && strcasecmp(expect, "100-continue") == 0)
-		return false;
-	if (te != NULL)
-		return true;
-	return clen != NULL && strtoull(clen, NULL, 10) > 0 &&
-	       strtoull(clen, NULL, 10) <= DISCARD_MAX(req->settings);
+	drive_and_reply(call);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload_data,
-				  size_t *upload_data_size, void **req_cls)
+static void on_end(void *call, bool replied)
 {
-	struct api_server *srv = cls;
-	struct api_request *req = *req_cls;
+	struct api_request *req = call;
 
-	(void)version;
-	if (req == NULL) {
-		req = calloc(1, sizeof(*req));
-		if (req == NULL)
-			return MHD_NO;
-		req->server = srv;
-		req->settings = srv->cfg;
-		req->policy = srv->policy;
-		req->conn = conn;
-		req->started_ns = monotonic_ns();
-		*req_cls = req;
-		atomic_fetch_add(&srv->in_flight, 1);
-		start(req, url, method);
-		/*
-		 * Errors known from the head alone need no body: to a client that
-		 * waits for "100 Continue" they go out at once; one that is
-		 * sending its body anyway gets them once it is read and dropped.
-		 */
-		if (req->reply.status != 0 && !body_follows_unasked(req))
-			return send_reply(req);
-		return MHD_YES;
-	}
-	if (*upload_data_size > 0) {
-		if (req->reply.status == 0 && !req->body_too_large &&
-		    req->body.len + *upload_data_size > (size_t)srv->cfg->max_body_bytes) {
-			req->body_too_large = true;
-			req->discarded = req->body.len;
-			ledger_buf_free(&req->body);
-		}
-		if (req->reply.status != 0 || req->body_too_large) {
-			req->discarded += *upload_data_size;
-			*upload_data_size = 0;
-			if (req->discarded <= DISCARD_MAX(srv->cfg))
-				return MHD_YES;
-			/* Too much to drop: answer now, and the connection closes. */
-			if (req->reply.status == 0)
-				drive(req);
-			req->stage = API_STAGE_ANSWERED;
-			return send_reply(req);
-		}
-		ledger_buf_append(&req->body, upload_data, *upload_data_size);
-		*upload_data_size = 0;
-		return MHD_YES;
-	}
-	if (req->reply.status == 0) {
-		/* The whole body is in, or a worker handed the call back. */
-		ledger_log_context_set(&req->job.ids);
-		drive(req);
-		ledger_log_context_set(NULL);
-	}
-	if (req->reply.status == 0)
-		return MHD_YES; /* queued: suspended until its worker resumes it */
-	req->stage = API_STAGE_ANSWERED;
-	return send_reply(req);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-			 enum MHD_RequestTerminationCode toe)
-{
-	struct api_server *srv = cls;
-	struct api_request *req = *req_cls;
-
-	(void)conn;
-	(void)toe;
-	if (req == NULL)
-		return;
+	(void)replied;
 	for (unsigned i = 0; i < API_MAX_PARAMS; i++)
 		free(req->params[i]);
 	for (unsigned i = 0; i < req->nquery; i++) {
@@ -505,26 +532,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	ledger_json_free(req->doc);
 	free(req->input);
 	free(req);
-	*req_cls = NULL;
-	atomic_fetch_sub(&srv->in_flight, 1);
-}
-
-/* Keeps the raw URL: routes.c decodes parameters itself, after matching. */
-static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
-{
-	(void)cls;
-	(void)conn;
-	return strlen(s);
-}
-
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-	char msg[512];
-
-	(void)cls;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	msg[strcspn(msg, "\n")] = '\0';
-	LOG_WARN("http: %s", msg);
 }
 
 /* --- listening --- */
@@ -636,21 +643,75 @@ int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err,
 
 /* --- running --- */
 
+/* True when @p fd listens on a loopback address or a unix socket. */
+static bool listens_privately(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+		return false;
+	if (ss.ss_family == AF_UNIX)
+		return true;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
 /*
- * A connection's memory holds a request's head and read buffer (bodies are
- * copied out as they arrive), and libmicrohttpd clears all of it after
- * every request: 16 KiB leaves room for 8 KiB of headers at half the
- * clearing of the default 32 KiB (8% of a replay's CPU, measured).
+ * The connections the process can hold: its file limit, raised to the
+ * hard one, less what the database workers, logs and listeners need, so
+ * that accepting never fails for want of a descriptor.
  */
-#define API_CONNECTION_MEMORY (16 * 1024)
+static unsigned connection_room(const struct api_settings *cfg)
+{
+	struct rlimit rl;
+	rlim_t reserve = (rlim_t)cfg->workers + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return (unsigned)cfg->max_connections;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+		(void)getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)cfg->max_connections + reserve)
+		return (unsigned)cfg->max_connections;
+	if (rl.rlim_cur <= reserve + 16)
+		return 16;
+	return (unsigned)(rl.rlim_cur - reserve);
+}
 
 int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
-		   struct ledger_store *store, int fd, const char *bound)
+		   struct ledger_store *store, const struct api_server_sockets *sk)
 {
+	static const struct api_net_ops ops = {
+		.begin = on_begin, .body = on_body, .resume = on_resume, .end = on_end};
+	struct api_net_ops bound_ops = ops;
 	struct api_server srv;
-	char extra[400];
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	struct api_net_listener ls[2];
+	struct api_net_config ncfg = {
+		.head_timeout_ms = cfg->head_timeout_ms,
+		.body_timeout_ms = cfg->body_timeout_ms,
+		.idle_timeout_ms = cfg->idle_timeout_ms,
+		.max_connections = connection_room(cfg),
+		.max_per_address = (unsigned)cfg->max_connections_per_address,
+		/*
+		 * A body still being sent when the answer is known (from the head,
+		 * or once it is too large) is read and dropped up to this much, so
+		 * that a client that writes its whole body before it reads (most
+		 * scripts) gets the answer rather than a connection reset.
+		 */
+		.discard_max = (size_t)cfg->max_body_bytes + (size_t)8 * 1024 * 1024,
+		.threads = (unsigned)cfg->http_threads,
+	};
+	unsigned nls = 0;
+	char extra[700], who[400];
 	int64_t deadline_ns;
 	sigset_t stop;
 	int sig = 0;
@@ -659,54 +720,81 @@ int api_server_run(const struct api_settings *cfg, const struct ledger_policy *p
 	srv.cfg = cfg;
 	srv.policy = policy;
 	srv.store = store;
-	atomic_init(&srv.in_flight, 0);
-	atomic_init(&srv.draining, false);
-
-	srv.daemon = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, &srv,
-		/* First, so that every message of libmicrohttpd is a log line. */
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-		MHD_OPTION_THREAD_POOL_SIZE,
-		(unsigned)(cfg->http_threads > 1 ? cfg->http_threads : 0),
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_UNESCAPE_CALLBACK,
-		keep_escaped, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)API_CONNECTION_MEMORY, MHD_OPTION_END);
-	if (srv.daemon == NULL) {
-		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", bound);
-		close(fd);
+	srv.ops_apart = sk->ops_fd >= 0;
+	bound_ops.ctx = &srv;
+	if (ncfg.max_connections < (unsigned)cfg->max_connections)
+		LOG_WARN("--max-connections %lld is more than the file limit allows: %u",
+			 (long long)cfg->max_connections, ncfg.max_connections);
+	ls[nls++] = (struct api_net_listener){sk->api_fd, sk->tls, strncmp(cfg->listen, "unix:", 5) != 0};
+	if (sk->ops_fd >= 0)
+		ls[nls++] = (struct api_net_listener){sk->ops_fd, NULL, false};
+	if (api_offload_start(2, &srv.offload) != LEDGER_OK ||
+	    api_net_start(&ncfg, &bound_ops, ls, nls, &srv.net) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", sk->api_bound);
+		api_offload_stop(srv.offload);
 		return 1;
 	}
-	snprintf(extra, sizeof(extra), "\"address\":\"%s\",\"version\":\"%s\"", bound,
-		 LEDGER_VERSION);
-	LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra, "listening on %s", bound);
+	snprintf(extra, sizeof(extra), "\"address\":\"%s\",\"version\":\"%s\",\"tls\":%s",
+		 sk->api_bound, LEDGER_VERSION, sk->tls != NULL ? "true" : "false");
+	LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra, "listening on %s%s", sk->api_bound,
+		   sk->tls != NULL ? " (TLS)" : "");
+	if (sk->tls != NULL) {
+		api_tls_describe(sk->tls, who, sizeof(who));
+		LOG_INFO("TLS certificate: %s", who);
+	} else if (!listens_privately(sk->api_fd)) {
+		LOG_WARN("serving plaintext HTTP on %s, which is not a loopback address: tokens "
+			 "cross the network in the clear (set --tls-cert and --tls-key)",
+			 sk->api_bound);
+	}
+	if (sk->ops_fd >= 0) {
+		snprintf(extra, sizeof(extra), "\"address\":\"%s\"", sk->ops_bound);
+		LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra,
+			   "operations (/healthz, /readyz, /metrics) on %s", sk->ops_bound);
+	}
 
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
-	while (sigwait(&stop, &sig) != 0)
-		;
-	LOG_INFO("%s: draining %ld calls in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-		 atomic_load(&srv.in_flight));
+	sigaddset(&stop, SIGHUP);
+	for (;;) {
+		char err[400];
 
-	atomic_store(&srv.draining, true);
-	fd = MHD_quiesce_daemon(srv.daemon);
-	if (fd >= 0)
-		close(fd);
+		if (sigwait(&stop, &sig) != 0 || sig == SIGHUP) {
+			if (sig != SIGHUP)
+				continue;
+			if (sk->tls == NULL) {
+				LOG_INFO("SIGHUP: no TLS credentials to reload");
+			} else if (api_tls_reload(sk->tls, err, sizeof(err)) != LEDGER_OK) {
+				LOG_ERROR("SIGHUP: TLS credentials not reloaded, the old ones stay: %s",
+					  err);
+			} else {
+				api_tls_describe(sk->tls, who, sizeof(who));
+				LOG_INFO("SIGHUP: TLS credentials reloaded: %s", who);
+			}
+			continue;
+		}
+		break;
+	}
+	LOG_INFO("%s: draining %ld calls in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+		 api_net_in_flight(srv.net));
+
+	api_net_drain(srv.net);
 	deadline_ns = monotonic_ns() + cfg->drain_timeout_ms * 1000000;
 	for (;;) {
 		struct timespec pause = {0, 10 * 1000 * 1000};
 
-		if (atomic_load(&srv.in_flight) == 0)
+		if (api_net_in_flight(srv.net) == 0)
 			break;
 		if (monotonic_ns() >= deadline_ns) {
 			/* Nothing acknowledged is lost: a reply follows its commit. */
 			LOG_ERROR("drain timed out with %ld calls in flight",
-				  atomic_load(&srv.in_flight));
+				  api_net_in_flight(srv.net));
 			_exit(1);
 		}
 		nanosleep(&pause, NULL);
 	}
-	MHD_stop_daemon(srv.daemon);
+	api_net_stop(srv.net);
+	api_offload_stop(srv.offload);
 	if (strncmp(cfg->listen, "unix:", 5) == 0)
 		unlink(cfg->listen + 5);
 	LOG_INFO("stopped");

@@ -1,6 +1,6 @@
 /*
- * api/server.h: the HTTP server (api/server.c): the listening socket, the
- * daemon and the driver that walks every call through its life, and what
+ * api/server.h: the HTTP server (api/server.c): the listening sockets and
+ * the driver that walks every call through its life, and what
  * a handler may ask of the server it runs in.
  */
 #ifndef API_SERVER_H
@@ -31,13 +31,25 @@ long api_server_in_flight(const struct api_request *req);
  */
 int api_server_listen(const char *spec, char *bound, size_t boundlen, char *err, size_t errlen);
 
+struct api_tls;
+
+/* What the server listens on, opened before anything else starts. */
+struct api_server_sockets {
+	int api_fd; /* --listen */
+	char api_bound[300];
+	int ops_fd; /* --ops-listen; -1: none */
+	char ops_bound[300];
+	struct api_tls *tls; /* NULL: plaintext; borrowed */
+};
+
 /**
- * Serves on the socket @p fd (owned from now on) with @p store until
- * SIGTERM or SIGINT, then drains the calls in flight. @p cfg, @p policy
- * and @p store are borrowed until it returns.
+ * Serves on the sockets of @p sk (owned from now on) with @p store until
+ * SIGTERM or SIGINT, then drains the calls in flight; SIGHUP reloads the
+ * TLS credentials. @p cfg, @p policy and @p store are borrowed until it
+ * returns.
  * @return 0 on a clean stop, 1 if it could not start
  */
 int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
-		   struct ledger_store *store, int fd, const char *bound);
+		   struct ledger_store *store, const struct api_server_sockets *sk);
 
 #endif

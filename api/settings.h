@@ -16,12 +16,19 @@
 struct api_settings {
 	char *database_url;         /* libpq connection string or URI; NULL: unset */
 	char *listen;               /* "host:port", "[v6]:port" or "unix:/path" */
+	char *ops_listen;           /* NULL: /healthz, /readyz and /metrics on listen */
+	char *tls_cert, *tls_key;   /* NULL: plaintext */
 	char *policy_path;          /* NULL: the built-in policy */
 	int64_t workers;            /* store workers, one connection each */
 	int64_t batch_max;          /* calls a worker may commit together (1: no batching) */
 	int64_t replay_cache_bytes; /* budget of the replay cache; 0: off */
 	int64_t fast_paths;         /* 1: fast paths, batching, replay-cache answers; 0: off */
 	int64_t http_threads;       /* HTTP polling threads */
+	int64_t head_timeout_ms;    /* a request's head must arrive within this of its first byte */
+	int64_t body_timeout_ms;    /* its body within this of its head */
+	int64_t idle_timeout_ms;    /* an idle keep-alive connection, or an unread reply */
+	int64_t max_connections;    /* open at once, in all */
+	int64_t max_connections_per_address; /* open at once from one address; 0: no limit */
 	int64_t retention_ms;       /* settled requests older than this are removed */
 	int64_t tombstone_ms;       /* how long a removed call's tombstone stays */
 	enum ledger_log_level log_level;

@@ -29,6 +29,15 @@ struct cache_slot {
 static struct cache_slot cache[CACHE_SLOTS];
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
+#define UNKNOWN_SLOTS 4096 /* a power of two: 160 KiB */
+
+struct unknown_slot {
+	unsigned char sha256[32];
+	long long expires_ms; /* monotonic; 0: empty */
+};
+
+static struct unknown_slot unknown[UNKNOWN_SLOTS];
+
 static long long now_ms(void)
 {
 	struct timespec ts;
@@ -86,5 +95,33 @@ void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant, en
 	snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
 	s->role = role;
 	s->expires_ms = now_ms() + API_TOKEN_CACHE_MS;
+	pthread_mutex_unlock(&cache_lock);
+}
+
+static struct unknown_slot *unknown_slot_for(const unsigned char sha256[32])
+{
+	unsigned idx = ((unsigned)sha256[2] << 8 | sha256[3]) & (UNKNOWN_SLOTS - 1);
+
+	return &unknown[idx];
+}
+
+bool api_tokens_unknown(const unsigned char sha256[32])
+{
+	struct unknown_slot *s = unknown_slot_for(sha256);
+	bool hit;
+
+	pthread_mutex_lock(&cache_lock);
+	hit = s->expires_ms > now_ms() && CRYPTO_memcmp(s->sha256, sha256, 32) == 0;
+	pthread_mutex_unlock(&cache_lock);
+	return hit;
+}
+
+void api_tokens_unknown_put(const unsigned char sha256[32])
+{
+	struct unknown_slot *s = unknown_slot_for(sha256);
+
+	pthread_mutex_lock(&cache_lock);
+	memcpy(s->sha256, sha256, 32);
+	s->expires_ms = now_ms() + API_TOKEN_UNKNOWN_MS;
 	pthread_mutex_unlock(&cache_lock);
 }

@@ -17,6 +17,8 @@
 
 #define API_TOKEN_LEN 47 /* "ldg_" + 43 */
 #define API_TOKEN_CACHE_MS 10000
+/* A token the database did not know is refused without asking again for this long. */
+#define API_TOKEN_UNKNOWN_MS 10000
 
 /**
  * Creates a new random token.
@@ -38,5 +40,18 @@ bool api_tokens_cache_get(const unsigned char sha256[32], char *tenant, enum led
 /** Remembers a token the database knows. Thread-safe. */
 void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant,
 			  enum ledger_role role);
+
+/**
+ * True when the database said of @p sha256, within API_TOKEN_UNKNOWN_MS,
+ * that no such token exists. Thread-safe.
+ */
+bool api_tokens_unknown(const unsigned char sha256[32]);
+
+/**
+ * Remembers that the database knows no token @p sha256. The table is
+ * bounded and apart from the known tokens', so a flood of made-up tokens
+ * evicts only made-up tokens. Thread-safe.
+ */
+void api_tokens_unknown_put(const unsigned char sha256[32]);
 
 #endif

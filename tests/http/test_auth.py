@@ -247,15 +247,28 @@ def test_missing_token_comes_before_the_body(service):
     assert_error(r, 401, "unauthorized")
 
 
-def test_body_comes_before_the_token_lookup_and_the_role(service):
+def test_token_and_role_come_before_the_body(service):
+    """API.md's order of checks: the path, the token from the head alone,
+    then the body. A caller without a valid token never gets its body
+    looked at, so the answers below say nothing of the bodies."""
     rid, cid = key()
-    # An unknown token with a bad body: the body answers first.
+    # An unknown token with a bad body: 401, the body unread.
     r = service.ledgerd.post(path(rid, cid, "claim"), raw=b"{not json", token="bogus")
-    assert_error(r, 400, "invalid_json")
-    # A reviewer (who may not claim) with a bad field: 400 before 403.
+    assert_error(r, 401, "unauthorized")
+    # Asked again, the same unknown token is refused the same way (from memory now).
+    r = service.ledgerd.post(path(rid, cid, "claim"), raw=b"{not json", token="bogus")
+    assert_error(r, 401, "unauthorized")
+    # A reviewer (who may not claim) with a bad field: 403 before 400.
     r = service.ledgerd.post(path(rid, cid, "claim"), {"lease_ms": 1},
                              token=service.token("reviewer"))
-    assert_error(r, 400, "invalid_field")
+    assert_error(r, 403, "forbidden")
+    # A query the route does not take is the body's stage too: after the role.
+    r = service.ledgerd.get(f"/v1/requests?bogus=1", token=service.token("agent"))
+    assert_error(r, 403, "forbidden")
+    # A body too large, from an unknown token: 401, not 413.
+    r = service.ledgerd.post(path(rid, cid, "claim"), raw=b"[" + b"1," * 600000 + b"1]",
+                             token="bogus-too")
+    assert_error(r, 401, "unauthorized")
 
 
 def test_role_comes_before_the_lookup(service):

@@ -1,0 +1,272 @@
+"""What ledgerd does with malformed or ambiguous HTTP/1.1 (RFC 9112).
+
+A front proxy and ledgerd must never read one stream as different
+requests, so every message whose framing two readers could take apart
+differently is refused with 400 and the connection closed, before any
+route runs. Every refusal is one JSON envelope, written once."""
+
+import time
+
+import pytest
+
+from conftest import new_id
+from wire import connect, exchange, parse, read_all, request
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n"
+
+
+def assert_nothing_written(svc, rid):
+    for table in ("requests", "tool_calls", "events"):
+        n = svc.sql("SELECT count(*) FROM %s WHERE request_id = '%s'" % (table, rid))
+        assert int(n[0][0]) == 0, (table, rid)
+
+
+def claim_path(rid):
+    return "/v1/requests/%s/tool-calls/call_01/claim" % rid
+
+
+def refused_once(svc, raw, status=400, code="malformed_request", timeout=10.0):
+    """@raw is answered by one @status @code envelope and a close, quickly:
+    nothing after it in the stream is read as another request."""
+    t0 = time.monotonic()
+    answers, rest, closed = exchange(svc, raw, timeout=timeout)
+    took = time.monotonic() - t0
+    assert len(answers) == 1 and rest == b"", (answers, rest)
+    assert answers[0].status == status, answers[0]
+    assert answers[0].error()["code"] == code, answers[0]
+    assert answers[0].header("Connection") == "close"
+    assert closed, "the connection stayed open"
+    assert took < timeout / 2, "answered after %.1f s" % took
+    return answers[0]
+
+
+# --- request smuggling ------------------------------------------------------
+
+
+def test_two_content_lengths_are_refused_and_the_rest_never_runs(service):
+    rid = new_id()
+    body = b'{"claim_id": "0123456789abcdef0123"}'
+    raw = request("POST", claim_path(rid),
+                  [("Authorization", "Bearer " + service.token()),
+                   ("Content-Length", "2"), ("Content-Length", str(len(body)))], body)
+    refused_once(service, raw + HEALTHZ)
+    assert_nothing_written(service, rid)
+
+
+def test_equal_content_lengths_are_refused_too(service):
+    refused_once(service, request("POST", "/healthz", [("Content-Length", "2"),
+                                                       ("Content-Length", "2")], b"{}"))
+
+
+def test_content_length_beside_transfer_encoding_is_refused(service):
+    rid = new_id()
+    raw = request("POST", claim_path(rid),
+                  [("Authorization", "Bearer " + service.token()), ("Content-Length", "5"),
+                   ("Transfer-Encoding", "chunked")], b"2\r\n{}\r\n0\r\n\r\n")
+    refused_once(service, raw + HEALTHZ)
+    assert_nothing_written(service, rid)
+
+
+def test_whitespace_before_a_colon_is_refused(service):
+    raw = (b"POST /healthz HTTP/1.1\r\nHost: ledgerd\r\nTransfer-Encoding : chunked\r\n\r\n"
+           b"0\r\n\r\n")
+    refused_once(service, raw + HEALTHZ)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "chunked, gzip", "chunked, chunked", "identity"])
+def test_a_coding_that_does_not_end_in_chunked_is_refused_at_once(service, coding):
+    raw = request("POST", "/healthz", [("Transfer-Encoding", coding)]) + b"0\r\n\r\n"
+    refused_once(service, raw, timeout=6)
+
+
+def test_an_unknown_coding_before_chunked_is_not_implemented(service):
+    raw = request("POST", "/healthz", [("Transfer-Encoding", "gzip, chunked")]) + b"0\r\n\r\n"
+    refused_once(service, raw, status=501, code="not_implemented", timeout=6)
+
+
+def test_http11_without_host_is_refused(service):
+    refused_once(service, request("GET", "/healthz", host=False) + HEALTHZ)
+
+
+def test_http10_without_host_is_served(service):
+    answers, _, closed = exchange(service, request("GET", "/healthz", host=False,
+                                                   version="HTTP/1.0"))
+    assert [a.status for a in answers] == [200] and closed
+
+
+@pytest.mark.parametrize("field", ["Host", "Authorization", "Content-Type"])
+def test_a_field_given_twice_that_may_appear_once_is_refused(service, field):
+    raw = request("GET", "/healthz", [(field, "a"), (field, "b")], host=field != "Host")
+    refused_once(service, raw)
+
+
+@pytest.mark.parametrize("value", ["+2", "-1", "2, 2", "0x2", "2 2", "", "1e1"])
+def test_a_malformed_content_length_is_answered_once(service, value):
+    raw = b"POST /healthz HTTP/1.1\r\nHost: ledgerd\r\nContent-Length: %s\r\n\r\n{}" % (
+        value.encode())
+    refused_once(service, raw + HEALTHZ)
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-A: 1\r\n folded\r\n\r\n",
+    b"GET /healthz HTTP/1.1\nHost: ledgerd\n\n\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-A: a\rb\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-A: a\x00b\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-A: a\x01b\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nno colon here\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\n: no name\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX(A): 1\r\n\r\n",
+    b"GET  /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET /healthz  HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET /healthz\r\nHost: ledgerd\r\n\r\n",
+    b"G@T /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET http://ledgerd/healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET /heal\x7fthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET /healthz HTTX/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET /healthz HTTP/1.10\r\nHost: ledgerd\r\n\r\n",
+], ids=["obs-fold", "bare-lf", "bare-cr", "nul", "control", "no-colon", "no-name",
+        "bad-name", "two-spaces", "trailing-space", "no-version", "bad-method",
+        "relative-target", "absolute-form", "del-in-target", "not-http", "long-minor"])
+def test_a_malformed_head_is_answered_once(service, raw):
+    refused_once(service, raw + HEALTHZ)
+
+
+@pytest.mark.parametrize("version", ["HTTP/2.0", "HTTP/1.2", "HTTP/0.9", "HTTP/3.0"])
+def test_another_http_version_is_505(service, version):
+    refused_once(service, request("GET", "/healthz", version=version), status=505,
+                 code="http_version_not_supported")
+
+
+def test_another_expectation_is_417(service):
+    refused_once(service, request("POST", "/healthz", [("Expect", "200-ok")], b"{}"),
+                 status=417, code="expectation_failed")
+
+
+def test_a_malformed_chunk_is_refused_once_the_caller_is_known(service):
+    rid = new_id()
+    raw = request("POST", claim_path(rid),
+                  [("Authorization", "Bearer " + service.token()),
+                   ("Transfer-Encoding", "chunked")]) + b"zz\r\n{}\r\n0\r\n\r\n"
+    refused_once(service, raw + HEALTHZ)
+    assert_nothing_written(service, rid)
+
+
+@pytest.mark.parametrize("tail", [b"2\r\n{}0\r\n\r\n", b"2\n{}\r\n0\r\n\r\n",
+                                  b"2\r\n{}\r\n0\r\nX-T: 1\n\r\n"],
+                         ids=["data-without-crlf", "size-bare-lf", "trailer-bare-lf"])
+def test_chunk_framing_needs_every_crlf(service, tail):
+    rid = new_id()
+    raw = request("POST", claim_path(rid), [("Authorization", "Bearer " + service.token()),
+                                           ("Transfer-Encoding", "chunked")]) + tail
+    refused_once(service, raw + HEALTHZ)
+    assert_nothing_written(service, rid)
+
+
+def test_a_chunked_body_with_extensions_and_trailers_is_read(service):
+    rid = new_id()
+    body = b'{"claim_id": "0123456789abcdef0123"}'
+    raw = request("POST", claim_path(rid), [("Authorization", "Bearer " + service.token()),
+                                           ("Transfer-Encoding", "chunked")])
+    raw += b"%x;ext=1\r\n%s\r\n0\r\nX-Trailer: yes\r\n\r\n" % (len(body), body)
+    s = connect(service)
+    try:
+        s.sendall(raw + HEALTHZ)
+        data, _ = read_all(s, until_answers=2)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [201, 200], answers
+
+
+# --- limits, at their edges --------------------------------------------------
+
+
+def padded_head(total):
+    """A GET /healthz head of exactly @total bytes, final CRLFCRLF included."""
+    base = b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-Pad: \r\n\r\n"
+    return base.replace(b"X-Pad: ", b"X-Pad: " + b"a" * (total - len(base)))
+
+
+def test_a_head_of_16384_bytes_is_served(service):
+    raw = padded_head(16384)
+    assert len(raw) == 16384
+    answers, _, _ = exchange(service, raw + request("GET", "/healthz", [("Connection", "close")]))
+    assert [a.status for a in answers] == [200, 200], answers
+
+
+def test_a_head_of_16385_bytes_is_431(service):
+    raw = padded_head(16385)
+    refused_once(service, raw, status=431, code="headers_too_large")
+
+
+def test_a_head_far_too_large_is_431_without_waiting_for_its_end(service):
+    s = connect(service)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-Pad: " + b"a" * 40000)
+        data, closed = read_all(s, timeout=5)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [431] and closed, answers
+    assert answers[0].error()["code"] == "headers_too_large"
+
+
+def test_empty_lines_before_a_request_are_ignored(service):
+    answers, _, _ = exchange(service, b"\r\n\r\n" + request("GET", "/healthz",
+                                                              [("Connection", "close")]))
+    assert [a.status for a in answers] == [200]
+
+
+def test_100_fields_are_served_and_101_are_431(service):
+    fields = [("X-F%d" % i, "v") for i in range(99)]
+    # Host, 98 more and Connection: 100 fields.
+    answers, _, _ = exchange(service, request("GET", "/healthz",
+                                              fields[:98] + [("Connection", "close")]))
+    assert [a.status for a in answers] == [200], answers
+    # Host, 99 more and one again: 101.
+    refused_once(service, request("GET", "/healthz", fields + [("X-Last", "v")]),
+                 status=431, code="headers_too_large")
+
+
+def test_an_over_limit_chunked_body_is_413_before_its_end(service):
+    """The 413 goes out as soon as the limit is passed, while the client
+    still holds the body open: it is not read to its end first."""
+    rid = new_id()
+    s = connect(service)
+    try:
+        s.sendall(request("POST", claim_path(rid),
+                          [("Authorization", "Bearer " + service.token()),
+                           ("Transfer-Encoding", "chunked")]))
+        chunk = b"x" * 65536
+        for _ in range(17):  # 1 MiB + 64 KiB, and no last chunk
+            s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        data, closed = read_all(s, timeout=5, until_answers=1)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [413], answers
+    assert answers[0].error()["code"] == "body_too_large"
+    assert answers[0].header("Connection") == "close"
+    assert_nothing_written(service, rid)
+
+
+def test_pipelined_requests_are_answered_in_order(service):
+    s = connect(service)
+    try:
+        s.sendall(HEALTHZ + request("GET", "/nope") + HEALTHZ)
+        data, closed = read_all(s, timeout=5, until_answers=3)
+        assert not closed
+        s.sendall(HEALTHZ)
+        more, _ = read_all(s, timeout=5, until_answers=1)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [200, 404, 200]
+    assert [a.status for a in parse(more)[0]] == [200]
+
+
+def test_head_requests_get_the_head_alone(service):
+    answers, rest, _ = exchange(service, request("HEAD", "/healthz", [("Connection", "close")]))
+    # A HEAD answer has a Content-Length and no body; parse() would wait for it.
+    assert answers == [] and rest.startswith(b"HTTP/1.1 405 "), rest
