@@ -1,8 +1,11 @@
 """Incident review over HTTP: one request with everything under it, and the
 lists, whose cursors neither repeat nor skip a row while others insert."""
 
+import base64
 import threading
 import time
+
+import pytest
 
 from conftest import claim_id, new_id
 
@@ -183,3 +186,39 @@ def test_paging_under_concurrent_inserts_never_repeats_or_skips(service):
     for listed in (requests, calls):
         assert len(listed) == len(set(listed)), "a row was listed twice"
         assert set(before) <= set(listed), "a row that existed throughout was skipped"
+
+
+@pytest.mark.parametrize("since", [
+    "2026-13-45T99:99:99Z", "2026-02-30T00:00:00Z", "2025-02-29T00:00:00Z",
+    "2026-04-31T00:00:00Z", "2026-00-10T00:00:00Z", "2026-01-00T00:00:00Z",
+    "2026-01-01T24:00:00Z", "2026-01-01T00:60:00Z", "2026-01-01T00:00:61Z",
+    "0000-01-01T00:00:00Z", "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00+01:60",
+    "2026-01-01T00:00:00.Z", "2026-01-01T00:00:00.1234567890Z", "2026-01-01",
+])
+def test_since_out_of_range_is_400_not_500(service, since):
+    r = service.ledgerd.get("/v1/requests?since=" + since, token=service.token("reviewer"))
+    assert r.status == 400 and r.code == "invalid_field", r
+    assert r.json["error"]["field"] == "since"
+
+
+@pytest.mark.parametrize("since", ["2024-02-29T00:00:00Z", "2026-12-31T23:59:60Z",
+                                   "2026-01-01T00:00:00.123456789+05:30",
+                                   "2026-01-01t00:00:00z"])
+def test_since_at_the_edges_of_its_ranges_is_served(service, since):
+    r = service.ledgerd.get("/v1/requests?since=" + since.replace("+", "%2B"),
+                            token=service.token("reviewer"))
+    assert r.status == 200, r
+
+
+@pytest.mark.parametrize("raw", [b"9223372036854775807:abc", b"99999999999999999999:abc",
+                                 b"253402300800000000:abc", b"-1:abc", b"1:", b":abc",
+                                 b"1:a/b"])
+def test_a_crafted_cursor_is_400_not_500(service, raw):
+    cursor = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    r = service.ledgerd.get("/v1/requests?cursor=" + cursor, token=service.token("reviewer"))
+    assert r.status == 400 and r.code == "invalid_field", r
+    assert r.json["error"]["field"] == "cursor"
+    r = service.ledgerd.get("/v1/requests/%s?events_cursor=%s" % (new_id(), cursor),
+                            token=service.token("reviewer"))
+    assert r.status in (400, 404), r
+    assert '"level":"error"' not in service.ledgerd.log_text()
