@@ -48,8 +48,10 @@ struct api_server {
 	const struct ledger_policy *policy; /* borrowed */
 	struct ledger_store *store;         /* borrowed */
 	struct api_net *net;
+	struct api_net_ops ops; /* what net.c calls, with this server as its context */
 	struct api_offload *offload;
-	bool ops_apart; /* --ops-listen is set: the API listener has no /metrics */
+	struct api_tls *tls; /* borrowed; NULL: plaintext */
+	bool ops_apart;      /* --ops-listen is set: the API listener has no /metrics */
 };
 
 size_t api_server_queue_depth(const struct api_request *req)
@@ -198,6 +200,16 @@ static void answer(struct api_request *req)
 {
 	const struct api_handler *h = req->route->handler;
 	enum ledger_err rc = req->job.res.rc;
+	int64_t arrived_ms = req->started_ns / 1000000;
+
+	/*
+	 * Leases in the answer are the database's figures less the time since
+	 * the call reached ledgerd (its head was in), not since a worker took
+	 * it: the token lookup, the body, the parse and the queue all count,
+	 * so no answer reports more lease than is left.
+	 */
+	if (req->job.res.began_ms > arrived_ms)
+		req->job.res.began_ms = arrived_ms;
 
 	if (rc != LEDGER_OK && !h->answers_errors)
 		api_reply_store_error(req, rc);
@@ -687,13 +699,13 @@ static unsigned connection_room(const struct api_settings *cfg)
 	return (unsigned)(rl.rlim_cur - reserve);
 }
 
-int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
-		   struct ledger_store *store, const struct api_server_sockets *sk)
+struct api_server *api_server_start(const struct api_settings *cfg,
+				    const struct ledger_policy *policy, struct ledger_store *store,
+				    const struct api_server_sockets *sk)
 {
 	static const struct api_net_ops ops = {
 		.begin = on_begin, .body = on_body, .resume = on_resume, .end = on_end};
-	struct api_net_ops bound_ops = ops;
-	struct api_server srv;
+	struct api_server *srv = calloc(1, sizeof(*srv));
 	struct api_net_listener ls[2];
 	struct api_net_config ncfg = {
 		.head_timeout_ms = cfg->head_timeout_ms,
@@ -712,27 +724,29 @@ int api_server_run(const struct api_settings *cfg, const struct ledger_policy *p
 	};
 	unsigned nls = 0;
 	char extra[700], who[400];
-	int64_t deadline_ns;
-	sigset_t stop;
-	int sig = 0;
 
-	memset(&srv, 0, sizeof(srv));
-	srv.cfg = cfg;
-	srv.policy = policy;
-	srv.store = store;
-	srv.ops_apart = sk->ops_fd >= 0;
-	bound_ops.ctx = &srv;
+	if (srv == NULL)
+		return NULL;
+	srv->cfg = cfg;
+	srv->policy = policy;
+	srv->store = store;
+	srv->tls = sk->tls;
+	srv->ops_apart = sk->ops_fd >= 0;
+	srv->ops = ops;
+	srv->ops.ctx = srv;
 	if (ncfg.max_connections < (unsigned)cfg->max_connections)
 		LOG_WARN("--max-connections %lld is more than the file limit allows: %u",
 			 (long long)cfg->max_connections, ncfg.max_connections);
-	ls[nls++] = (struct api_net_listener){sk->api_fd, sk->tls, strncmp(cfg->listen, "unix:", 5) != 0};
+	ls[nls++] = (struct api_net_listener){sk->api_fd, sk->tls,
+					      strncmp(cfg->listen, "unix:", 5) != 0};
 	if (sk->ops_fd >= 0)
 		ls[nls++] = (struct api_net_listener){sk->ops_fd, NULL, false};
-	if (api_offload_start(2, &srv.offload) != LEDGER_OK ||
-	    api_net_start(&ncfg, &bound_ops, ls, nls, &srv.net) != LEDGER_OK) {
+	if (api_offload_start(2, &srv->offload) != LEDGER_OK ||
+	    api_net_start(&ncfg, &srv->ops, ls, nls, &srv->net) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", sk->api_bound);
-		api_offload_stop(srv.offload);
-		return 1;
+		api_offload_stop(srv->offload);
+		free(srv);
+		return NULL;
 	}
 	snprintf(extra, sizeof(extra), "\"address\":\"%s\",\"version\":\"%s\",\"tls\":%s",
 		 sk->api_bound, LEDGER_VERSION, sk->tls != NULL ? "true" : "false");
@@ -751,52 +765,77 @@ int api_server_run(const struct api_settings *cfg, const struct ledger_policy *p
 		LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra,
 			   "operations (/healthz, /readyz, /metrics) on %s", sk->ops_bound);
 	}
+	return srv;
+}
 
+void api_server_reload(struct api_server *srv)
+{
+	char err[400], who[400];
+
+	if (srv->tls == NULL) {
+		LOG_INFO("SIGHUP: no TLS credentials to reload");
+	} else if (api_tls_reload(srv->tls, err, sizeof(err)) != LEDGER_OK) {
+		LOG_ERROR("SIGHUP: TLS credentials not reloaded, the old ones stay: %s", err);
+	} else {
+		api_tls_describe(srv->tls, who, sizeof(who));
+		LOG_INFO("SIGHUP: TLS credentials reloaded: %s", who);
+	}
+}
+
+bool api_server_drain(struct api_server *srv)
+{
+	int64_t deadline_ns = monotonic_ns() + srv->cfg->drain_timeout_ms * 1000000;
+
+	api_net_drain(srv->net);
+	while (api_net_in_flight(srv->net) > 0) {
+		struct timespec pause = {0, 10 * 1000 * 1000};
+
+		if (monotonic_ns() >= deadline_ns)
+			return false;
+		nanosleep(&pause, NULL);
+	}
+	return true;
+}
+
+void api_server_stop(struct api_server *srv)
+{
+	if (srv == NULL)
+		return;
+	api_net_stop(srv->net);
+	api_offload_stop(srv->offload);
+	if (strncmp(srv->cfg->listen, "unix:", 5) == 0)
+		unlink(srv->cfg->listen + 5);
+	free(srv);
+}
+
+int api_server_run(const struct api_settings *cfg, const struct ledger_policy *policy,
+		   struct ledger_store *store, const struct api_server_sockets *sk)
+{
+	struct api_server *srv = api_server_start(cfg, policy, store, sk);
+	sigset_t stop;
+	int sig = 0;
+
+	if (srv == NULL)
+		return 1;
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
 	sigaddset(&stop, SIGHUP);
 	for (;;) {
-		char err[400];
-
-		if (sigwait(&stop, &sig) != 0 || sig == SIGHUP) {
-			if (sig != SIGHUP)
-				continue;
-			if (sk->tls == NULL) {
-				LOG_INFO("SIGHUP: no TLS credentials to reload");
-			} else if (api_tls_reload(sk->tls, err, sizeof(err)) != LEDGER_OK) {
-				LOG_ERROR("SIGHUP: TLS credentials not reloaded, the old ones stay: %s",
-					  err);
-			} else {
-				api_tls_describe(sk->tls, who, sizeof(who));
-				LOG_INFO("SIGHUP: TLS credentials reloaded: %s", who);
-			}
+		if (sigwait(&stop, &sig) != 0)
 			continue;
-		}
-		break;
+		if (sig != SIGHUP)
+			break;
+		api_server_reload(srv);
 	}
 	LOG_INFO("%s: draining %ld calls in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-		 api_net_in_flight(srv.net));
-
-	api_net_drain(srv.net);
-	deadline_ns = monotonic_ns() + cfg->drain_timeout_ms * 1000000;
-	for (;;) {
-		struct timespec pause = {0, 10 * 1000 * 1000};
-
-		if (api_net_in_flight(srv.net) == 0)
-			break;
-		if (monotonic_ns() >= deadline_ns) {
-			/* Nothing acknowledged is lost: a reply follows its commit. */
-			LOG_ERROR("drain timed out with %ld calls in flight",
-				  api_net_in_flight(srv.net));
-			_exit(1);
-		}
-		nanosleep(&pause, NULL);
+		 api_net_in_flight(srv->net));
+	if (!api_server_drain(srv)) {
+		/* Nothing acknowledged is lost: a reply follows its commit. */
+		LOG_ERROR("drain timed out with %ld calls in flight", api_net_in_flight(srv->net));
+		_exit(1);
 	}
-	api_net_stop(srv.net);
-	api_offload_stop(srv.offload);
-	if (strncmp(cfg->listen, "unix:", 5) == 0)
-		unlink(cfg->listen + 5);
+	api_server_stop(srv);
 	LOG_INFO("stopped");
 	return 0;
 }

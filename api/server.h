@@ -6,6 +6,7 @@
 #ifndef API_SERVER_H
 #define API_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "api/request.h"
@@ -41,6 +42,25 @@ struct api_server_sockets {
 	char ops_bound[300];
 	struct api_tls *tls; /* NULL: plaintext; borrowed */
 };
+
+/**
+ * Starts serving on the sockets of @p sk (owned from now on); every
+ * argument is borrowed until api_server_stop(). For api_server_run(), and
+ * for tests and fuzzers that run a server in their own process.
+ * @return the server, or NULL (a line on standard error says why)
+ */
+struct api_server *api_server_start(const struct api_settings *cfg,
+				    const struct ledger_policy *policy, struct ledger_store *store,
+				    const struct api_server_sockets *sk);
+
+/** Reads the TLS credentials again (SIGHUP); on failure the old ones stay. */
+void api_server_reload(struct api_server *srv);
+
+/** Stops accepting and waits for the calls in flight. @return false: --drain-timeout passed */
+bool api_server_drain(struct api_server *srv);
+
+/** Stops the threads and frees the server. */
+void api_server_stop(struct api_server *srv);
 
 /**
  * Serves on the sockets of @p sk (owned from now on) with @p store until
