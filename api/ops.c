@@ -2,8 +2,8 @@
  * api/ops.c: the operational endpoints, which need no token: /healthz (the
  * process runs), /readyz (the database answers and its schema is the one
  * this binary expects) and /metrics (Prometheus text). Only /readyz asks
- * the database, and at most once a READY_FRESH_MS: a flood of probes costs
- * the database nothing more. The other two answer on the HTTP thread from
+ * the database, and while it is ready at most once a READY_FRESH_MS: a
+ * flood of probes costs the database nothing more. The other two answer on the HTTP thread from
  * parse().
  */
 #include "api/ops.h"
@@ -65,9 +65,18 @@ static enum ledger_err readyz_parse(struct api_request *req)
 
 static void readyz_answer(struct api_request *req, const struct ledger_store_result *res)
 {
-	atomic_store(&checked_rc, (int)res->rc);
-	atomic_store(&checked_version, res->u.schema_version);
-	atomic_store(&checked_ms, now_ms());
+	/*
+	 * Only readiness is remembered: a probe after an outage or a migration
+	 * asks again at once, and while the database is away the probe's own
+	 * lane (one worker, a short queue) bounds what probes cost.
+	 */
+	if (res->rc == LEDGER_OK && res->u.schema_version == ledger_migrate_expected_version()) {
+		atomic_store(&checked_rc, (int)res->rc);
+		atomic_store(&checked_version, res->u.schema_version);
+		atomic_store(&checked_ms, now_ms());
+	} else {
+		atomic_store(&checked_ms, 0);
+	}
 	api_metrics_readiness_check();
 	readyz_reply(req, res->rc, res->u.schema_version);
 }
