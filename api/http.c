@@ -106,8 +106,8 @@ static bool parse_request_line(char *line, struct api_http_head *h, struct api_h
 	if (sp1[1] != '/')
 		return MALFORMED(err, "the request target is not a path");
 	v = sp2 + 1;
-	if (strncmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
-	    v[7] < '0' || v[7] > '9' || v[8] != '\0')
+	if (strncmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' ||
+	    v[7] > '9' || v[8] != '\0')
 		return MALFORMED(err, "the request line is not METHOD TARGET HTTP/1.x");
 	if (v[5] != '1' || v[7] > '1')
 		return refuse(err, 505, "http_version_not_supported",
@@ -338,11 +338,11 @@ enum api_http_verdict api_http_parse_head(char *buf, size_t len, struct api_http
 /* --- chunked bodies (RFC 9112 7.1) --- */
 
 enum {
-	CH_SIZE,       /* chunk-size digits */
-	CH_EXT,        /* ; chunk-ext, up to CR */
-	CH_SIZE_LF,    /* the LF after the size line's CR */
-	CH_DATA,       /* chunk-data */
-	CH_DATA_CR,    /* CRLF after the data */
+	CH_SIZE,    /* chunk-size digits */
+	CH_EXT,     /* ; chunk-ext, up to CR */
+	CH_SIZE_LF, /* the LF after the size line's CR */
+	CH_DATA,    /* chunk-data */
+	CH_DATA_CR, /* CRLF after the data */
 	CH_DATA_LF,
 	CH_TRAILER,    /* a trailer field line, or the final empty line */
 	CH_TRAILER_LF, /* the LF after a trailer line's CR */
@@ -365,9 +365,9 @@ static int hex_value(char c)
 	return -1;
 }
 
-enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const char *in,
-					    size_t len, size_t *used, const char **data,
-					    size_t *data_len, struct api_http_error *err)
+enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const char *in, size_t len,
+					    size_t *used, const char **data, size_t *data_len,
+					    struct api_http_error *err)
 {
 	size_t i = 0;
 
@@ -440,7 +440,8 @@ enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const ch
 			if (c == '\r') {
 				d->state = CH_TRAILER_LF;
 			} else if (c == '\n' || c == '\0' || ++d->trailer > CH_MAX_TRAILER) {
-				MALFORMED(err, "the chunked body's trailer is malformed or too long");
+				MALFORMED(err,
+					  "the chunked body's trailer is malformed or too long");
 				return API_HTTP_REFUSED;
 			} else {
 				d->line++;
@@ -473,26 +474,47 @@ enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const ch
 const char *api_http_reason(unsigned status)
 {
 	switch (status) {
-	case 100: return "Continue";
-	case 200: return "OK";
-	case 201: return "Created";
-	case 204: return "No Content";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 410: return "Gone";
-	case 413: return "Content Too Large";
-	case 417: return "Expectation Failed";
-	case 422: return "Unprocessable Content";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 501: return "Not Implemented";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default: return "";
+	case 100:
+		return "Continue";
+	case 200:
+		return "OK";
+	case 201:
+		return "Created";
+	case 204:
+		return "No Content";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 409:
+		return "Conflict";
+	case 410:
+		return "Gone";
+	case 413:
+		return "Content Too Large";
+	case 417:
+		return "Expectation Failed";
+	case 422:
+		return "Unprocessable Content";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 500:
+		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
+	case 503:
+		return "Service Unavailable";
+	case 505:
+		return "HTTP Version Not Supported";
+	default:
+		return "";
 	}
 }

@@ -97,9 +97,9 @@ struct api_http_chunked {
  * @return INCOMPLETE (feed more), DONE (the body ended; bytes after it are
  *         the next request's), or REFUSED with @p err set
  */
-enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const char *in,
-					    size_t len, size_t *used, const char **data,
-					    size_t *data_len, struct api_http_error *err);
+enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const char *in, size_t len,
+					    size_t *used, const char **data, size_t *data_len,
+					    struct api_http_error *err);
 
 /** The reason phrase of @p status ("Bad Request"), "" for none. */
 const char *api_http_reason(unsigned status);

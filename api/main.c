@@ -214,7 +214,8 @@ static int open_sockets(const struct api_settings *cfg, struct api_server_socket
 		return EXIT_USAGE;
 	}
 	if (cfg->tls_cert != NULL && strncmp(cfg->listen, "unix:", 5) == 0) {
-		fprintf(stderr, "ledgerd: --tls-cert: TLS is for a TCP --listen, not a unix socket\n");
+		fprintf(stderr,
+			"ledgerd: --tls-cert: TLS is for a TCP --listen, not a unix socket\n");
 		return EXIT_USAGE;
 	}
 	if (cfg->tls_cert != NULL &&
@@ -232,8 +233,8 @@ static int open_sockets(const struct api_settings *cfg, struct api_server_socket
 		return status;
 	}
 	if (cfg->ops_listen != NULL) {
-		sk->ops_fd = api_server_listen(cfg->ops_listen, sk->ops_bound, sizeof(sk->ops_bound),
-					       err, sizeof(err));
+		sk->ops_fd = api_server_listen(cfg->ops_listen, sk->ops_bound,
+					       sizeof(sk->ops_bound), err, sizeof(err));
 		if (sk->ops_fd < 0) {
 			int status = sk->ops_fd == -2 ? EXIT_USAGE : 1;
 

@@ -65,7 +65,7 @@ static atomic_ullong fenced[COUNT(fenced_names)];
 
 /* What api/net.c refuses on the wire, by error code, and its other counts. */
 static const char *const wire_codes[] = {
-	"malformed_request", "headers_too_large", "http_version_not_supported",
+	"malformed_request", "headers_too_large",  "http_version_not_supported",
 	"not_implemented",   "expectation_failed", "request_timeout",
 };
 static atomic_ullong wire_refused[COUNT(wire_codes) + 1];
@@ -373,7 +373,8 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	       "Connections closed unanswered when accepted: past --max-connections (total), "
 	       "--max-connections-per-address, or out of file descriptors or memory.");
 	for (size_t i = 0; i < COUNT(refused_reasons); i++)
-		ledger_buf_printf(out, "ledger_http_connections_refused_total{reason=\"%s\"} %llu\n",
+		ledger_buf_printf(out,
+				  "ledger_http_connections_refused_total{reason=\"%s\"} %llu\n",
 				  refused_reasons[i], get(&connections_refused[i]));
 	header(out, "ledger_http_refused_total", "counter",
 	       "Requests refused on the wire before any route (malformed, too large a head, a "

@@ -56,6 +56,8 @@ enum conn_state {
  * client still writing its body gets the reply rather than a reset.
  */
 #define LINGER_MS 5000
+/* After a refusal on the wire or at a deadline nothing worth waiting for is in flight. */
+#define LINGER_REFUSED_MS 1000
 #define FIRST_BUFFER 2048
 
 struct addr_count;
@@ -71,6 +73,7 @@ struct api_net_conn {
 	struct api_net_conn *prev, *next; /* the loop's connections */
 
 	size_t lingered; /* bytes dropped in LINGER */
+	bool refused;    /* the reply is a refusal on the wire: a short linger */
 
 	/* Input: in[0, in_len), of which the first in_off are consumed. */
 	char *in;
@@ -96,10 +99,10 @@ struct api_net_conn {
 	bool close_after;
 	bool dead; /* the connection is gone; the call is ended once no worker holds it */
 
-	int64_t since_ms;     /* when the current state's deadline started */
-	int64_t last_io_ms;   /* last byte in or out */
-	bool head_started;    /* a byte of the next head arrived */
-	unsigned events;      /* what the epoll set waits for now */
+	int64_t since_ms;   /* when the current state's deadline started */
+	int64_t last_io_ms; /* last byte in or out */
+	bool head_started;  /* a byte of the next head arrived */
+	unsigned events;    /* what the epoll set waits for now */
 };
 
 struct loop {
@@ -445,8 +448,8 @@ static void http_date(char *out, size_t outlen)
 }
 
 /* Queues the reply's bytes: head and body in one buffer, written as one. */
-static bool compose(struct api_net_conn *c, unsigned status, const char *headers,
-		    const char *body, size_t len)
+static bool compose(struct api_net_conn *c, unsigned status, const char *headers, const char *body,
+		    size_t len)
 {
 	char date[64], *out;
 	int n;
@@ -457,10 +460,9 @@ static bool compose(struct api_net_conn *c, unsigned status, const char *headers
 	out = malloc(cap);
 	if (out == NULL)
 		return false;
-	n = snprintf(out, cap,
-		     "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Length: %zu\r\n%s%s\r\n", status,
-		     api_http_reason(status), date, len, headers != NULL ? headers : "",
-		     c->close_after ? "Connection: close\r\n"
+	n = snprintf(out, cap, "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
+		     status, api_http_reason(status), date, len, headers != NULL ? headers : "",
+		     c->close_after       ? "Connection: close\r\n"
 		     : c->head.minor == 0 ? "Connection: keep-alive\r\n"
 					  : "");
 	if (n < 0 || (size_t)n + len >= cap) {
@@ -502,9 +504,10 @@ static void refuse(struct api_net_conn *c, const struct api_http_error *err)
 	body = buf.oom ? NULL : ledger_buf_steal(&buf, &len);
 	ledger_buf_free(&buf);
 	c->close_after = true;
+	c->refused = true;
 	api_metrics_http_refused(err->code);
-	if (body == NULL || !compose(c, err->status, "Content-Type: application/json\r\n", body,
-				     len)) {
+	if (body == NULL ||
+	    !compose(c, err->status, "Content-Type: application/json\r\n", body, len)) {
 		free(body);
 		conn_close(c);
 		return;
@@ -945,7 +948,7 @@ static void sweep(struct loop *l, int64_t now)
 			}
 			break;
 		case C_LINGER:
-			if (now - c->since_ms >= LINGER_MS)
+			if (now - c->since_ms >= (c->refused ? LINGER_REFUSED_MS : LINGER_MS))
 				conn_close(c);
 			break;
 		case C_CALL:
@@ -992,7 +995,8 @@ static void accept_on(struct loop *l, unsigned li)
 		struct api_net_conn *c;
 		struct addr_count *addr = NULL;
 		struct epoll_event ev;
-		int fd = accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd =
+			accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		int one = 1;
 
 		if (fd < 0) {
@@ -1016,7 +1020,8 @@ static void accept_on(struct loop *l, unsigned li)
 			addr = addr_take(net, key, &full);
 			if (addr == NULL) {
 				atomic_fetch_sub(&net->connections, 1);
-				api_metrics_http_connection_refused(full ? "per_address" : "memory");
+				api_metrics_http_connection_refused(full ? "per_address"
+									 : "memory");
 				close(fd);
 				continue;
 			}

@@ -89,14 +89,14 @@ struct api_request {
 	char *query_keys[API_MAX_QUERY], *query_values[API_MAX_QUERY];
 	unsigned nquery;
 	struct ledger_buf body; /* the request body as received */
-	bool has_token;     /* an Authorization: Bearer header was given */
-	bool authenticated; /* tenant and role are known */
+	bool has_token;         /* an Authorization: Bearer header was given */
+	bool authenticated;     /* tenant and role are known */
 	unsigned char token_sha256[32];
 	char tenant[LEDGER_ID_MAX + 1]; /* after authentication */
 	enum ledger_role role;
-	struct ledger_json_doc *doc;  /* the parsed body, when parse() parsed one */
-	void *input;                  /* the handler's parsed input; freed with free() */
-	struct ledger_job job;        /* the store operation, its ids and its result */
+	struct ledger_json_doc *doc;      /* the parsed body, when parse() parsed one */
+	void *input;                      /* the handler's parsed input; freed with free() */
+	struct ledger_job job;            /* the store operation, its ids and its result */
 	struct api_offload_job parse_job; /* parse(), when the body is large */
 	struct api_reply reply;
 	int64_t started_ns; /* monotonic, for latency */

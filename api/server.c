@@ -236,7 +236,8 @@ static bool collect_query(struct api_request *req, const char *query)
 			continue;
 		}
 		eq = memchr(query, '=', plen);
-		k = api_routes_percent_decode(query, eq != NULL ? (size_t)(eq - query) : plen, &klen);
+		k = api_routes_percent_decode(query, eq != NULL ? (size_t)(eq - query) : plen,
+					      &klen);
 		if (k == NULL || strlen(k) != klen) {
 			api_reply_invalid_field(req, "", "a query parameter name is malformed");
 			goto fail;
@@ -246,11 +247,13 @@ static bool collect_query(struct api_request *req, const char *query)
 				break;
 		}
 		if (req->route->query[i] == NULL) {
-			api_reply_invalid_field(req, klen <= 64 ? k : "", "unknown query parameter");
+			api_reply_invalid_field(req, klen <= 64 ? k : "",
+						"unknown query parameter");
 			goto fail;
 		}
 		if (eq != NULL)
-			v = api_routes_percent_decode(eq + 1, plen - (size_t)(eq + 1 - query), &vlen);
+			v = api_routes_percent_decode(eq + 1, plen - (size_t)(eq + 1 - query),
+						      &vlen);
 		if (v == NULL || strlen(v) != vlen) {
 			api_reply_invalid_field(req, req->route->query[i], "is malformed");
 			goto fail;
@@ -265,7 +268,7 @@ static bool collect_query(struct api_request *req, const char *query)
 		req->nquery++;
 		query += plen;
 		continue;
-fail:
+	fail:
 		free(k);
 		free(v);
 		return false;
@@ -291,7 +294,8 @@ static void drive(struct api_request *req);
 static void parse_run(struct api_offload_job *job)
 {
 	struct api_request *req =
-		(struct api_request *)(void *)((char *)job - offsetof(struct api_request, parse_job));
+		(struct api_request *)(void *)((char *)job -
+					       offsetof(struct api_request, parse_job));
 
 	ledger_log_context_set(&req->job.ids);
 	parse(req);
@@ -426,10 +430,9 @@ static void route(struct api_request *req)
 	m = api_routes_match(req->head->method, path, &req->route, req->params, &allow, &bad);
 	free(path);
 	/* On the ops listener only the routes without a token exist; /metrics only there. */
-	if (m == API_MATCH_OK &&
-	    ((req->listener == API_LISTENER_OPS && req->route->roles != 0) ||
-	     (req->listener == API_LISTENER_API && req->server->ops_apart &&
-	      req->route->handler == &api_ops_metrics))) {
+	if (m == API_MATCH_OK && ((req->listener == API_LISTENER_OPS && req->route->roles != 0) ||
+				  (req->listener == API_LISTENER_API && req->server->ops_apart &&
+				   req->route->handler == &api_ops_metrics))) {
 		for (unsigned i = 0; i < API_MAX_PARAMS; i++) {
 			free(req->params[i]);
 			req->params[i] = NULL;
@@ -467,7 +470,8 @@ static void route(struct api_request *req)
 	}
 	read_token(req);
 	if (!req->has_token) {
-		api_reply_error(req, 401, "unauthorized", "an Authorization: Bearer token is required");
+		api_reply_error(req, 401, "unauthorized",
+				"an Authorization: Bearer token is required");
 		return;
 	}
 	if (api_tokens_cache_get(req->token_sha256, req->tenant, &req->role)) {
@@ -670,7 +674,8 @@ static bool listens_privately(int fd)
 	if (ss.ss_family == AF_INET6) {
 		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
 
-		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
 	}
 	return false;
 }

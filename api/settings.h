@@ -29,8 +29,8 @@ struct api_settings {
 	int64_t idle_timeout_ms;    /* an idle keep-alive connection, or an unread reply */
 	int64_t max_connections;    /* open at once, in all */
 	int64_t max_connections_per_address; /* open at once from one address; 0: no limit */
-	int64_t retention_ms;       /* settled requests older than this are removed */
-	int64_t tombstone_ms;       /* how long a removed call's tombstone stays */
+	int64_t retention_ms;                /* settled requests older than this are removed */
+	int64_t tombstone_ms;                /* how long a removed call's tombstone stays */
 	enum ledger_log_level log_level;
 	int64_t max_body_bytes; /* larger bodies: 413 body_too_large */
 	int64_t min_lease_ms;   /* lease_ms bounds; outside: 400 invalid_field */

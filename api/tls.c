@@ -43,8 +43,8 @@ static SSL_CTX *load(const char *cert_path, const char *key_path, char *err, siz
 	/* TLS 1.2 and 1.3 only; OpenSSL's default ciphers for them are sound. */
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
-				      SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+				      SSL_MODE_RELEASE_BUFFERS);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1) {
 		openssl_reason(why, sizeof(why));
