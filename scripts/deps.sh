@@ -11,7 +11,8 @@ RUN_PKGS="postgresql-15 python3"
 # database on it; docker/patroni.Dockerfile builds the image of its nodes.
 HA_PKGS="patroni python3-etcd etcd-server"
 # pytest-xdist: make test runs its test files in parallel.
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl valgrind nodejs $HA_PKGS"
+# openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs $HA_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
