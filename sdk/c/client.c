@@ -5,7 +5,8 @@
  * re-sent unchanged until its time runs out: the API makes every POST
  * idempotent under such a retry, so a lost answer is never a lost call.
  * Every call is bounded: 3 s to connect, timeout_ms in all, and
- * LEDGER_CLIENT_MAX_ANSWER bytes of answer.
+ * LEDGER_CLIENT_MAX_ANSWER bytes of answer. An https URL is verified
+ * always (chain and host name), against the CA file when one is given.
  */
 #include "sdk/c/client_int.h"
 
@@ -16,9 +17,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <curl/curl.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #ifndef LEDGER_VERSION
 #define LEDGER_VERSION "unknown"
@@ -138,6 +143,78 @@ static bool build_headers(struct ledger_client *c, const char *token)
 	return ok;
 }
 
+/* Says why a CA file cannot be used; its failure is TLS, as a refused certificate is. */
+static __attribute__((format(printf, 2, 3))) void ca_file_error(struct ledger_client_error *err,
+								const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL)
+		return;
+	ledger_client_error_clear(err);
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	err->failure = LEDGER_CLIENT_FAILURE_TLS;
+}
+
+enum ledger_client_err ledger_client_ca_file_check(const char *path,
+						   struct ledger_client_error *err)
+{
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_INVALID;
+	FILE *f = NULL;
+	BIO *bio = NULL;
+	X509 *cert = NULL;
+	struct stat st;
+	unsigned long last;
+	int n = 0;
+
+	if (path == NULL || path[0] == '\0') {
+		ca_file_error(err, "the CA file has no name");
+		goto out;
+	}
+	f = fopen(path, "re");
+	if (f == NULL) {
+		ca_file_error(err, "cannot read the CA file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+		ca_file_error(err, "the CA file %s is not a regular file", path);
+		goto out;
+	}
+	bio = BIO_new_fp(f, BIO_NOCLOSE);
+	if (bio == NULL) {
+		rc = LEDGER_CLIENT_ERR_NOMEM;
+		goto out;
+	}
+	/* The same reader OpenSSL's own loading takes PEM blocks with; the text
+	 * between blocks is skipped, and the end of the file is "no start line". */
+	ERR_clear_error();
+	while ((cert = PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL)) != NULL) {
+		X509_free(cert);
+		n++;
+	}
+	last = ERR_peek_last_error();
+	if (last != 0 && ERR_GET_REASON(last) != PEM_R_NO_START_LINE) {
+		const char *why = ERR_reason_error_string(last);
+
+		ca_file_error(err, "the CA file %s holds a certificate that cannot be read (%s)",
+			      path, why != NULL ? why : "a bad PEM block");
+		goto out;
+	}
+	if (n == 0) {
+		ca_file_error(err, "the CA file %s holds no PEM certificate", path);
+		goto out;
+	}
+	rc = LEDGER_CLIENT_OK;
+out:
+	ERR_clear_error(); /* this thread's queue: nothing of it is anyone else's concern */
+	BIO_free(bio);
+	if (f != NULL)
+		fclose(f);
+	return rc;
+}
+
 enum ledger_client_err ledger_client_open(const struct ledger_client_options *opts,
 					  struct ledger_client **out)
 {
@@ -154,6 +231,12 @@ enum ledger_client_err ledger_client_open(const struct ledger_client_options *op
 	    (strncasecmp(opts->url, "http://", 7) != 0 &&
 	     strncasecmp(opts->url, "https://", 8) != 0))
 		return LEDGER_CLIENT_ERR_INVALID;
+	if (opts->ca_file != NULL) {
+		rc = ledger_client_ca_file_check(opts->ca_file, NULL);
+		if (rc != LEDGER_CLIENT_OK)
+			return rc;
+		rc = LEDGER_CLIENT_ERR_NOMEM;
+	}
 	pthread_once(&curl_once, init_curl);
 	if (curl_init_rc != CURLE_OK)
 		return LEDGER_CLIENT_ERR_INTERNAL;
@@ -181,6 +264,8 @@ enum ledger_client_err ledger_client_open(const struct ledger_client_options *op
 							: "ledger_client/" LEDGER_VERSION);
 	if (c->user_agent == NULL || !build_headers(c, opts->token))
 		goto out;
+	if (opts->ca_file != NULL && (c->ca_file = strdup(opts->ca_file)) == NULL)
+		goto out;
 	*out = c;
 	c = NULL;
 	rc = LEDGER_CLIENT_OK;
@@ -203,6 +288,7 @@ void ledger_client_close(struct ledger_client *c)
 	free_headers(c->get_headers);
 	free_headers(c->post_headers);
 	free(c->user_agent);
+	free(c->ca_file);
 	free(c->base);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -219,6 +305,23 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 	}
 	ledger_buf_append(&s->buf, data, len);
 	return s->buf.oom ? 0 : len;
+}
+
+/*
+ * Verification on, whatever libcurl's defaults were built as. With a CA
+ * file, that file alone: the system's CA directory is not consulted
+ * besides it, so a deployment's private CA is the only one ledgerd's
+ * certificate can come from.
+ */
+static bool set_tls(const struct ledger_client *c, CURL *curl)
+{
+	if (curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK ||
+	    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK)
+		return false;
+	if (c->ca_file == NULL)
+		return true;
+	return curl_easy_setopt(curl, CURLOPT_CAINFO, c->ca_file) == CURLE_OK &&
+	       curl_easy_setopt(curl, CURLOPT_CAPATH, NULL) == CURLE_OK;
 }
 
 /* Takes an idle handle, or makes one. NULL when libcurl cannot. */
@@ -247,7 +350,8 @@ static struct client_conn *conn_get(struct ledger_client *c)
 			     (curl_off_t)LEDGER_CLIENT_MAX_ANSWER) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_USERAGENT, c->user_agent) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_ERRORBUFFER, k->errbuf) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK) {
+	    curl_easy_setopt(k->curl, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK ||
+	    !set_tls(c, k->curl)) {
 		if (k->curl != NULL)
 			curl_easy_cleanup(k->curl);
 		free(k);
@@ -265,11 +369,25 @@ static void conn_put(struct ledger_client *c, struct client_conn *k)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Why libcurl got no answer. UNREACHABLE is the one failure after which
- * the same request may simply be sent again. */
+/* Why libcurl got no answer. */
 static enum ledger_client_failure classify(CURLcode code, bool too_large)
 {
 	switch (code) {
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ENGINE_NOTFOUND:
+	case CURLE_SSL_ENGINE_SETFAILED:
+	case CURLE_SSL_ENGINE_INITFAILED:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+	case CURLE_SSL_SHUTDOWN_FAILED:
+	case CURLE_USE_SSL_FAILED:
+		return LEDGER_CLIENT_FAILURE_TLS;
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_RESOLVE_PROXY:
 	case CURLE_COULDNT_CONNECT:
@@ -292,12 +410,46 @@ static enum ledger_client_failure classify(CURLcode code, bool too_large)
 	}
 }
 
+/*
+ * Whether the same request may simply be sent again after @p failure:
+ * when nothing came back, and after a TLS handshake that broke off (a
+ * ledgerd restarting cuts handshakes too, and nothing of the request was
+ * sent before one completed). A certificate that failed verification
+ * would fail the same way again: that is for a person to fix.
+ */
+static bool resend_after(CURLcode code, enum ledger_client_failure failure)
+{
+	return failure == LEDGER_CLIENT_FAILURE_UNREACHABLE || code == CURLE_SSL_CONNECT_ERROR;
+}
+
+/* What went wrong with TLS, in words, before libcurl's own. */
+static const char *tls_what(CURLcode code)
+{
+	switch (code) {
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+		return "ledgerd's certificate failed verification";
+	case CURLE_SSL_CACERT_BADFILE:
+		return "the CA file cannot be used";
+	case CURLE_SSL_CONNECT_ERROR:
+		return "the TLS handshake failed";
+	default:
+		return "TLS failed";
+	}
+}
+
 /* Records that no answer came, with libcurl's reason. */
 static void set_failure(struct ledger_client_error *err, const struct client_conn *k, CURLcode code,
 			enum ledger_client_failure failure)
 {
-	client_error_set(err, "", "%s",
-			 k->errbuf[0] != '\0' ? k->errbuf : curl_easy_strerror(code));
+	const char *reason = k->errbuf[0] != '\0' ? k->errbuf : curl_easy_strerror(code);
+
+	if (failure == LEDGER_CLIENT_FAILURE_TLS)
+		client_error_set(err, "", "%s: %s", tls_what(code), reason);
+	else
+		client_error_set(err, "", "%s", reason);
 	if (err != NULL)
 		err->failure = failure;
 }
@@ -412,8 +564,7 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 			break;
 		failure =
 			code == CURLE_OK ? LEDGER_CLIENT_FAILURE_NONE : classify(code, s.too_large);
-		if (failure != LEDGER_CLIENT_FAILURE_NONE &&
-		    failure != LEDGER_CLIENT_FAILURE_UNREACHABLE) {
+		if (failure != LEDGER_CLIENT_FAILURE_NONE && !resend_after(code, failure)) {
 			rc = failure == LEDGER_CLIENT_FAILURE_TOO_LARGE
 				     ? LEDGER_CLIENT_ERR_PROTOCOL
 				     : LEDGER_CLIENT_ERR_UNAVAILABLE;

@@ -22,6 +22,7 @@ struct ledger_client {
 	struct curl_slist *get_headers;  /* Authorization (wiped on close), Accept */
 	struct curl_slist *post_headers; /* the same, Content-Type and Expect */
 	char *user_agent;                /* the User-Agent header */
+	char *ca_file;                   /* the CAs of an https URL; NULL: the system's */
 	uint32_t timeout_ms;             /* one exchange */
 	uint32_t retry_ms;               /* re-sending a call that got no answer or a 503 */
 	uint32_t complete_retry_ms;      /* the same for recording what a tool did */

@@ -44,7 +44,8 @@ enum ledger_client_err {
 	LEDGER_CLIENT_OK = 0,
 	LEDGER_CLIENT_ERR_INVALID,     /* a bad argument: nothing was sent */
 	LEDGER_CLIENT_ERR_NOMEM,       /* an allocation failed */
-	LEDGER_CLIENT_ERR_UNAVAILABLE, /* no answer, or 503, for as long as the call was retried */
+	LEDGER_CLIENT_ERR_UNAVAILABLE, /* no answer, or 503, for as long as the call was retried;
+	                                  or TLS failed (see the error's failure) */
 	LEDGER_CLIENT_ERR_REFUSED,  /* ledgerd answered with an API error: see the error's code */
 	LEDGER_CLIENT_ERR_PROTOCOL, /* an answer that is not what the API says */
 	LEDGER_CLIENT_ERR_INTERNAL, /* libcurl or a thread could not be started */
@@ -59,7 +60,10 @@ enum ledger_client_failure {
 	LEDGER_CLIENT_FAILURE_UNREACHABLE, /* refused, unresolvable, timed out, cut off */
 	LEDGER_CLIENT_FAILURE_BAD_URL,     /* libcurl cannot use the URL */
 	LEDGER_CLIENT_FAILURE_TOO_LARGE,   /* the answer exceeded LEDGER_CLIENT_MAX_ANSWER */
-	LEDGER_CLIENT_FAILURE_TRANSPORT,   /* any other libcurl failure (TLS, ...) */
+	LEDGER_CLIENT_FAILURE_TRANSPORT,   /* any other libcurl failure */
+	LEDGER_CLIENT_FAILURE_TLS,         /* ledgerd's certificate failed verification (another
+	                                      CA, another host name, expired), the CA file could
+	                                      not be used, or the TLS handshake failed */
 };
 
 /* Why a call did not succeed. Zeroed means "nothing to report". */
@@ -89,17 +93,46 @@ struct ledger_client_options {
 	                               operator's tool, whose user retries. Not for agents: a
 	                               completion that gets no answer is then UNRECORDED */
 	const char *user_agent;     /* the User-Agent header; NULL: "ledger_client/<version>" */
+	/* Fields are only ever added here, at the end, and zero is the default of each. */
+	const char *ca_file; /* https: the PEM file of the CAs that may sign ledgerd's certificate,
+	                        and only those; NULL: the system's trust store. Either way the
+	                        certificate and the host name are verified; copied */
 };
 
 /**
  * Makes a client. Sends nothing yet.
+ *
+ * TLS: an https:// URL is always verified: the certificate's chain against
+ * ca_file (else the system's trust store), and its names against the URL's
+ * host. A call refused for TLS fails with _ERR_UNAVAILABLE and the error's
+ * failure LEDGER_CLIENT_FAILURE_TLS, whose message says why ("... failed
+ * verification: ..."); one that failed verification is not re-sent, since
+ * sending it again cannot help. ca_file is read once here (see
+ * ledger_client_ca_file_check()) and again by libcurl for each new
+ * connection, so a file replaced in place is taken up by new connections.
+ *
  * @param opts borrowed for the call
  * @param out on LEDGER_CLIENT_OK a new client; free with ledger_client_close()
  * @return LEDGER_CLIENT_OK, _ERR_INVALID (no url, not http(s), an empty token
- *         or one with a line break), _ERR_NOMEM or _ERR_INTERNAL
+ *         or one with a line break, a ca_file that cannot be read or holds no
+ *         PEM certificate), _ERR_NOMEM or _ERR_INTERNAL
  */
 LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_open(const struct ledger_client_options *opts, struct ledger_client **out);
+
+/**
+ * Checks that @p path can serve as ca_file: a regular file that can be
+ * read and holds PEM certificates, at least one. ledger_client_open()
+ * refuses the file on the same grounds; this says why, for a program to
+ * tell its user.
+ * @param path borrowed for the call
+ * @param err on failure the reason in err->message ("cannot read the CA file
+ *        ...: No such file or directory"), failure LEDGER_CLIENT_FAILURE_TLS;
+ *        clear with ledger_client_error_clear(); may be NULL
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID or _ERR_NOMEM
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_ca_file_check(const char *path, struct ledger_client_error *err);
 
 /** Closes the connections and wipes the token. Every attempt's heartbeat
  *  must be stopped first. NULL-safe. */

@@ -202,6 +202,11 @@ static int report_failure(const char *what, enum ledger_client_err rc,
 		ledger_buf_printf(&text, "the answer is larger than %u MiB",
 				  LEDGER_CLIENT_MAX_ANSWER >> 20);
 		break;
+	case LEDGER_CLIENT_FAILURE_TLS:
+		/* Not "unreachable": asking again changes nothing until a person
+		 * fixes the CA file or the certificate. */
+		ledger_buf_printf(&text, "TLS: %s", e->message);
+		break;
 	case LEDGER_CLIENT_FAILURE_TRANSPORT:
 	case LEDGER_CLIENT_FAILURE_NONE:
 		ledger_buf_printf(&text, "%s",

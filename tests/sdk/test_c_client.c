@@ -10,6 +10,7 @@
  *   restart     a completion retried while ledgerd restarts ($LEDGER_MARK handshake)
  *   unrecorded  ledgerd stays down past complete_retry_ms
  *   lost        LEDGER_URL is a proxy that loses the first answers (answer_thief.py)
+ *   tls         https against a stand-in server (tests/sdk/test_c_client_tls.c)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1108,6 +1109,8 @@ int main(int argc, char **argv)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (strcmp(group, "jcs") == 0) {
 		rc = cmocka_run_group_tests_name("c_client_jcs", jcs, NULL, NULL);
+	} else if (strcmp(group, "tls") == 0) {
+		rc = test_c_client_tls_run(); /* a stand-in server: no tokens of ledgerd's */
 	} else if (url == NULL || agent_token == NULL || router_token == NULL ||
 		   admin_token == NULL) {
 		fprintf(stderr,

@@ -51,4 +51,7 @@ void test_client_resolve_settles_an_unknown_call(void **state);
 void test_client_resolve_refusals_and_escaped_ids(void **state);
 void test_client_no_retry_sends_once(void **state);
 
+/* tests/sdk/test_c_client_tls.c: the tls group, against a stand-in https server */
+int test_c_client_tls_run(void);
+
 #endif
