@@ -41,7 +41,7 @@ enum ledgerctl_exit {
 };
 
 static const char usage_text[] =
-	"usage: ledgerctl [--url URL] [--token TOKEN] [--json] COMMAND ...\n"
+	"usage: ledgerctl [--url URL] [--token TOKEN] [--ca-file FILE] [--json] COMMAND ...\n"
 	"\n"
 	"The operator's client of ledgerd.\n"
 	"\n"
@@ -58,6 +58,9 @@ static const char usage_text[] =
 	"options (anywhere on the line; -- ends them):\n"
 	"  --url URL            ledgerd's address (else $LEDGER_URL, else " DEFAULT_URL ")\n"
 	"  --token TOKEN        bearer token (else $LEDGER_TOKEN); resolve needs an admin token\n"
+	"  --ca-file FILE       the PEM file of the CAs that may sign ledgerd's certificate, for\n"
+	"                       an https URL (else $LEDGER_CA_FILE, else the system's trust\n"
+	"                       store); the certificate and its host name are always verified\n"
 	"  --json               print the API's answer body instead of text, and nothing else;\n"
 	"                       one page is printed as received; for show and unknown, an\n"
 	"                       answer of several pages is printed merged: the first page's\n"
@@ -66,8 +69,10 @@ static const char usage_text[] =
 	"\n"
 	"exit status:\n"
 	"  0  success\n"
-	"  1  any other failure (409 already_completed, 400, 500, an answer that is not JSON)\n"
-	"  2  usage error: unknown command or flag, missing argument, --result not JSON\n"
+	"  1  any other failure (409 already_completed, 400, 500, an answer that is not JSON,\n"
+	"     TLS: ledgerd's certificate failed verification)\n"
+	"  2  usage error: unknown command or flag, missing argument, --result not JSON,\n"
+	"     a CA file that cannot be read\n"
 	"  3  not found: 404, 410 result_expired\n"
 	"  4  not allowed: 401 unauthorized, 403 forbidden\n"
 	"  5  unreachable: connection refused, unknown host, timeout, 503 store_unavailable\n"
@@ -79,9 +84,10 @@ struct options {
 	const char *command;
 	const char *args[2]; /* positional arguments after the command */
 	size_t nargs;
-	const char *url;   /* --url, or NULL */
-	const char *token; /* --token, or NULL */
-	const char *as;    /* --as */
+	const char *url;     /* --url, or NULL */
+	const char *token;   /* --token, or NULL */
+	const char *ca_file; /* --ca-file, or NULL */
+	const char *as;      /* --as */
 	const char *result;
 	const char *note;
 	bool json;
@@ -669,7 +675,8 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	static const char *const valued[] = {"--url", "--token", "--as", "--result", "--note"};
+	static const char *const valued[] = {"--url",    "--token", "--as",
+					     "--result", "--note",  "--ca-file"};
 	bool options_done = false;
 
 	memset(o, 0, sizeof(*o));
@@ -720,8 +727,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->as = value;
 		else if (k == 3)
 			o->result = value;
-		else
+		else if (k == 4)
 			o->note = value;
+		else
+			o->ca_file = value;
 	}
 	return LEDGERCTL_EXIT_OK;
 }
@@ -812,6 +821,22 @@ int main(int argc, char **argv)
 		rc = check_resolution(&o, &res);
 		if (rc != LEDGERCTL_EXIT_OK)
 			goto out;
+	}
+	/* The flag wins; an empty variable is no variable, an empty flag a mistake. */
+	opts.ca_file = o.ca_file != NULL ? o.ca_file : getenv("LEDGER_CA_FILE");
+	if (opts.ca_file != NULL && opts.ca_file[0] == '\0' && o.ca_file == NULL)
+		opts.ca_file = NULL;
+	if (opts.ca_file != NULL) {
+		struct ledger_client_error ca_err;
+
+		memset(&ca_err, 0, sizeof(ca_err));
+		if (ledger_client_ca_file_check(opts.ca_file, &ca_err) != LEDGER_CLIENT_OK) {
+			complain(o.ca_file != NULL ? "--ca-file" : "LEDGER_CA_FILE",
+				 ca_err.message);
+			ledger_client_error_clear(&ca_err);
+			rc = LEDGERCTL_EXIT_USAGE;
+			goto out;
+		}
 	}
 	/* Without a token none is sent: ledgerd's 401 is then the answer, with a hint. */
 	opts.timeout_ms = TIMEOUT_MS;

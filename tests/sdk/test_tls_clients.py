@@ -142,3 +142,73 @@ def test_c_sdk_verifies_https_against_its_ca_file(pki, good, wrong_name):
     got = good.requests[before:]
     assert [(m, path.split("?")[0], auth) for m, path, auth in got] == \
         [("GET", "/v1/tool-calls", "Bearer stand-in-token")] * 2, got
+
+
+# --- ledgerctl -----------------------------------------------------------------
+
+LEDGERCTL = BUILD / "ledgerctl"
+
+
+def ledgerctl(*args, **env):
+    p = subprocess.run([str(LEDGERCTL)] + [str(a) for a in args], env=clean_env(**env),
+                       capture_output=True, text=True, timeout=30)
+    p.lines = p.stderr.splitlines()
+    return p
+
+
+def test_ledgerctl_usage_names_the_ca_file():
+    p = ledgerctl("--help")
+    assert p.returncode == 0
+    assert "[--ca-file FILE]" in p.stdout.splitlines()[0]
+    assert "--ca-file FILE" in p.stdout and "$LEDGER_CA_FILE" in p.stdout, p.stdout
+
+
+def test_ledgerctl_verifies_against_the_ca_file_of_its_flag_or_variable(pki, good):
+    before = len(good.requests)
+    flag = ledgerctl("--ca-file", pki.ca, "unknown", LEDGER_URL=good.url, LEDGER_TOKEN="t-1")
+    assert flag.returncode == 0 and flag.stderr == "", flag
+    var = ledgerctl("unknown", LEDGER_URL=good.url, LEDGER_TOKEN="t-1", LEDGER_CA_FILE=pki.ca)
+    assert var.returncode == 0 and var.stderr == "", var
+    # the flag wins over the variable
+    wins = ledgerctl("--ca-file=%s" % pki.ca, "unknown", LEDGER_URL=good.url,
+                     LEDGER_TOKEN="t-1", LEDGER_CA_FILE=pki.other_ca)
+    assert wins.returncode == 0, wins
+    assert [r[2] for r in good.requests[before:]] == ["Bearer t-1"] * 3
+
+
+@pytest.mark.parametrize("how", ["flag", "variable", "flag over variable", "system store"])
+def test_ledgerctl_refuses_a_certificate_its_ca_does_not_vouch_for(pki, good, how):
+    args, env = {
+        "flag": (["--ca-file", pki.other_ca], {}),
+        "variable": ([], {"LEDGER_CA_FILE": pki.other_ca}),
+        "flag over variable": (["--ca-file", pki.other_ca], {"LEDGER_CA_FILE": pki.ca}),
+        "system store": ([], {}),
+    }[how]
+    before = len(good.requests)
+    p = ledgerctl(*args, "unknown", LEDGER_URL=good.url, LEDGER_TOKEN="t-2", **env)
+    assert p.returncode == 1 and p.stdout == "", p
+    assert len(p.lines) == 1 and p.lines[0].startswith("ledgerctl: unknown: TLS: "), p.stderr
+    assert "certificate failed verification" in p.lines[0], p.stderr
+    assert good.requests[before:] == []
+
+
+def test_ledgerctl_checks_the_host_name(pki, wrong_name):
+    p = ledgerctl("--ca-file", pki.ca, "unknown", LEDGER_URL=wrong_name.url, LEDGER_TOKEN="t")
+    assert p.returncode == 1 and "certificate failed verification" in p.stderr, p
+    assert wrong_name.requests == []
+
+
+@pytest.mark.parametrize("source", ["--ca-file", "LEDGER_CA_FILE"])
+def test_ledgerctl_refuses_a_ca_file_it_cannot_read_before_any_call(tmp_path, source):
+    missing = tmp_path / "missing.pem"
+    args = ["--ca-file", missing] if source == "--ca-file" else []
+    env = {"LEDGER_CA_FILE": missing} if source == "LEDGER_CA_FILE" else {}
+    # a closed port: a call would exit 5
+    p = ledgerctl(*args, "unknown", LEDGER_URL="https://127.0.0.1:9", **env)
+    assert p.returncode == 2 and p.stdout == "", p
+    assert p.lines == ["ledgerctl: %s: cannot read the CA file %s: No such file or directory"
+                       % (source, missing)], p.stderr
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    p = ledgerctl("--ca-file", garbage, "unknown", LEDGER_URL="https://127.0.0.1:9")
+    assert p.returncode == 2 and "holds no PEM certificate" in p.stderr, p
