@@ -55,6 +55,7 @@ static struct {
 	const char *listen;
 	const char *ledger_url;
 	const char *ledger_token;
+	const char *ledger_ca_file; /* the CAs of an https ledger; NULL: the system's */
 	struct replica replicas[MAX_REPLICAS];
 	size_t n_replicas;
 	uint32_t lease_ms;
@@ -106,6 +107,21 @@ static void log_line(const char *msg, const struct stream *s, const char *fmt, .
 	if (s != NULL && s->attempt != NULL)
 		fprintf(stderr, ",\"attempt_id\":\"%s\"", ledger_client_attempt_id(s->attempt));
 	fprintf(stderr, "%s%s}\n", extra[0] != '\0' ? "," : "", extra);
+}
+
+/* Logs why ledgerd could not be asked (no answer, TLS, ...): the client is only told
+ * "ledger_unavailable", so the reason, a misconfigured CA file say, is here. */
+static void log_ledger_failure(const char *msg, const struct stream *s,
+			       const struct ledger_client_error *err)
+{
+	json_t *text = json_string(err->message);
+	char *quoted = text != NULL ? json_dumps(text, JSON_ENCODE_ANY) : NULL;
+
+	log_line(msg, s, "\"status\":%ld,\"tls\":%s,\"error\":%s", err->status,
+		 err->failure == LEDGER_CLIENT_FAILURE_TLS ? "true" : "false",
+		 quoted != NULL ? quoted : "null");
+	free(quoted);
+	json_decref(text);
 }
 
 static uint64_t now_ms(void)
@@ -257,9 +273,11 @@ static char *begin_first(struct stream *s)
 
 	if (ledger_client_attempt_begin(gw.ledger, &spec, &s->attempt, &err) != LEDGER_CLIENT_OK) {
 		error = refusal_client_error(&err);
-		if (error == NULL)
+		if (error == NULL) {
+			log_ledger_failure("attempt not begun", s, &err);
 			error = local_error(s, "ledger_unavailable",
 					    "the ledger refused the attempt", true);
+		}
 	} else {
 		s->replica = k;
 		if (!start_upstream(s, "[]"))
@@ -371,8 +389,10 @@ static char *first_event(struct stream *s, char **event)
 		ledger_client_error_clear(&err);
 		if (ask_failover(s, signal, &d, &err) != LEDGER_CLIENT_OK) {
 			error = refusal_client_error(&err);
-			if (error == NULL)
+			if (error == NULL) {
+				log_ledger_failure("failover not asked", s, &err);
 				error = local_error(s, "ledger_unavailable", err.message, true);
+			}
 		} else if (d.action == LEDGER_FAILOVER_KEEP_WAITING) {
 			if (ledger_client_heartbeat_start(s->attempt, 0) != LEDGER_CLIENT_OK)
 				log_line("heartbeat not restarted", s, NULL);
@@ -702,11 +722,13 @@ static void usage_exit(const char *why)
 	fprintf(stderr,
 		"gateway: %s\n"
 		"usage: gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
-		"               --replica NAME=URL [--replica NAME=URL ...]\n"
+		"               [--ledger-ca-file FILE] --replica NAME=URL [--replica NAME=URL ...]\n"
 		"               [--lease-ms N] [--soft-timeout-ms N] [--stall-timeout-ms N]"
 		" [--max-attempts N]\n"
-		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, GATEWAY_REPLICAS"
-		" (NAME=URL,NAME=URL)\n",
+		"--ledger-ca-file: the PEM file of the CAs that may sign the ledger's certificate,\n"
+		"               for an https URL (else the system's trust store); always verified\n"
+		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, LEDGER_CA_FILE,"
+		" GATEWAY_REPLICAS (NAME=URL,NAME=URL)\n",
 		why);
 	exit(2);
 }
@@ -740,10 +762,14 @@ static uint32_t parse_ms(const char *s, const char *what)
 static void configure(int argc, char **argv)
 {
 	const char *env = getenv("GATEWAY_REPLICAS");
+	const char *ca_source = "LEDGER_CA_FILE"; /* where the CA file's name came from */
 
 	gw.listen = getenv("GATEWAY_LISTEN");
 	gw.ledger_url = getenv("LEDGER_URL");
 	gw.ledger_token = getenv("LEDGER_TOKEN");
+	gw.ledger_ca_file = getenv("LEDGER_CA_FILE");
+	if (gw.ledger_ca_file != NULL && gw.ledger_ca_file[0] == '\0')
+		gw.ledger_ca_file = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -756,7 +782,10 @@ static void configure(int argc, char **argv)
 			gw.ledger_url = value;
 		else if (strcmp(flag, "--ledger-token") == 0)
 			gw.ledger_token = value;
-		else if (strcmp(flag, "--replica") == 0)
+		else if (strcmp(flag, "--ledger-ca-file") == 0) {
+			gw.ledger_ca_file = value;
+			ca_source = flag;
+		} else if (strcmp(flag, "--replica") == 0)
 			add_replica(value);
 		else if (strcmp(flag, "--lease-ms") == 0)
 			gw.lease_ms = parse_ms(value, "--lease-ms is 1..3600000");
@@ -785,6 +814,15 @@ static void configure(int argc, char **argv)
 		usage_exit("at least one replica is required");
 	if (gw.soft_ms >= gw.stall_ms)
 		usage_exit("the soft timeout must be shorter than the stall timeout");
+	if (gw.ledger_ca_file != NULL) {
+		struct ledger_client_error err = {0};
+		char why[sizeof(err.message) + 32];
+
+		if (ledger_client_ca_file_check(gw.ledger_ca_file, &err) != LEDGER_CLIENT_OK) {
+			snprintf(why, sizeof(why), "%s: %s", ca_source, err.message);
+			usage_exit(why);
+		}
+	}
 }
 
 /* Binds HOST:PORT (port 0: any free one); returns the socket and the port. */
@@ -824,6 +862,7 @@ int main(int argc, char **argv)
 	configure(argc, argv);
 	opts.url = gw.ledger_url;
 	opts.token = gw.ledger_token;
+	opts.ca_file = gw.ledger_ca_file;
 	opts.retry_ms = 5000;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
 	    ledger_client_open(&opts, &gw.ledger) != LEDGER_CLIENT_OK)

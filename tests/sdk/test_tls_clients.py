@@ -9,6 +9,7 @@ given but the system's trust store, and refuses a CA file it cannot use
 before it sends anything.
 """
 
+import http.client
 import http.server
 import json
 import os
@@ -27,8 +28,9 @@ CLIENT_TEST = BUILD / "tests" / "test_c_client"
 
 
 class StandIn(http.server.ThreadingHTTPServer):
-    """An https server with one certificate; every GET is answered with an
-    empty list. It records what reached it, handshakes that failed included."""
+    """An https server with one certificate: every GET is answered with an
+    empty list, every POST with 409 request_closed and a client_error the
+    gateway passes on. It records what reached it and counts handshakes."""
 
     daemon_threads = True
 
@@ -80,6 +82,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._record()
         body = json.dumps({"items": [], "next_cursor": None}).encode()
         self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self._record()
+        body = json.dumps({"error": {
+            "code": "request_closed", "message": "the stand-in closes every request",
+            "client_error": {"error": {"code": "stand_in_closed", "type": "server_error",
+                                       "param": None, "message": "closed",
+                                       "retryable": False}}}}).encode()
+        self.send_response(409)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -212,3 +228,130 @@ def test_ledgerctl_refuses_a_ca_file_it_cannot_read_before_any_call(tmp_path, so
     garbage.write_text("not a certificate\n")
     p = ledgerctl("--ca-file", garbage, "unknown", LEDGER_URL="https://127.0.0.1:9")
     assert p.returncode == 2 and "holds no PEM certificate" in p.stderr, p
+
+
+# --- the reference gateway ----------------------------------------------------
+
+GATEWAY = BUILD / "gateway"
+
+
+class _Replica(http.server.BaseHTTPRequestHandler):
+    """A replica that only tells what it runs: the gateway asks before each attempt."""
+
+    def do_GET(self):
+        body = b'{"weights_revision": "w1"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def replica():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replica)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+class Gateway:
+    """build/gateway in front of @replica, asking the ledger at @ledger_url."""
+
+    def __init__(self, ledger_url, replica_url, args=(), **env):
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [str(GATEWAY), "--listen", "127.0.0.1:0", "--ledger-url", ledger_url,
+             "--ledger-token", "router-token", "--replica", "r1=" + replica_url]
+            + [str(a) for a in args],
+            env=clean_env(**env), stderr=subprocess.PIPE, text=True)
+        for line in self.proc.stderr:
+            entry = json.loads(line)
+            if "address" in entry:
+                host, port = entry["address"].rsplit(":", 1)
+                self.address = (host, int(port))
+                break
+        else:
+            raise AssertionError("the gateway exited %s" % self.proc.wait())
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(json.loads(line))
+
+    def complete(self):
+        """One streamed completion; returns (status, body)."""
+        conn = http.client.HTTPConnection(*self.address, timeout=60)
+        try:
+            conn.request("POST", "/v1/chat/completions",
+                         body=json.dumps({"model": "m", "messages": [], "stream": True}),
+                         headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            conn.close()
+
+    def close(self):
+        self.proc.terminate()
+        assert self.proc.wait(timeout=10) == 0
+        self._pump.join(timeout=5)
+
+
+def test_gateway_usage_names_the_ledger_ca_file():
+    p = subprocess.run([str(GATEWAY)], capture_output=True, text=True, env=clean_env(),
+                       timeout=10)
+    assert p.returncode == 2
+    assert "[--ledger-ca-file FILE]" in p.stderr and "LEDGER_CA_FILE" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("source", ["--ledger-ca-file", "LEDGER_CA_FILE"])
+def test_gateway_refuses_a_ca_file_it_cannot_read_at_start_up(tmp_path, source):
+    missing = tmp_path / "missing.pem"
+    argv = [str(GATEWAY), "--ledger-url", "https://127.0.0.1:9", "--ledger-token", "t",
+            "--replica", "a=http://127.0.0.1:9"]
+    env = clean_env()
+    if source == "--ledger-ca-file":
+        argv += [source, str(missing)]
+    else:
+        env[source] = str(missing)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=10)
+    assert p.returncode == 2, p
+    assert p.stderr.splitlines()[0] == (
+        "gateway: %s: cannot read the CA file %s: No such file or directory"
+        % (source, missing)), p.stderr
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_gateway_asks_an_https_ledger_it_verified(pki, good, replica, how):
+    args, env = ((["--ledger-ca-file", pki.ca], {"LEDGER_CA_FILE": pki.other_ca})
+                 if how == "flag" else ([], {"LEDGER_CA_FILE": pki.ca}))
+    gw = Gateway(good.url, replica, args, **env)
+    try:
+        before = len(good.requests)
+        status, body = gw.complete()
+    finally:
+        gw.close()
+    # The stand-in's refusal came back over TLS: the attempt was asked for.
+    assert status == 503 and body["error"]["code"] == "stand_in_closed", body
+    got = good.requests[before:]
+    assert len(got) == 1 and got[0][0] == "POST" and got[0][1].endswith("/attempts"), got
+    assert got[0][2] == "Bearer router-token"
+
+
+def test_gateway_refuses_a_ledger_its_ca_does_not_vouch_for(pki, good, replica):
+    gw = Gateway(good.url, replica, ["--ledger-ca-file", pki.other_ca])
+    try:
+        before = len(good.requests)
+        status, body = gw.complete()
+    finally:
+        gw.close()
+    assert status == 503 and body["error"]["code"] == "ledger_unavailable", body
+    assert good.requests[before:] == []
+    said = [e for e in gw.lines if e.get("msg") == "attempt not begun"]
+    assert len(said) == 1 and said[0]["tls"] is True, gw.lines
+    assert "certificate failed verification" in said[0]["error"], said
