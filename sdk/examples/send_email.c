@@ -29,8 +29,11 @@ static enum ledger_tool_status send_email(void *ctx, const char *idempotency_key
 
 int main(int argc, char **argv)
 {
-	struct ledger_client_options opts = {.url = getenv("LEDGER_URL"),
-					     .token = getenv("LEDGER_TOKEN")};
+	const char *ca_file = getenv("LEDGER_CA_FILE"); /* an https ledgerd behind a private CA */
+	struct ledger_client_options opts = {
+		.url = getenv("LEDGER_URL"),
+		.token = getenv("LEDGER_TOKEN"),
+		.ca_file = ca_file != NULL && ca_file[0] != '\0' ? ca_file : NULL};
 	struct ledger_client *client = NULL;
 	struct ledger_outcome out = {0};
 	const char *to = argc > 2 ? argv[2] : "ada@example.com";
@@ -44,7 +47,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (ledger_client_open(&opts, &client) != LEDGER_CLIENT_OK) {
-		fprintf(stderr, "send_email: bad LEDGER_URL or LEDGER_TOKEN\n");
+		fprintf(stderr, "send_email: bad LEDGER_URL, LEDGER_TOKEN or LEDGER_CA_FILE\n");
 		return 2;
 	}
 	/* The first tool call of the request: the same name on every replica. */

@@ -3,6 +3,9 @@
     pip install sdk/python    # or: export PYTHONPATH=sdk/python
     LEDGER_URL=http://127.0.0.1:8080 LEDGER_TOKEN=... python3 send_email.py REQUEST_ID
 
+For an https ledgerd behind a private CA, LEDGER_CA_FILE names the CA's
+PEM file (else the system's trust store verifies it).
+
 Run it twice with the same REQUEST_ID, as a rerun after a failover would:
 the first run sends the email, the second gets the recorded result back
 and sends nothing.
@@ -13,7 +16,8 @@ import sys
 
 from ledger_client import Ledger, stable_tool_call_id
 
-ledger = Ledger(os.environ["LEDGER_URL"], os.environ["LEDGER_TOKEN"])
+ledger = Ledger(os.environ["LEDGER_URL"], os.environ["LEDGER_TOKEN"],
+                ca_file=os.environ.get("LEDGER_CA_FILE") or None)
 
 
 @ledger.idempotent(tool="send_email")

@@ -9,7 +9,8 @@
  *
  * A verified exchange works and keeps its connection; every way of failing
  * verification is LEDGER_CLIENT_FAILURE_TLS, said in words, and never
- * re-sent; a CA file that cannot be used is refused before anything is.
+ * re-sent (the driver counts the handshakes each server saw); a CA file
+ * that cannot be used is refused before anything is.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -82,7 +83,7 @@ static struct ledger_client *tls_client(const char *base_url, const char *ca_fil
 	return c;
 }
 
-/* Asks @p c for a list; asserts it failed for TLS, at once, with @p words said. */
+/* Asks @p c for a list; asserts it failed for TLS, with @p words said. */
 static void assert_tls_refused(struct ledger_client *c, const char *words)
 {
 	struct ledger_client_answer a = {0};
@@ -91,8 +92,8 @@ static void assert_tls_refused(struct ledger_client *c, const char *words)
 
 	assert_int_equal(ledger_client_tool_calls_list(c, "unknown", 0, NULL, &a, &err),
 			 LEDGER_CLIENT_ERR_UNAVAILABLE);
-	/* retry_ms is 20 s: an answer well before says it was not re-sent */
-	assert_true(now_ms() - t0 < 5000);
+	/* retry_ms is 60 s; the driver checks there was one handshake, not more */
+	assert_true(now_ms() - t0 < 30000);
 	assert_int_equal(err.status, 0);
 	assert_int_equal(err.failure, LEDGER_CLIENT_FAILURE_TLS);
 	if (strstr(err.message, words) == NULL)
@@ -152,7 +153,7 @@ static void test_client_ca_file_that_cannot_be_used_is_refused(void **state)
 static void test_client_https_is_verified_against_the_ca_file(void **state)
 {
 	struct ledger_client *c =
-		tls_client(env_or_fail("LEDGER_URL"), env_or_fail("LEDGER_CA_FILE"), 20000);
+		tls_client(env_or_fail("LEDGER_URL"), env_or_fail("LEDGER_CA_FILE"), 60000);
 	struct ledger_client_answer a = {0};
 	struct ledger_client_error err = {0};
 
@@ -171,7 +172,7 @@ static void test_client_https_is_verified_against_the_ca_file(void **state)
 static void test_client_https_refuses_a_certificate_of_another_ca(void **state)
 {
 	struct ledger_client *c =
-		tls_client(env_or_fail("LEDGER_URL"), env_or_fail("LEDGER_OTHER_CA_FILE"), 20000);
+		tls_client(env_or_fail("LEDGER_URL"), env_or_fail("LEDGER_OTHER_CA_FILE"), 60000);
 	struct ledger_call call = {.request_id = "r-tls", .tool_call_id = "call_00"};
 	struct ledger_outcome o = {0};
 	uint64_t t0;
@@ -182,7 +183,7 @@ static void test_client_https_refuses_a_certificate_of_another_ca(void **state)
 	t0 = now_ms();
 	assert_int_equal(ledger_client_tool_call(c, &call, must_not_run, NULL, &o),
 			 LEDGER_CLIENT_ERR_UNAVAILABLE);
-	assert_true(now_ms() - t0 < 5000);
+	assert_true(now_ms() - t0 < 30000);
 	assert_int_equal(o.error.failure, LEDGER_CLIENT_FAILURE_TLS);
 	assert_non_null(strstr(o.error.message, "failed verification"));
 	ledger_client_outcome_clear(&o);
@@ -192,7 +193,7 @@ static void test_client_https_refuses_a_certificate_of_another_ca(void **state)
 static void test_client_https_refuses_a_certificate_for_another_name(void **state)
 {
 	struct ledger_client *c = tls_client(env_or_fail("LEDGER_WRONG_NAME_URL"),
-					     env_or_fail("LEDGER_CA_FILE"), 20000);
+					     env_or_fail("LEDGER_CA_FILE"), 60000);
 
 	(void)state;
 	assert_tls_refused(c, "ledgerd's certificate failed verification");
@@ -202,7 +203,7 @@ static void test_client_https_refuses_a_certificate_for_another_name(void **stat
 static void test_client_https_without_a_ca_file_trusts_the_system_store(void **state)
 {
 	/* The test CA is in no system store: the system's trust is what refuses. */
-	struct ledger_client *c = tls_client(env_or_fail("LEDGER_URL"), NULL, 20000);
+	struct ledger_client *c = tls_client(env_or_fail("LEDGER_URL"), NULL, 60000);
 
 	(void)state;
 	assert_tls_refused(c, "failed verification");

@@ -13,10 +13,13 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -50,6 +53,13 @@ class StandIn(http.server.ThreadingHTTPServer):
         sock, addr = super().get_request()
         return self.context.wrap_socket(sock, server_side=True,
                                         do_handshake_on_connect=False), addr
+
+    @property
+    def handshakes(self):
+        """Every handshake begun: a client may check the host name after its own
+        side of a handshake is done, and then hang up."""
+        with self.lock:
+            return self.connections + self.refused
 
     def handle_error(self, request, client_address):
         pass  # a client that refused the certificate: counted in the handler
@@ -124,6 +134,16 @@ def wrong_name(pki):
     server.close()
 
 
+def settled(count, want, timeout=10):
+    """@count() once it reached @want (or the time ran out), and a moment after:
+    a handshake the client broke off is counted by the server's thread, later."""
+    deadline = time.monotonic() + timeout
+    while count() < want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    return count()
+
+
 def clean_env(**extra):
     """The environment without any LEDGER_ variable of the caller's, plus @extra."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
@@ -139,6 +159,7 @@ def test_c_sdk_verifies_https_against_its_ca_file(pki, good, wrong_name):
     env = clean_env(LEDGER_URL=good.url, LEDGER_WRONG_NAME_URL=wrong_name.url,
                     LEDGER_CA_FILE=pki.ca, LEDGER_OTHER_CA_FILE=pki.other_ca)
     before = len(good.requests)
+    shakes = (good.handshakes, wrong_name.handshakes)
     # Under valgrind, as the live group: the CA file's reader and the failures' paths
     # must not leak either. (A sanitized build finds leaks itself.)
     argv = [str(CLIENT_TEST), "tls"]
@@ -158,6 +179,11 @@ def test_c_sdk_verifies_https_against_its_ca_file(pki, good, wrong_name):
     got = good.requests[before:]
     assert [(m, path.split("?")[0], auth) for m, path, auth in got] == \
         [("GET", "/v1/tool-calls", "Bearer stand-in-token")] * 2, got
+    # One connection for the two verified calls, and one handshake for each refused
+    # call (another CA: a list and a tool call; no CA file: a list; another name: a
+    # list), so none was sent again.
+    assert settled(lambda: good.handshakes - shakes[0], 4) == 4
+    assert settled(lambda: wrong_name.handshakes - shakes[1], 1) == 1
 
 
 # --- ledgerctl -----------------------------------------------------------------
@@ -355,3 +381,58 @@ def test_gateway_refuses_a_ledger_its_ca_does_not_vouch_for(pki, good, replica):
     said = [e for e in gw.lines if e.get("msg") == "attempt not begun"]
     assert len(said) == 1 and said[0]["tls"] is True, gw.lines
     assert "certificate failed verification" in said[0]["error"], said
+
+
+# --- the Python SDK ------------------------------------------------------------
+
+sys.path.insert(0, str(BUILD.parent / "sdk" / "python"))
+
+from ledger_client import Ledger, LedgerUnavailable, TLSVerificationFailed  # noqa: E402
+
+
+def test_python_sdk_verifies_https_against_its_ca_file(pki, good):
+    before = len(good.requests)
+    for ca in (str(pki.ca), pki.ca):  # a str or a path
+        ledger = Ledger(good.url, "py-token", ca_file=ca)
+        assert ledger.get_request("r-1") == {"items": [], "next_cursor": None}
+        assert ledger.get_request("r-2") == {"items": [], "next_cursor": None}
+    got = good.requests[before:]
+    assert [(m, path, auth) for m, path, auth in got] == [
+        ("GET", "/v1/requests/r-1", "Bearer py-token"),
+        ("GET", "/v1/requests/r-2", "Bearer py-token")] * 2, got
+
+
+@pytest.mark.parametrize("how", ["another CA", "another name", "system store"])
+def test_python_sdk_refuses_a_certificate_its_ca_does_not_vouch_for(pki, good, wrong_name, how):
+    server, ca, words = {
+        "another CA": (good, pki.other_ca, "unable to get local issuer certificate"),
+        "another name": (wrong_name, pki.ca, "not valid for '127.0.0.1'"),
+        "system store": (good, None, "unable to get local issuer certificate"),
+    }[how]
+    ledger = Ledger(server.url, "py-token", ca_file=ca, retry_s=60)
+    ran = []
+    before, shakes = len(server.requests), server.handshakes
+    t0 = time.monotonic()
+    with pytest.raises(TLSVerificationFailed) as e:
+        ledger.tool_call("r-tls", "call_00", lambda key, token: ran.append(key))
+    assert time.monotonic() - t0 < 30
+    assert settled(lambda: server.handshakes - shakes, 1) == 1, "tried again"
+    assert isinstance(e.value, LedgerUnavailable) and e.value.status is None
+    assert e.value.code == "tls_verification_failed"
+    assert e.value.message.startswith("ledgerd's certificate failed verification: "), e.value
+    assert words in e.value.message, e.value
+    assert ran == [] and server.requests[before:] == []
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:9", "http://127.0.0.1:9"])
+def test_python_sdk_refuses_a_ca_file_it_cannot_use(tmp_path, url):
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(ValueError, match="^cannot read the CA file %s: No such file"
+                       % re.escape(str(missing))):
+        Ledger(url, "t", ca_file=missing)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="holds no usable PEM certificate"):
+        Ledger(url, "t", ca_file=garbage)
+    with pytest.raises(ValueError, match="empty"):
+        Ledger(url, "t", ca_file="")

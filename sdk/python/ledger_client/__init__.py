@@ -30,6 +30,7 @@ from .errors import (
     RequestClosed,
     ResultExpired,
     Retryable,
+    TLSVerificationFailed,
 )
 from .jcs import args_sha256, canonicalize, canonicalize_text
 from .router import Attempt, FailoverDecision
@@ -49,6 +50,7 @@ __all__ = [
     "RequestClosed",
     "ResultExpired",
     "Retryable",
+    "TLSVerificationFailed",
     "ToolCallCounter",
     "ToolCallResult",
     "__version__",

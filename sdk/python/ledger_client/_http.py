@@ -6,13 +6,19 @@ when an answer is lost (a timeout, a broken connection) or ledgerd says
 ``503`` (its database is away), the transport sends the very same bytes
 again, after a capped, jittered, exponential back-off, until an answer
 comes or the call's retry budget is spent.
+
+An https URL is always verified, its certificate chain and its host name,
+against the CA file given (else the system's trust store). A certificate
+that fails verification is not sent again: it would fail the same way.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
+import ssl
 import threading
 import time
 import urllib.parse
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._version import __version__
-from .errors import LedgerError, LedgerUnavailable, error_from_answer
+from .errors import LedgerError, LedgerUnavailable, TLSVerificationFailed, error_from_answer
 
 # Answers that mean "not now" rather than "no": ledgerd's own 503, and the
 # 502/504 a proxy in front of it gives while it is away.
@@ -81,11 +87,14 @@ class Transport:
     are not thread-safe), opened on first use and dropped after any error.
     """
 
-    def __init__(self, url: str, token: str, *, timeout_s: float) -> None:
+    def __init__(self, url: str, token: str, *, timeout_s: float,
+                 ca_file: str | os.PathLike[str] | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("ledgerd URL must be http(s)://host[:port][/prefix]: %r" % url)
         self._https = parts.scheme == "https"
+        # A CA file is read now even for http, so a wrong one is found at once.
+        self._tls = tls_context(ca_file) if self._https or ca_file is not None else None
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
@@ -101,8 +110,12 @@ class Transport:
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=self._timeout_s)
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port,
+                                                   timeout=self._timeout_s, context=self._tls)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port,
+                                                  timeout=self._timeout_s)
             self._local.conn = conn
         return conn
 
@@ -136,6 +149,8 @@ class Transport:
         bytes for up to ``retry_s`` seconds (0: a single try).
 
         Raises:
+            TLSVerificationFailed: ledgerd's certificate failed verification
+                (at once: never retried).
             LedgerUnavailable: still no answer, or still 503, at the end of
                 the retry budget.
             LedgerError: any other error answer (status 400 and above).
@@ -146,6 +161,11 @@ class Transport:
             hint_s = 0.0
             try:
                 answer = self._send_once(method, path, body)
+            except ssl.SSLCertVerificationError as e:
+                raise TLSVerificationFailed(None, {"error": {
+                    "code": "tls_verification_failed",
+                    "message": "ledgerd's certificate failed verification: %s"
+                               % (e.verify_message or str(e))}}) from e
             except (OSError, http.client.HTTPException) as e:
                 failure: LedgerError = LedgerUnavailable(None, {"error": {
                     "code": "unreachable",
@@ -164,6 +184,31 @@ class Transport:
             if left <= 0:
                 raise failure from cause
             time.sleep(min(left, max(hint_s, backoff.next_delay())))
+
+
+def tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:
+    """A client context that verifies the chain and the host name, always.
+
+    With ``ca_file`` it trusts the CAs of that PEM file and only those; with
+    None, the system's trust store.
+
+    Raises:
+        ValueError: the file cannot be read or holds no PEM certificate.
+    """
+    if ca_file is not None and not os.fspath(ca_file):
+        raise ValueError("ca_file is empty")
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError as e:
+        raise ValueError("the CA file %s holds no usable PEM certificate (%s)"
+                         % (os.fspath(ca_file or ""), e.reason or e)) from e
+    except OSError as e:
+        raise ValueError("cannot read the CA file %s: %s"
+                         % (os.fspath(ca_file or ""), e.strerror or e)) from e
+    # create_default_context() sets both; they are the point, so say so here.
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.check_hostname = True
+    return context
 
 
 def _envelope(answer: Answer) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +34,24 @@ class Ledger:
         complete_retry_s: the same for recording a tool's outcome. It is
             longer because the side effect already happened: losing its
             record would leave the key ``outcome_unknown``.
+        ca_file: for an ``https`` URL, the PEM file of the CAs that may sign
+            ledgerd's certificate, and only those; None: the system's trust
+            store. The certificate and its host name are always verified;
+            one that fails raises :class:`TLSVerificationFailed`.
+
+    Raises:
+        ValueError: a URL that is not http(s), or a ``ca_file`` that cannot
+            be read or holds no PEM certificate (checked for an ``http``
+            URL too).
     """
 
     def __init__(self, url: str, token: str, *, timeout_s: float = 10.0,
-                 retry_s: float = 30.0, complete_retry_s: float = 300.0) -> None:
+                 retry_s: float = 30.0, complete_retry_s: float = 300.0,
+                 ca_file: str | os.PathLike[str] | None = None) -> None:
         self.url = url
         self.retry_s = retry_s
         self.complete_retry_s = complete_retry_s
-        self._transport = Transport(url, token, timeout_s=timeout_s)
+        self._transport = Transport(url, token, timeout_s=timeout_s, ca_file=ca_file)
 
     def __repr__(self) -> str:
         return "<Ledger %s>" % self.url

@@ -25,6 +25,7 @@ __all__ = [
     "RequestClosed",
     "ResultExpired",
     "Retryable",
+    "TLSVerificationFailed",
     "error_from_answer",
 ]
 
@@ -126,6 +127,19 @@ class LedgerUnavailable(LedgerError):
 
     After a ``503`` the body is ledgerd's (``store_unavailable``); when no
     answer came at all, ``status`` is None and the code ``unreachable``.
+    """
+
+
+class TLSVerificationFailed(LedgerUnavailable):
+    """ledgerd's certificate failed verification: ledgerd was not asked.
+
+    Signed by a CA that ``ca_file`` (or the system's store) does not hold,
+    issued for another host name, or expired. Raised at once, never
+    retried, since asking again would fail the same way until a person
+    fixes the CA file or the certificate. A :class:`LedgerUnavailable`, so
+    code that handles an unreachable ledgerd (a tool not run, an outcome
+    not recorded) handles it too; ``status`` is None and the code
+    ``tls_verification_failed``.
     """
 
 
