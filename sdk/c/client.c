@@ -311,7 +311,10 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
  * Verification on, whatever libcurl's defaults were built as. With a CA
  * file, that file alone: the system's CA directory is not consulted
  * besides it, so a deployment's private CA is the only one ledgerd's
- * certificate can come from.
+ * certificate can come from. The file is read again for every new
+ * connection, not kept for a day in libcurl's CA cache, so a CA rotated
+ * in place is taken up without restarting the program; a private CA file
+ * is small, and with keep-alive new connections are few.
  */
 static bool set_tls(const struct ledger_client *c, CURL *curl)
 {
@@ -320,6 +323,10 @@ static bool set_tls(const struct ledger_client *c, CURL *curl)
 		return false;
 	if (c->ca_file == NULL)
 		return true;
+#if LIBCURL_VERSION_NUM >= 0x075700 /* 7.87.0 brought the cache and its timeout */
+	if (curl_easy_setopt(curl, CURLOPT_CA_CACHE_TIMEOUT, 0L) != CURLE_OK)
+		return false;
+#endif
 	return curl_easy_setopt(curl, CURLOPT_CAINFO, c->ca_file) == CURLE_OK &&
 	       curl_easy_setopt(curl, CURLOPT_CAPATH, NULL) == CURLE_OK;
 }

@@ -11,7 +11,8 @@
  * A verified exchange works and keeps its connection; every way of failing
  * verification is LEDGER_CLIENT_FAILURE_TLS, said in words, and never
  * re-sent (the driver counts the handshakes each server saw); a CA file
- * that cannot be used is refused before anything is.
+ * that cannot be used is refused before anything is, and one replaced in
+ * place is read by the next connection.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,6 +214,47 @@ static void test_client_https_without_a_ca_file_trusts_the_system_store(void **s
 	ledger_client_close(c);
 }
 
+/* Copies the file @p from over @p to (a temporary file of the test's). */
+static void copy_file(const char *from, const char *to)
+{
+	char buf[16384];
+	FILE *in = fopen(from, "rb"), *out = NULL;
+	size_t n;
+
+	assert_non_null(in);
+	out = fopen(to, "wb");
+	assert_non_null(out);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+}
+
+static void test_client_ca_file_replaced_in_place_applies_to_new_connections(void **state)
+{
+	struct ledger_client_answer a = {0};
+	struct ledger_client_error err = {0};
+	struct ledger_client *c = NULL;
+	char path[64];
+
+	(void)state;
+	/* First the other CA: refused, and the refused connection is not kept. */
+	temp_file(path, sizeof(path), "");
+	copy_file(env_or_fail("LEDGER_OTHER_CA_FILE"), path);
+	c = tls_client(env_or_fail("LEDGER_URL"), path, 60000);
+	assert_int_equal(ledger_client_tool_calls_list(c, "unknown", 0, NULL, &a, &err),
+			 LEDGER_CLIENT_ERR_UNAVAILABLE);
+	assert_int_equal(err.failure, LEDGER_CLIENT_FAILURE_TLS);
+	ledger_client_error_clear(&err);
+	/* The deployment puts the right CA in the same place: the next connection reads it. */
+	copy_file(env_or_fail("LEDGER_CA_FILE"), path);
+	assert_int_equal(ledger_client_tool_calls_list(c, "unknown", 0, NULL, &a, &err),
+			 LEDGER_CLIENT_OK);
+	ledger_client_answer_clear(&a);
+	ledger_client_close(c);
+	unlink(path);
+}
+
 int test_c_client_tls_run(void)
 {
 	const struct CMUnitTest tls[] = {
@@ -221,6 +263,7 @@ int test_c_client_tls_run(void)
 		cmocka_unit_test(test_client_https_refuses_a_certificate_of_another_ca),
 		cmocka_unit_test(test_client_https_refuses_a_certificate_for_another_name),
 		cmocka_unit_test(test_client_https_without_a_ca_file_trusts_the_system_store),
+		cmocka_unit_test(test_client_ca_file_replaced_in_place_applies_to_new_connections),
 	};
 
 	return cmocka_run_group_tests_name("c_client_tls", tls, NULL, NULL);

@@ -178,16 +178,16 @@ def test_c_sdk_verifies_https_against_its_ca_file(pki, good, wrong_name):
         system.close()
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
-    assert "[  PASSED  ] 5 test(s)." in out, out
-    # Only the two verified calls reached the server, with the token, over one connection
-    # of their own; the refused ones were never sent.
+    assert "[  PASSED  ] 6 test(s)." in out, out
+    # Only the verified calls reached the server, with the token (two over one connection,
+    # and one after the CA file was replaced); the refused ones were never sent.
     got = good.requests[before:]
     assert [(m, path.split("?")[0], auth) for m, path, auth in got] == \
-        [("GET", "/v1/tool-calls", "Bearer stand-in-token")] * 2, got
-    # One connection for the two verified calls, and one handshake for each refused
-    # call (another CA: a list and a tool call; another name: a list), so none was
-    # sent again.
-    assert settled(lambda: good.handshakes - shakes[0], 3) == 3
+        [("GET", "/v1/tool-calls", "Bearer stand-in-token")] * 3, got
+    # A connection for each verified client, and one handshake for each refused call
+    # (another CA: a list and a tool call; the CA file before it was replaced: a list;
+    # another name: a list), so none was sent again.
+    assert settled(lambda: good.handshakes - shakes[0], 5) == 5
     assert settled(lambda: wrong_name.handshakes - shakes[1], 1) == 1
 
 
