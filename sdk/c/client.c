@@ -232,10 +232,10 @@ enum ledger_client_err ledger_client_open(const struct ledger_client_options *op
 	     strncasecmp(opts->url, "https://", 8) != 0))
 		return LEDGER_CLIENT_ERR_INVALID;
 	if (opts->ca_file != NULL) {
-		rc = ledger_client_ca_file_check(opts->ca_file, NULL);
-		if (rc != LEDGER_CLIENT_OK)
-			return rc;
-		rc = LEDGER_CLIENT_ERR_NOMEM;
+		enum ledger_client_err checked = ledger_client_ca_file_check(opts->ca_file, NULL);
+
+		if (checked != LEDGER_CLIENT_OK)
+			return checked;
 	}
 	pthread_once(&curl_once, init_curl);
 	if (curl_init_rc != CURLE_OK)

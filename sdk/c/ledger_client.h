@@ -93,7 +93,8 @@ struct ledger_client_options {
 	                               operator's tool, whose user retries. Not for agents: a
 	                               completion that gets no answer is then UNRECORDED */
 	const char *user_agent;     /* the User-Agent header; NULL: "ledger_client/<version>" */
-	/* Fields are only ever added here, at the end, and zero is the default of each. */
+	/* Fields are only ever added here, at the end, and zero is the default of each. A
+	 * program compiled against an older header passes a shorter struct: rebuild it. */
 	const char *ca_file; /* https: the PEM file of the CAs that may sign ledgerd's certificate,
 	                        and only those; NULL: the system's trust store. Either way the
 	                        certificate and the host name are verified; copied */

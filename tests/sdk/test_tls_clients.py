@@ -134,6 +134,14 @@ def wrong_name(pki):
     server.close()
 
 
+@pytest.fixture(scope="module")
+def replica():
+    """A plain-HTTP server: a replica for the gateway, and no TLS for the clients."""
+    r = Replica()
+    yield r
+    r.close()
+
+
 def settled(count, want, timeout=10):
     """@count() once it reached @want (or the time ran out), and a moment after:
     a handshake the client broke off is counted by the server's thread, later."""
@@ -239,6 +247,13 @@ def test_ledgerctl_refuses_a_certificate_its_ca_does_not_vouch_for(pki, good, ho
     assert good.requests[before:] == []
 
 
+def test_ledgerctl_says_tls_when_the_server_speaks_no_tls(pki, replica):
+    url = replica.url.replace("http://", "https://")  # a plain-HTTP server
+    p = ledgerctl("--ca-file", pki.ca, "unknown", LEDGER_URL=url, LEDGER_TOKEN="t")
+    assert p.returncode == 1 and p.stdout == "", p
+    assert len(p.lines) == 1 and "TLS: the TLS handshake failed: " in p.lines[0], p.stderr
+
+
 def test_ledgerctl_checks_the_host_name(pki, wrong_name):
     p = ledgerctl("--ca-file", pki.ca, "unknown", LEDGER_URL=wrong_name.url, LEDGER_TOKEN="t")
     assert p.returncode == 1 and "certificate failed verification" in p.stderr, p
@@ -262,14 +277,6 @@ def test_ledgerctl_refuses_a_ca_file_it_cannot_read_before_any_call(tmp_path, so
 
 
 # --- the reference gateway ----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def replica():
-    r = Replica()
-    yield r
-    r.close()
-
 
 def test_gateway_usage_names_the_ledger_ca_file():
     p = subprocess.run([str(GATEWAY)], capture_output=True, text=True, env=clean_env(),
