@@ -439,3 +439,34 @@ def test_sighup_with_a_bad_pair_keeps_the_old_one_and_logs_an_error(service, pki
     led.proc.send_signal(signal.SIGHUP)
     wait_served(led, pki.ca, fingerprint(pki.server2.cert))
     assert len(tls_errors(led, since)) == 1
+
+
+def test_plaintext_on_an_address_other_than_loopback_is_warned_of(service, database):
+    """ledgerd says at start-up that tokens would cross the network in the
+    clear. The address (192.0.2.1, a documentation address) is put on the
+    loopback interface of a network namespace of the test's own, so
+    nothing listens outside it."""
+    script = (
+        "ip link set lo up && ip addr add 192.0.2.1/32 dev lo && "
+        "exec %s serve --database-url '%s' --listen 192.0.2.1:0 --log-level info"
+        % (LEDGERD, database))
+    proc = subprocess.Popen(["unshare", "--net", "sh", "-c", script],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "plaintext" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    warned = [json.loads(x) for x in lines if "plaintext" in x]
+    assert warned and warned[0]["level"] == "warn", lines
+    assert "192.0.2.1" in warned[0]["msg"] and "--tls-cert" in warned[0]["msg"]
+    # On loopback, and over TLS, there is nothing to warn of.
+    assert "plaintext" not in service.ledgerd.log_text()
