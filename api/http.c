@@ -354,7 +354,7 @@ enum {
 #define CH_MAX_TRAILER 8192
 #define CH_MAX_DIGITS 15 /* 2^60 bytes: any larger is refused as too large anyway */
 
-static int hex_value(char c)
+int api_http_hex_value(char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -378,12 +378,12 @@ enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const ch
 
 		switch (d->state) {
 		case CH_SIZE:
-			if (hex_value(c) >= 0) {
+			if (api_http_hex_value(c) >= 0) {
 				if (++d->digits > CH_MAX_DIGITS) {
 					MALFORMED(err, "a chunk size has too many digits");
 					return API_HTTP_REFUSED;
 				}
-				d->left = d->left * 16 + (uint64_t)hex_value(c);
+				d->left = d->left * 16 + (uint64_t)api_http_hex_value(c);
 				i++;
 				break;
 			}

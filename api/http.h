@@ -101,6 +101,9 @@ enum api_http_verdict api_http_chunked_step(struct api_http_chunked *d, const ch
 					    size_t *used, const char **data, size_t *data_len,
 					    struct api_http_error *err);
 
+/** The value of the hexadecimal digit @p c, or -1. */
+int api_http_hex_value(char c);
+
 /** The reason phrase of @p status ("Bad Request"), "" for none. */
 const char *api_http_reason(unsigned status);
 

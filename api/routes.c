@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/attempts.h"
+#include "api/http.h"
 #include "api/ops.h"
 #include "api/review.h"
 #include "api/toolcalls.h"
@@ -119,16 +120,6 @@ static bool match_from(const struct segs *pat, unsigned pi, const struct segs *p
 	return false;
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 char *api_routes_percent_decode(const char *s, size_t len, size_t *len_out)
 {
@@ -144,8 +135,8 @@ char *api_routes_percent_decode(const char *s, size_t len, size_t *len_out)
 			out[o++] = s[i];
 			continue;
 		}
-		if (len - i < 3 || (hi = hex_value(s[i + 1])) < 0 ||
-		    (lo = hex_value(s[i + 2])) < 0) {
+		if (len - i < 3 || (hi = api_http_hex_value(s[i + 1])) < 0 ||
+		    (lo = api_http_hex_value(s[i + 2])) < 0) {
 			free(out);
 			return NULL;
 		}
