@@ -46,7 +46,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk install-sdk deps run test unit bench chaos format lint clean
+.PHONY: all sdk install-sdk deps run test unit fuzz fuzz-smoke bench chaos format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -153,6 +153,50 @@ unit: $(UNIT_BIN)
 	@$(PYTHON) tests/unit/gen_failover_table.py --check
 	@set -e; for t in $(UNIT_BIN); do $$t; done
 
+# Coverage-guided fuzzing (tests/fuzz/README.md): one libFuzzer binary per
+# tests/fuzz/fuzz_<target>.c, linked with the project sources it exercises,
+# all compiled again by clang under ASan and UBSan into build/fuzz/ (never
+# the gcc objects of $(BUILD)). FUZZ_LINK_<target> names those sources;
+# a target that names none links ledger/common.
+FUZZ_CC       ?= clang
+FUZZ_DIR      := build/fuzz
+FUZZ_TARGETS  := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SECONDS  ?= 60
+FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   := -std=c11 -O1 -g -fno-omit-frame-pointer $(WARNINGS) -pthread $(FUZZ_SANITIZE)
+FUZZ_LINK_json       := $(COMMON_SRC)
+FUZZ_LINK_jcs        := $(COMMON_SRC)
+FUZZ_LINK_routes     := api/routes.c ledger/core/id.c
+FUZZ_LINK_policy     := ledger/core/policy.c
+FUZZ_LINK_sdk_answer := $(SDK_SRC)
+
+fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(or $(FUZZ_LINK_$(1)),$(COMMON_SRC)))
+
+# The project's code gets the coverage hooks; only the harness links libFuzzer's main().
+$(FUZZ_DIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+define fuzz_target
+$(FUZZ_DIR)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $(call fuzz_objs,$(1))
+	$$(FUZZ_CC) $$(CPPFLAGS) $$(FUZZ_CFLAGS) -fsanitize=fuzzer $$(PKG_CFLAGS) -MMD -MP -o $$@ \
+		$$< $(call fuzz_objs,$(1)) $$(PKG_LIBS) $$(LDLIBS)
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_target,$(t))))
+
+# Each target in turn for FUZZ_SECONDS from its checked-in corpus (FUZZ_TARGETS=json
+# for one); what it finds lands in build/fuzz/.
+fuzz:
+	@scripts/deps.sh fuzz
+	$(MAKE) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+	@set -e; for t in $(FUZZ_TARGETS); do tests/fuzz/run.sh $$t $(FUZZ_SECONDS); done
+
+# make test's share: every seed, then 10 s of new inputs per target; any report fails it.
+fuzz-smoke:
+	@scripts/deps.sh fuzz
+	$(MAKE) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+	@set -e; for t in $(FUZZ_TARGETS); do tests/fuzz/run.sh --smoke $$t 10; done
+
 # Test files run in parallel, each whole on one worker (its module's ledgerd
 # and database are its own); most of their time is spent waiting on leases,
 # PostgreSQL and failovers, not on the CPU.
@@ -193,7 +237,7 @@ run:
 format:
 	@scripts/deps.sh dev
 	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
-		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c)
+		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c tests/fuzz/*.c)
 
 lint:
 	@scripts/deps.sh dev
@@ -205,4 +249,5 @@ lint:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -path '$(BUILD)/tools' -prune -o -name '*.d' -type f -print 2>/dev/null)
+-include $(shell find $(BUILD) -path '$(BUILD)/tools' -prune -o -path '$(FUZZ_DIR)' -prune -o -name '*.d' -type f -print 2>/dev/null)
+-include $(shell find $(FUZZ_DIR) -name '*.d' -type f -print 2>/dev/null)

@@ -12,7 +12,9 @@ RUN_PKGS="postgresql-15 python3"
 HA_PKGS="patroni python3-etcd etcd-server"
 # pytest-xdist: make test runs its test files in parallel.
 # openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs $HA_PKGS"
+# clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
+FUZZ_PKGS="clang libclang-rt-14-dev"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
@@ -25,11 +27,12 @@ case "${1:-run}" in
 	run) ;;
 	test) want="$want $TEST_PKGS" ;;
 	build) want="$BUILD_PKGS" ;;
+	fuzz) want="$BUILD_PKGS $FUZZ_PKGS" ;;
 	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
 	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
 	runtime) want="$RUNTIME_PKGS" ;;
 	patroni) want="$RUN_PKGS $HA_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|dev|bench|runtime|patroni]" >&2; exit 2 ;;
+	*) echo "usage: $0 [build|run|test|fuzz|dev|bench|runtime|patroni]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.
