@@ -8,7 +8,8 @@
 # Usage: run.sh [--smoke] TARGET SECONDS
 #        run.sh --merge TARGET   (the smallest subset of the corpus and of
 #                                 build/fuzz/corpus/T with the same coverage
-#                                 becomes tests/fuzz/corpus/T; regress-* stay)
+#                                 becomes tests/fuzz/corpus/T; seeds named
+#                                 regress-* always stay)
 set -euo pipefail
 
 mode=fuzz
@@ -38,8 +39,17 @@ if [ "$mode" = merge ]; then
 	mkdir -p "build/fuzz/corpus/$t"
 	"$bin" "${args[@]}" -merge=1 "$out" "$seeds" "build/fuzz/corpus/$t" >"$log" 2>&1 ||
 		{ tail -n 30 "$log"; rm -rf "$out"; exit 1; }
-	find "$seeds" -maxdepth 1 -type f ! -name 'regress-*' -delete
-	cp -n "$out"/* "$seeds"/ 2>/dev/null || true
+	# libFuzzer names what it keeps by its SHA-1: a seed kept keeps its own name.
+	for f in "$seeds"/*; do
+		[ -f "$f" ] || continue
+		h=$(sha1sum <"$f" | cut -c1-40)
+		if [ -e "$out/$h" ]; then
+			rm "$out/$h"
+		elif [[ $(basename "$f") != regress-* ]]; then
+			rm "$f"
+		fi
+	done
+	cp "$out"/* "$seeds"/ 2>/dev/null || true
 	rm -rf "$out"
 	echo "fuzz $t: corpus merged: $(find "$seeds" -type f | wc -l) inputs in $seeds"
 	exit 0
