@@ -57,6 +57,7 @@ struct ctx {
 	int64_t attempts;     /* max_attempts as written, checked last */
 	size_t attempts_line; /* 0: not in the document */
 	size_t limit_line;    /* 0: not in the document */
+	size_t last_line;     /* the text's last line, which no report goes past */
 	enum ledger_err rc;
 	char *err;
 	size_t errlen;
@@ -174,6 +175,8 @@ static int fail(struct ctx *c, size_t line, const char *path, const char *fmt, .
 	c->rc = LEDGER_ERR_INVALID;
 	if (c->err == NULL || c->errlen == 0)
 		return -1;
+	if (line > c->last_line)
+		line = c->last_line;
 	if (path != NULL && path[0] != '\0')
 		n = snprintf(c->err, c->errlen, "line %zu: %s: ", line, path);
 	else
@@ -201,21 +204,49 @@ static size_t line_of(const yaml_mark_t *m)
 	return m->line + 1;
 }
 
-/* Reader errors carry a byte offset, not a mark. */
+/*
+ * The line of byte @p offset, for reader errors (they carry an offset, not
+ * a mark) and for the text's last line. Breaks count as libyaml counts them
+ * in UTF-8: \n, \r, \r\n, NEL, LS and PS each end a line.
+ */
 static size_t line_at_offset(const struct ctx *c, size_t offset)
 {
+	const unsigned char *s = (const unsigned char *)c->yaml;
+	size_t n = offset < c->len ? offset : c->len;
 	size_t line = 1;
 
-	for (size_t i = 0; i < offset && i < c->len; i++) {
-		if (c->yaml[i] == '\n')
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '\n' || (s[i] == '\r' && (i + 1 == n || s[i + 1] != '\n')))
+			line++;
+		else if (s[i] == 0xc2 && i + 1 < n && s[i + 1] == 0x85)
+			line++;
+		else if (s[i] == 0xe2 && n - i >= 3 && s[i + 1] == 0x80 &&
+			 (s[i + 2] == 0xa8 || s[i + 2] == 0xa9))
 			line++;
 	}
 	return line;
 }
 
+/*
+ * The last line a report may name. At the end of a text without a final
+ * break, libyaml moves its mark to a line the text does not have ("line 2"
+ * for the one-line "default_lease_ms: [1"); the report names the text's
+ * last line instead. A UTF-16 text, told by its byte order mark as libyaml
+ * tells it, is not counted.
+ */
+static size_t last_line(const struct ctx *c)
+{
+	const unsigned char *s = (const unsigned char *)c->yaml;
+
+	if (c->len >= 2 && ((s[0] == 0xff && s[1] == 0xfe) || (s[0] == 0xfe && s[1] == 0xff)))
+		return SIZE_MAX;
+	return line_at_offset(c, c->len);
+}
+
 static int syntax_error(struct ctx *c, const yaml_parser_t *yp)
 {
 	const char *problem = yp->problem ? yp->problem : "malformed document";
+	size_t context_line = line_of(&yp->context_mark);
 
 	switch (yp->error) {
 	case YAML_MEMORY_ERROR:
@@ -229,7 +260,7 @@ static int syntax_error(struct ctx *c, const yaml_parser_t *yp)
 	if (yp->context != NULL)
 		return fail(c, line_of(&yp->problem_mark), NULL,
 			    "YAML syntax error: %s (%s on line %zu)", problem, yp->context,
-			    line_of(&yp->context_mark));
+			    context_line < c->last_line ? context_line : c->last_line);
 	return fail(c, line_of(&yp->problem_mark), NULL, "YAML syntax error: %s", problem);
 }
 
@@ -639,6 +670,7 @@ enum ledger_err ledger_policy_parse(const char *yaml, size_t len, struct ledger_
 	memset(&c, 0, sizeof(c));
 	c.yaml = yaml ? yaml : "";
 	c.len = yaml ? len : 0;
+	c.last_line = last_line(&c);
 	c.err = err;
 	c.errlen = errlen;
 	c.rc = LEDGER_OK;

@@ -504,6 +504,15 @@ static void test_policy_syntax_error_names_line(void **state)
 		 "YAML syntax error: found unexpected end of stream"},
 		{"default_lease_ms: 100\n# bad byte: \xff\n", 2,
 		 "YAML syntax error: invalid leading UTF-8 octet"},
+		/* No final break: libyaml's mark moves past the last line, the report does not. */
+		{"default_lease_ms: [1", 1,
+		 "YAML syntax error: did not find expected ',' or ']' "
+		 "(while parsing a flow sequence on line 1)"},
+		/* Lines ended by \r alone, as libyaml reads them, in marks and in byte offsets. */
+		{"default_lease_ms: 100\r\rpool_retry_budget: [", 3,
+		 "YAML syntax error: did not find expected node content"},
+		{"default_lease_ms: 100\r\r# bad byte: \xff\r", 3,
+		 "YAML syntax error: invalid leading UTF-8 octet"},
 	};
 
 	(void)state;
