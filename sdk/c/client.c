@@ -514,6 +514,19 @@ static enum ledger_client_err error_from_answer(long status, char *body, size_t 
 	return LEDGER_CLIENT_ERR_REFUSED;
 }
 
+enum ledger_client_err client_answer_read(long status, char *body, size_t len,
+					  struct ledger_client_answer *ans,
+					  struct ledger_client_error *err)
+{
+	memset(ans, 0, sizeof(*ans));
+	if (status < 200 || status > 299)
+		return error_from_answer(status, body, len, err);
+	ans->status = status;
+	ans->body = body;
+	ans->len = len;
+	return LEDGER_CLIENT_OK;
+}
+
 enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
 				   struct ledger_client_answer *ans,
@@ -526,6 +539,8 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 	uint64_t start = client_now_ms();
 	uint32_t delay = BACKOFF_FIRST_MS;
 	long status = 0;
+	char *answer = NULL;
+	size_t answer_len = 0;
 	CURLcode code;
 
 	memset(ans, 0, sizeof(*ans));
@@ -599,16 +614,10 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 		client_backoff(&delay, hint, retry_ms - elapsed);
 	}
 
-	ans->status = status;
-	ans->body = ledger_buf_steal(&s.buf, &ans->len);
-	if (ans->body == NULL)
+	answer = ledger_buf_steal(&s.buf, &answer_len);
+	if (answer == NULL)
 		goto out;
-	if (status < 200 || status > 299) {
-		rc = error_from_answer(status, ans->body, ans->len, err);
-		ans->body = NULL; /* now err's */
-		goto out;
-	}
-	rc = LEDGER_CLIENT_OK;
+	rc = client_answer_read(status, answer, answer_len, ans, err);
 out:
 	if (k != NULL) {
 		/* Unhook the stack buffer and the body before the handle is reused. */
@@ -634,14 +643,23 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 	rc = client_send(c, path, body, retry_ms, &raw, err);
 	if (rc != LEDGER_CLIENT_OK)
 		return rc;
-	ans->status = raw.status;
-	ans->body = raw.body;
-	ans->len = raw.len;
+	return client_answer_parse(&raw, ans, err);
+}
+
+enum ledger_client_err client_answer_parse(struct ledger_client_answer *raw,
+					   struct client_answer *ans,
+					   struct ledger_client_error *err)
+{
+	memset(ans, 0, sizeof(*ans));
+	ans->status = raw->status;
+	ans->body = raw->body;
+	ans->len = raw->len;
+	memset(raw, 0, sizeof(*raw)); /* the body is ans's now */
 	if (ledger_json_parse(ans->body, ans->len, ANSWER_MAX_DEPTH, &ans->doc, NULL) !=
 		    LEDGER_OK ||
 	    ledger_json_root(ans->doc)->type != LEDGER_JSON_OBJECT) {
 		client_error_set(err, "", "HTTP %ld with a body that is not a JSON object",
-				 raw.status);
+				 ans->status);
 		client_answer_clear(ans);
 		return LEDGER_CLIENT_ERR_PROTOCOL;
 	}

@@ -62,6 +62,72 @@ enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
 				   struct client_answer *ans, struct ledger_client_error *err);
 
+/*
+ * Reading an answer, apart from the exchange that got it: each takes what
+ * a call's exchange settled on and nothing else, so tests/fuzz/fuzz_sdk_answer.c
+ * can hand them any status and body.
+ */
+
+/**
+ * What client_send() makes of its final answer: a 2xx into @p ans as
+ * received, any other status into @p err (the error envelope's code,
+ * message and retry_after_ms when the body has one).
+ * @param body taken in every case: @p len bytes from malloc(), NUL-terminated
+ * @return LEDGER_CLIENT_OK, _ERR_REFUSED (an envelope) or _ERR_PROTOCOL (none)
+ */
+enum ledger_client_err client_answer_read(long status, char *body, size_t len,
+					  struct ledger_client_answer *ans,
+					  struct ledger_client_error *err);
+
+/**
+ * What client_call() makes of client_send()'s 2xx answer: takes @p raw's
+ * body (leaving @p raw empty) and parses it into @p ans.
+ * @return LEDGER_CLIENT_OK, or _ERR_PROTOCOL (not a JSON object; @p ans
+ *         empty, @p err says so)
+ */
+enum ledger_client_err client_answer_parse(struct ledger_client_answer *raw,
+					   struct client_answer *ans,
+					   struct ledger_client_error *err);
+
+/**
+ * Reads a claim's answer into @p out, as ledger_client_tool_call() does:
+ * @p rc is client_call()'s, @p ans its answer (read on LEDGER_CLIENT_OK
+ * only), out->error its refusal. A replay fills @p out; a refusal becomes
+ * its outcome kind (and may revoke call->attempt).
+ * @param fencing_token the claim's token when the tool is to run, else 0
+ * @return as ledger_client_tool_call() returns it
+ */
+enum ledger_client_err client_claim_read(const struct ledger_call *call, enum ledger_client_err rc,
+					 const struct client_answer *ans,
+					 struct ledger_outcome *out, uint64_t *fencing_token);
+
+/** The same for the answer to a complete or release, as the tool's record. */
+enum ledger_client_err client_record_read(const struct ledger_call *call, enum ledger_client_err rc,
+					  const struct client_answer *ans,
+					  struct ledger_outcome *out);
+
+/**
+ * A new attempt handle from an attempt object as POST attempts and failover
+ * render it (attempt_id, epoch, lease_ms). @p obj is borrowed for the call.
+ * @param out the handle (free with ledger_client_attempt_free()), or NULL
+ * @return LEDGER_CLIENT_OK, _ERR_NOMEM or _ERR_PROTOCOL
+ */
+enum ledger_client_err client_attempt_from(struct ledger_client *c, const char *request_id,
+					   const struct ledger_json_value *obj,
+					   struct ledger_attempt **out,
+					   struct ledger_client_error *err);
+
+/**
+ * Reads the decision of a 200 answer of POST failover into @p out (which
+ * the caller clears, on failure too); a decision but keep_waiting revokes
+ * @p source.
+ * @return LEDGER_CLIENT_OK, _ERR_NOMEM or _ERR_PROTOCOL
+ */
+enum ledger_client_err client_decision_read(struct ledger_attempt *source,
+					    const struct client_answer *ans,
+					    struct ledger_decision *out,
+					    struct ledger_client_error *err);
+
 /** True if @p id is 1..128 bytes of [A-Za-z0-9._~-], as the API requires. */
 bool client_valid_id(const char *id);
 

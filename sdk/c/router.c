@@ -70,8 +70,7 @@ void ledger_client_attempt_free(struct ledger_attempt *a)
 	free(a);
 }
 
-/* A handle from an attempt object as POST attempts and failover render it. */
-static enum ledger_client_err attempt_from(struct ledger_client *c, const char *request_id,
+enum ledger_client_err client_attempt_from(struct ledger_client *c, const char *request_id,
 					   const struct ledger_json_value *obj,
 					   struct ledger_attempt **out,
 					   struct ledger_client_error *err)
@@ -153,7 +152,7 @@ enum ledger_client_err ledger_client_attempt_begin(struct ledger_client *c,
 	rc = path.oom ? LEDGER_CLIENT_ERR_NOMEM
 		      : client_call(c, path.data, &body, c->retry_ms, &ans, err);
 	if (rc == LEDGER_CLIENT_OK) {
-		rc = attempt_from(c, spec->request_id, ans.root, out, err);
+		rc = client_attempt_from(c, spec->request_id, ans.root, out, err);
 		client_answer_clear(&ans);
 	}
 	ledger_buf_free(&path);
@@ -418,8 +417,7 @@ struct ledger_attempt *ledger_client_decision_take_next(struct ledger_decision *
 	return next;
 }
 
-/* Reads the decision out of a 200 answer of POST failover. */
-static enum ledger_client_err read_decision(struct ledger_attempt *source,
+enum ledger_client_err client_decision_read(struct ledger_attempt *source,
 					    const struct client_answer *ans,
 					    struct ledger_decision *out,
 					    struct ledger_client_error *err)
@@ -452,7 +450,7 @@ static enum ledger_client_err read_decision(struct ledger_attempt *source,
 	out->settled_tool_calls = client_dup_raw(ans->root, "settled_tool_calls");
 	next = ledger_json_get(ans->root, "attempt");
 	if (next != NULL && next->type == LEDGER_JSON_OBJECT) {
-		rc = attempt_from(source->c, source->request_id, next, &out->next, err);
+		rc = client_attempt_from(source->c, source->request_id, next, &out->next, err);
 		if (rc != LEDGER_CLIENT_OK)
 			goto out;
 	}
@@ -507,7 +505,7 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 		goto out;
 	rc = client_call(source->c, path.data, &body, source->c->retry_ms, &ans, err);
 	if (rc == LEDGER_CLIENT_OK) {
-		rc = read_decision(source, &ans, out, err);
+		rc = client_decision_read(source, &ans, out, err);
 		client_answer_clear(&ans);
 		if (rc != LEDGER_CLIENT_OK)
 			ledger_client_decision_clear(out);

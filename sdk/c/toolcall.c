@@ -159,6 +159,35 @@ static enum ledger_client_err refused(const struct ledger_call *call, struct led
 	return out->kind == LEDGER_OUTCOME_REFUSED ? LEDGER_CLIENT_ERR_REFUSED : LEDGER_CLIENT_OK;
 }
 
+enum ledger_client_err client_claim_read(const struct ledger_call *call, enum ledger_client_err rc,
+					 const struct client_answer *ans,
+					 struct ledger_outcome *out, uint64_t *fencing_token)
+{
+	uint64_t token = 0;
+	char *state = NULL;
+
+	*fencing_token = 0;
+	if (rc == LEDGER_CLIENT_ERR_REFUSED)
+		return refused(call, out);
+	if (rc != LEDGER_CLIENT_OK)
+		return rc;
+	state = client_dup_string(ans->root, "status");
+	if (state != NULL && strcmp(state, "completed") == 0) {
+		out->kind = LEDGER_OUTCOME_REPLAYED;
+		rc = take_completed(ans, out);
+	} else if (state == NULL || strcmp(state, "claimed") != 0 ||
+		   !client_get_u64(ans->root, "fencing_token", &token) || token == 0 ||
+		   token > INT64_MAX) {
+		client_error_set(&out->error, "", "a claim answer with no known status");
+		rc = LEDGER_CLIENT_ERR_PROTOCOL;
+	} else {
+		out->fencing_token = token;
+		*fencing_token = token;
+	}
+	free(state);
+	return rc;
+}
+
 static void claim_body(struct ledger_buf *b, const struct ledger_call *call, const char *claim_id,
 		       const char *attempt_id, const char *args_sha256)
 {
@@ -248,7 +277,6 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 	struct client_answer ans;
 	enum ledger_client_err rc;
 	bool release = status == LEDGER_TOOL_NOT_EXECUTED;
-	char *state = NULL;
 
 	client_path(&path, call->request_id, "tool-calls", call->tool_call_id,
 		    release ? "release" : "complete", (const char *)NULL);
@@ -270,12 +298,25 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 	ledger_jsonw_object_end(&w);
 
 	rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
+	rc = client_record_read(call, rc, &ans, out);
+	client_answer_clear(&ans);
+	ledger_buf_free(&path);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+enum ledger_client_err client_record_read(const struct ledger_call *call, enum ledger_client_err rc,
+					  const struct client_answer *ans,
+					  struct ledger_outcome *out)
+{
+	char *state = NULL;
+
 	switch (rc) {
 	case LEDGER_CLIENT_OK:
-		state = client_dup_string(ans.root, "status");
+		state = client_dup_string(ans->root, "status");
 		if (state != NULL && strcmp(state, "completed") == 0) {
 			out->kind = LEDGER_OUTCOME_EXECUTED;
-			rc = take_completed(&ans, out);
+			rc = take_completed(ans, out);
 		} else if (state != NULL && strcmp(state, "released") == 0) {
 			out->kind = LEDGER_OUTCOME_RELEASED;
 		} else {
@@ -295,9 +336,6 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 		break;
 	}
 	free(state);
-	client_answer_clear(&ans);
-	ledger_buf_free(&path);
-	ledger_buf_free(&body);
 	return rc;
 }
 
@@ -355,7 +393,6 @@ enum ledger_client_err ledger_client_tool_call(struct ledger_client *c,
 	uint64_t start = client_now_ms();
 	uint32_t delay = 50;
 	uint64_t fencing_token = 0;
-	char *state = NULL;
 
 	if (out == NULL)
 		return LEDGER_CLIENT_ERR_INVALID;
@@ -408,31 +445,11 @@ enum ledger_client_err ledger_client_tool_call(struct ledger_client *c,
 		client_backoff(&delay, out->error.retry_after_ms, call->wait_ms - waited);
 		ledger_client_error_clear(&out->error);
 	}
-	if (rc == LEDGER_CLIENT_ERR_REFUSED) {
-		rc = refused(call, out);
-		goto out;
-	}
-	if (rc != LEDGER_CLIENT_OK)
-		goto out;
-
-	state = client_dup_string(ans.root, "status");
-	if (state != NULL && strcmp(state, "completed") == 0) {
-		out->kind = LEDGER_OUTCOME_REPLAYED;
-		rc = take_completed(&ans, out);
-		goto out;
-	}
-	if (state == NULL || strcmp(state, "claimed") != 0 ||
-	    !client_get_u64(ans.root, "fencing_token", &fencing_token) || fencing_token == 0 ||
-	    fencing_token > INT64_MAX) {
-		client_error_set(&out->error, "", "a claim answer with no known status");
-		rc = LEDGER_CLIENT_ERR_PROTOCOL;
-		goto out;
-	}
-	out->fencing_token = fencing_token;
+	rc = client_claim_read(call, rc, &ans, out, &fencing_token);
 	client_answer_clear(&ans);
-	rc = execute(c, call, (int64_t)fencing_token, tool_fn, ctx, out);
+	if (rc == LEDGER_CLIENT_OK && fencing_token != 0)
+		rc = execute(c, call, (int64_t)fencing_token, tool_fn, ctx, out);
 out:
-	free(state);
 	client_answer_clear(&ans);
 	ledger_buf_free(&path);
 	if (body.data != NULL)
