@@ -203,14 +203,16 @@ fuzz-smoke:
 TEST_JOBS       ?= 4
 PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile
 
-# The README's test command: every test, on a throwaway PostgreSQL; then the
-# HTTP contract again with the fast paths off, so that every answer the fast
-# paths give is also the one the locked path decides in C.
+# The README's test command: every test, on a throwaway PostgreSQL (the fuzz
+# targets' short run before them); then the HTTP contract again with the
+# fast paths off, so that every answer the fast paths give is also the one
+# the locked path decides in C.
 test:
 	@scripts/deps.sh test
 	$(MAKE) all unit $(SDK_TEST) $(CHAOS_AGENT)
 	$(PYTHON) scripts/check_layers.py
 	$(PYTHON) scripts/check_names.py $(BUILD)
+	$(MAKE) fuzz-smoke
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
 		tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker tests/chaos
 	LEDGER_FAST_PATHS=off LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) tests/http
