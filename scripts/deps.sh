@@ -5,7 +5,9 @@
 # place the project names its system packages.
 set -euo pipefail
 
-BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
+# The libraries' headers and the build's tools, for gcc (make) and clang (make fuzz) alike.
+LIB_PKGS="make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
+BUILD_PKGS="gcc $LIB_PKGS"
 RUN_PKGS="postgresql-15 python3"
 # The HA engine: Patroni, its etcd client and etcd. tests/ha runs ledgerd's
 # database on it; docker/patroni.Dockerfile builds the image of its nodes.
@@ -27,7 +29,7 @@ case "${1:-run}" in
 	run) ;;
 	test) want="$want $TEST_PKGS" ;;
 	build) want="$BUILD_PKGS" ;;
-	fuzz) want="$BUILD_PKGS $FUZZ_PKGS" ;;
+	fuzz) want="$LIB_PKGS $FUZZ_PKGS" ;;
 	dev) want="$BUILD_PKGS $DEV_PKGS" ;;
 	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
 	runtime) want="$RUNTIME_PKGS" ;;

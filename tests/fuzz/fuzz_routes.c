@@ -33,25 +33,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * The table names its handlers only to hand them back: stand-ins keep the
  * target free of the handlers, the store and the server.
  */
-const struct api_handler api_toolcalls_claim = {.parse = NULL};
-const struct api_handler api_toolcalls_renew = {.parse = NULL};
-const struct api_handler api_toolcalls_complete = {.parse = NULL};
-const struct api_handler api_toolcalls_release = {.parse = NULL};
-const struct api_handler api_toolcalls_resolve = {.parse = NULL};
-const struct api_handler api_toolcalls_get = {.parse = NULL};
-const struct api_handler api_toolcalls_list = {.parse = NULL};
-const struct api_handler api_review_request = {.parse = NULL};
-const struct api_handler api_review_list = {.parse = NULL};
-const struct api_handler api_attempts_create = {.parse = NULL};
-const struct api_handler api_attempts_renew = {.parse = NULL};
-const struct api_handler api_attempts_deliver = {.parse = NULL};
-const struct api_handler api_attempts_cancel = {.parse = NULL};
-const struct api_handler api_attempts_cancel_ack = {.parse = NULL};
-const struct api_handler api_attempts_finish = {.parse = NULL};
-const struct api_handler api_attempts_failover = {.parse = NULL};
-const struct api_handler api_ops_healthz = {.parse = NULL};
-const struct api_handler api_ops_readyz = {.parse = NULL};
-const struct api_handler api_ops_metrics = {.parse = NULL};
+const struct api_handler api_toolcalls_claim = {0};
+const struct api_handler api_toolcalls_renew = {0};
+const struct api_handler api_toolcalls_complete = {0};
+const struct api_handler api_toolcalls_release = {0};
+const struct api_handler api_toolcalls_resolve = {0};
+const struct api_handler api_toolcalls_get = {0};
+const struct api_handler api_toolcalls_list = {0};
+const struct api_handler api_review_request = {0};
+const struct api_handler api_review_list = {0};
+const struct api_handler api_attempts_create = {0};
+const struct api_handler api_attempts_renew = {0};
+const struct api_handler api_attempts_deliver = {0};
+const struct api_handler api_attempts_cancel = {0};
+const struct api_handler api_attempts_cancel_ack = {0};
+const struct api_handler api_attempts_finish = {0};
+const struct api_handler api_attempts_failover = {0};
+const struct api_handler api_ops_healthz = {0};
+const struct api_handler api_ops_readyz = {0};
+const struct api_handler api_ops_metrics = {0};
 
 /* routes.c splits a path into at most this many segments; a longer one is no route's. */
 #define MAX_SEGMENTS 16
