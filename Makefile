@@ -169,6 +169,9 @@ FUZZ_LINK_jcs        := $(COMMON_SRC)
 FUZZ_LINK_routes     := api/routes.c ledger/core/id.c
 FUZZ_LINK_policy     := ledger/core/policy.c
 FUZZ_LINK_sdk_answer := $(SDK_SRC)
+# The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
+FUZZ_LINK_http       := $(filter-out api/main.c,$(API_SRC)) $(COMMON_SRC) $(wildcard ledger/core/*.c) \
+			tests/fuzz/store_stub.c
 
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(or $(FUZZ_LINK_$(1)),$(COMMON_SRC)))
 
