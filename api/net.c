@@ -519,12 +519,16 @@ static void refuse(struct api_net_conn *c, const struct api_http_error *err)
 
 static void step(struct api_net_conn *c);
 
-/* The reply is ready and no more of the request will be read: write it. */
+/*
+ * The reply is ready and no more of the request will be read: write it.
+ * Like every change of state outside step(), it only records the state:
+ * step()'s loop carries it out, so no call of step() ever nests in another
+ * (a client that keeps its requests coming would grow the stack without end).
+ */
 static void start_write(struct api_net_conn *c)
 {
 	enter(c, C_WRITE);
 	set_events(c, EPOLLOUT);
-	step(c);
 }
 
 /* --- the call's side --- */
@@ -607,7 +611,6 @@ static void after_call(struct api_net_conn *c)
 		if (unread && !c->close_after) {
 			enter(c, C_DROP);
 			set_events(c, EPOLLIN);
-			step(c);
 			return;
 		}
 		start_write(c);
@@ -642,7 +645,6 @@ static void after_call(struct api_net_conn *c)
 		}
 		enter(c, C_BODY);
 		set_events(c, EPOLLIN);
-		step(c);
 		return;
 	}
 	if (c->state == C_CALL)
@@ -773,8 +775,7 @@ static void written(struct api_net_conn *c)
 	enter(c, C_HEAD);
 	c->head_started = c->in_off < c->in_len;
 	memset(&c->head, 0, sizeof(c->head));
-	set_events(c, EPOLLIN);
-	step(c); /* a pipelined request may be in already */
+	set_events(c, EPOLLIN); /* step() goes on: a pipelined request may be in already */
 }
 
 /* Moves the connection on as far as its input and output allow. */
@@ -815,12 +816,12 @@ static void step(struct api_net_conn *c)
 					       &start, &end, &err);
 			if (v == API_HTTP_DONE) {
 				begin_call(c, start, end);
-				return;
+				break;
 			}
 			c->scanned = c->in_len;
 			if (v == API_HTTP_REFUSED) {
 				refuse(c, &err);
-				return;
+				break;
 			}
 			if (!open) {
 				/* A client that closes between requests is done; mid-head, broken. */
@@ -834,7 +835,7 @@ static void step(struct api_net_conn *c)
 			bool open = fill(c, 65536);
 
 			if (!take_body(c))
-				return;
+				break; /* done, refused or answered: on in its new state */
 			if (c->in_off == c->in_len)
 				c->in_off = c->in_len = c->scanned = 0;
 			if (!open) {
@@ -864,7 +865,7 @@ static void step(struct api_net_conn *c)
 				return;
 			}
 			written(c);
-			return;
+			break;
 		}
 		case C_LINGER: {
 			char sink[16384];
@@ -933,6 +934,7 @@ static void sweep(struct loop *l, int64_t now)
 					/* The reply is ready: it goes out, then the connection closes. */
 					c->close_after = true;
 					start_write(c);
+					step(c);
 					break;
 				}
 				c->body_done = true;
@@ -1101,6 +1103,7 @@ static void take_woken(struct loop *l)
 		}
 		c->net->ops->resume(c->call);
 		after_call(c);
+		step(c);
 	}
 }
 

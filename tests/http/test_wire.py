@@ -5,6 +5,7 @@ requests, so every message whose framing two readers could take apart
 differently is refused with 400 and the connection closed, before any
 route runs. Every refusal is one JSON envelope, written once."""
 
+import threading
 import time
 
 import pytest
@@ -270,3 +271,23 @@ def test_head_requests_get_the_head_alone(service):
     answers, rest, _ = exchange(service, request("HEAD", "/healthz", [("Connection", "close")]))
     # A HEAD answer has a Content-Length and no body; parse() would wait for it.
     assert answers == [] and rest.startswith(b"HTTP/1.1 405 "), rest
+
+
+def test_thousands_of_pipelined_requests_are_all_answered(service):
+    """Each reply of a pipelined stream is answered before the next head
+    is read, in a loop: 20,000 requests sent at once once grew the stack
+    by a frame pair each, until it overflowed."""
+    n = 20000
+    s = connect(service)
+    try:
+        sender = threading.Thread(target=s.sendall, args=(HEALTHZ * n + request(
+            "GET", "/healthz", [("Connection", "close")]),))
+        sender.start()
+        data, closed = read_all(s, timeout=60)
+        sender.join()
+    finally:
+        s.close()
+    answers, rest = parse(data)
+    assert len(answers) == n + 1 and closed and rest == b"", (len(answers), rest[:100])
+    assert {a.status for a in answers} == {200}
+    assert service.ledgerd.get("/healthz").status == 200
