@@ -65,6 +65,8 @@ fi
 mkdir -p "$work"
 
 start=$(date +%s)
+stamp=$(mktemp build/fuzz/start.XXXXXX)
+trap 'rm -f "$stamp"' EXIT
 if ! "$bin" "${args[@]}" -max_total_time="$secs" "$work" "$seeds" >"$log" 2>&1; then
 	echo "fuzz $t: FAILED (the input is in $crashes/, the log in $log):" >&2
 	grep -E -A 30 '^(==[0-9]+==ERROR|fuzz_[a-z_]+: |.*runtime error:|.*deadly signal|.*-timeout)' \
@@ -78,4 +80,4 @@ field() { sed -n "s/.* $1: *\\([^ ]*\\).*/\\1/p" <<<"$last"; }
 echo "fuzz $t: $(stat number_of_executed_units) runs in $(($(date +%s) - start)) s" \
 	"($(stat average_exec_per_sec) exec/s), cov: $(field cov) ft: $(field ft)," \
 	"corpus: $(find "$work" -type f | wc -l) new + $(find "$seeds" -type f | wc -l) seeds," \
-	"crashes: $(find "$crashes" -type f | wc -l)"
+	"crashes: $(find "$crashes" -type f -newer "$stamp" | wc -l)"
