@@ -166,7 +166,7 @@ FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   := -std=c11 -O1 -g -fno-omit-frame-pointer $(WARNINGS) -pthread $(FUZZ_SANITIZE)
 FUZZ_LINK_json       := $(COMMON_SRC)
 FUZZ_LINK_jcs        := $(COMMON_SRC)
-FUZZ_LINK_routes     := api/routes.c ledger/core/id.c
+FUZZ_LINK_routes     := api/routes.c api/http.c ledger/core/id.c
 FUZZ_LINK_policy     := ledger/core/policy.c
 FUZZ_LINK_sdk_answer := $(SDK_SRC)
 # The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
