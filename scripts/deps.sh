@@ -23,6 +23,10 @@ BENCH_PKGS="wrk gnuplot-nox"
 # shared libraries of ledgerd, ledgerctl and gateway, and curl for a health
 # check. The final stage of docker/Dockerfile installs exactly these.
 RUNTIME_PKGS="libmicrohttpd12 libpq5 libssl3 libyaml-0-2 libcurl4 libjansson4 curl ca-certificates"
+# make image-test: podman builds docker/Dockerfile with no Docker engine,
+# runc runs its containers, debootstrap makes the Debian base image (its
+# archive keyring checks what it fetches), catatonit is podman's --init.
+IMAGE_PKGS="podman runc debootstrap debian-archive-keyring catatonit curl"
 
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
@@ -34,7 +38,8 @@ case "${1:-run}" in
 	bench) want="$BUILD_PKGS $RUN_PKGS $BENCH_PKGS" ;;
 	runtime) want="$RUNTIME_PKGS" ;;
 	patroni) want="$RUN_PKGS $HA_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|fuzz|dev|bench|runtime|patroni]" >&2; exit 2 ;;
+	image) want="$RUN_PKGS $IMAGE_PKGS" ;;
+	*) echo "usage: $0 [build|run|test|fuzz|dev|bench|runtime|patroni|image]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.
