@@ -1,13 +1,15 @@
 """docker/Dockerfile and docker/compose.yaml, checked without a container engine.
 
-No engine runs where these tests run, so nothing is built here. What can
-be proven by reading is: the files name only files that exist and targets
-that `make all` also builds; packages come only from scripts/deps.sh, and
-its runtime list covers every shared library the programs load; entrypoints
-and commands are programs the image holds; every variable set is one that
-ledgerd or the gateway reads; and the services that talk share a network
-and agree on ports. Each check is a function that returns what is wrong,
-and each is also shown failing on a doctored input.
+Nothing is built here: `make image-test` (tests/image) builds the image
+with podman and runs it. What can be proven by reading is: the files name
+only files that exist and targets that `make all` also builds; packages
+come only from scripts/deps.sh, and its runtime list covers every shared
+library the programs load; entrypoints and commands are programs the image
+holds; the health check asks for /healthz where LEDGER_LISTEN says ledgerd
+serves; every variable set is one that ledgerd or the gateway reads; and
+the services that talk share a network and agree on ports. Each check is a
+function that returns what is wrong, and each is also shown failing on a
+doctored input.
 
 The compose file is read by a small strict reader (below) of the YAML it is
 written in; anything outside that subset is an error, so no line is skipped.
@@ -30,6 +32,8 @@ DOCKER = ROOT / "docker"
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 # The programs the image ships, as `make` builds them (without SANITIZE, as the image does).
 PROGRAMS = ("build/ledgerd", "build/ledgerctl", "build/gateway")
+# The image's HEALTHCHECK program, and where the image has it.
+HEALTHCHECK_SCRIPT = "docker/healthcheck.sh"
 # What ledgerd's image gets from debian:bookworm-slim itself, besides RUNTIME_PKGS.
 BASE_OWNERS = {"libc6"}
 # A sanitizer build also loads the compiler's runtimes, which the image never has.
@@ -528,15 +532,21 @@ def check_interpolation(text, readme):
     return problems
 
 
+def image_programs(final):
+    """The names of the programs on the final image's PATH that the project puts there."""
+    binaries = {PurePosixPath(dest).name if not dest.endswith("/") else PurePosixPath(s).name
+                for _, srcs, dest in copies(final) if dest.startswith("/usr/local/bin")
+                for s in srcs}
+    if "curl" in deps_mode("runtime"):
+        binaries.add("curl")
+    return binaries
+
+
 def check_programs(doc, stages, commands):
     """Entrypoints and commands are programs and files the images hold."""
     problems = []
     final = stages[-1]
-    binaries = {PurePosixPath(dest).name if not dest.endswith("/") else PurePosixPath(s).name
-                for flags, srcs, dest in copies(final) if flags.get("from") and
-                dest.startswith("/usr/local/bin") for s in srcs}
-    if "curl" in deps_mode("runtime"):
-        binaries.add("curl")
+    binaries = image_programs(final)
     ins = dict(final["ins"])
     if exec_form(ins["ENTRYPOINT"])[0] not in binaries:
         problems.append("ENTRYPOINT %s is not in the image" % ins["ENTRYPOINT"])
@@ -596,20 +606,90 @@ def listen_port(stages):
     return env["LEDGER_LISTEN"].rsplit(":", 1)
 
 
+def healthcheck_argv(final):
+    """The exec-form command of the stage's HEALTHCHECK (None: none, or the shell form)."""
+    m = re.match(r"^(?:--\S+ )*CMD (\[.*\])$", dict(final["ins"]).get("HEALTHCHECK", ""))
+    return exec_form(m.group(1)) if m else None
+
+
 def check_healthcheck(stages):
+    """The HEALTHCHECK runs docker/healthcheck.sh, and EXPOSE is the image's listen port."""
     problems = []
     host, port = listen_port(stages)
-    ins = dict(stages[-1]["ins"])
-    m = re.search(r"CMD curl \S*f\S* .*http://(127\.0\.0\.1|localhost):(\d+)/healthz\b",
-                  ins.get("HEALTHCHECK", ""))
+    final = stages[-1]
+    ins = dict(final["ins"])
     if host not in ("0.0.0.0", "127.0.0.1"):
         problems.append("LEDGER_LISTEN=%s:%s is not reachable on loopback" % (host, port))
-    if m is None:
-        problems.append("HEALTHCHECK is not curl -f on http://127.0.0.1:PORT/healthz")
-    elif m.group(2) != port:
-        problems.append("HEALTHCHECK port %s, LEDGER_LISTEN port %s" % (m.group(2), port))
+    installed = {PurePosixPath(dest).name for _, srcs, dest in copies(final)
+                 if srcs == [HEALTHCHECK_SCRIPT] and dest.startswith("/usr/local/bin/")}
+    argv = healthcheck_argv(final)
+    if argv is None or len(argv) != 1 or argv[0] not in installed:
+        problems.append("HEALTHCHECK is not CMD [\"NAME\"] of %s copied to /usr/local/bin/NAME: %s"
+                        % (HEALTHCHECK_SCRIPT, ins.get("HEALTHCHECK")))
     if ins.get("EXPOSE") != port:
         problems.append("EXPOSE %s, LEDGER_LISTEN port %s" % (ins.get("EXPOSE"), port))
+    return problems
+
+
+def healthcheck_run(script, listen, curl_exit=0):
+    """Runs @script with LEDGER_LISTEN=@listen (None: unset) and a stand-in curl.
+
+    Returns (exit status, the arguments curl was given or None when it was not run).
+    """
+    with tempfile.TemporaryDirectory(prefix="ledgerd-health-") as folder:
+        asked = Path(folder) / "asked"
+        stand_in = Path(folder) / "curl"
+        stand_in.write_text('#!/bin/sh\nprintf "%%s\\n" "$@" > "%s"\nexit %d\n'
+                            % (asked, curl_exit))
+        stand_in.chmod(0o755)
+        env = dict(clean_env(), PATH="%s:%s" % (folder, os.environ["PATH"]))
+        if listen is not None:
+            env["LEDGER_LISTEN"] = listen
+        # dash, the image's /bin/sh, where there is one: it is what runs the script there.
+        shell = "dash" if Path("/bin/dash").exists() else "sh"
+        done = run([shell, script], check=False, env=env)
+        return done.returncode, asked.read_text().split("\n")[:-1] if asked.exists() else None
+
+
+def healthz(url):
+    return ["-fsS", "-o", "/dev/null", "--max-time", "2", url]
+
+
+# LEDGER_LISTEN (None: unset), and what the health check asks curl, or None
+# when it must say unhealthy without asking.
+HEALTHCHECK_ROWS = [
+    (None, healthz("http://127.0.0.1:8080/healthz")),
+    ("0.0.0.0:8080", healthz("http://127.0.0.1:8080/healthz")),
+    ("0.0.0.0:9000", healthz("http://127.0.0.1:9000/healthz")),
+    ("127.0.0.1:9000", healthz("http://127.0.0.1:9000/healthz")),
+    (":9001", healthz("http://127.0.0.1:9001/healthz")),
+    ("ledgerd.internal:9002", healthz("http://ledgerd.internal:9002/healthz")),
+    ("[::]:9003", healthz("http://[::1]:9003/healthz")),
+    ("[::1]:9004", healthz("http://[::1]:9004/healthz")),
+    ("unix:/run/ledgerd/http.sock",
+     ["-fsS", "-o", "/dev/null", "--max-time", "2", "--unix-socket", "/run/ledgerd/http.sock",
+      "http://localhost/healthz"]),
+    ("unix:", None),
+    ("9000", None),
+    ("0.0.0.0:", None),
+    ("[::1]", None),
+    ("0.0.0.0:http", None),
+]
+
+
+def check_healthcheck_script(script):
+    """Each row of HEALTHCHECK_ROWS: the URL asked, exit 0 when curl succeeds, 1 when not."""
+    problems = []
+    for listen, expected in HEALTHCHECK_ROWS:
+        status, asked = healthcheck_run(script, listen)
+        if asked != expected or status != (0 if expected else 1):
+            problems.append("LEDGER_LISTEN=%s: exit %d, curl %s; expected curl %s" %
+                            (listen, status, asked, expected))
+        if expected is not None:
+            status, _ = healthcheck_run(script, listen, curl_exit=22)
+            if status != 1:
+                problems.append("LEDGER_LISTEN=%s: exit %d when curl fails, not 1" %
+                                (listen, status))
     return problems
 
 
@@ -760,8 +840,16 @@ def test_entrypoints_and_commands_are_in_the_images():
     assert check_fake_imports(stage(stages, "fakes")) == []
 
 
-def test_healthcheck_hits_healthz_on_the_listen_port():
+def test_healthcheck_is_the_script_and_the_listen_port_is_exposed():
     assert check_healthcheck(dockerfile()) == []
+
+
+def test_healthcheck_asks_for_healthz_where_ledger_listen_says():
+    assert check_healthcheck_script(ROOT / HEALTHCHECK_SCRIPT) == []
+    # With the image's own LEDGER_LISTEN, on the port it exposes.
+    host, port = listen_port(dockerfile())
+    _, asked = healthcheck_run(ROOT / HEALTHCHECK_SCRIPT, "%s:%s" % (host, port))
+    assert asked[-1] == "http://127.0.0.1:%s/healthz" % port
 
 
 def test_services_that_talk_share_a_network_and_agree_on_ports():
@@ -794,14 +882,24 @@ def test_the_checks_catch_doctored_files():
                           .replace("/src/build/gateway", "/src/build/gateway2")
                           .replace("deps.sh runtime", "deps.sh run")
                           .replace("COPY Makefile", "RUN apt-get install -y gcc\nCOPY Makefile")
-                          .replace("8080/healthz", "8081/healthz")
+                          .replace('CMD ["ledgerd-healthcheck"]',
+                                   "CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1")
                           .replace('ENTRYPOINT ["ledgerd"]', 'ENTRYPOINT ["ledgerd2"]'))
     problems = check_copy_sources(bad, made_by_build_stage(bad))
     assert any("sqls/" in p for p in problems) and any("gateway2" in p for p in problems)
     problems = check_packages(bad, *build_and_final(bad))
     assert any("outside deps.sh" in p for p in problems)
     assert any("deps.sh runtime" in p for p in problems)
-    assert check_healthcheck(bad) != []
+    assert any("HEALTHCHECK" in p for p in check_healthcheck(bad))
+    assert any("EXPOSE" in p for p in check_healthcheck(
+        read_dockerfile(good.replace("EXPOSE 8080", "EXPOSE 8081"))))
+    with tempfile.TemporaryDirectory(prefix="ledgerd-health-") as folder:
+        fixed = Path(folder) / "healthcheck.sh"
+        fixed.write_text("#!/bin/sh\ncurl -fsS -o /dev/null --max-time 2 "
+                         "http://127.0.0.1:8080/healthz || exit 1\n")
+        problems = check_healthcheck_script(fixed)
+        assert any("0.0.0.0:9000" in p for p in problems)
+        assert not any(p.startswith("LEDGER_LISTEN=0.0.0.0:8080:") for p in problems)
     assert any("ENTRYPOINT" in p for p in check_programs(compose(), bad, ledgerd_commands()))
     assert ignored("build/ledgerd") and ignored("var/pg") and not ignored("ledger/core/decide.c")
     assert ignored("sdk/python/ledger_client/__pycache__/x.pyc")
