@@ -6,7 +6,8 @@ only files that exist and targets that `make all` also builds; packages
 come only from scripts/deps.sh, and its runtime list covers every shared
 library the programs load; entrypoints and commands are programs the image
 holds; the health check asks for /healthz where LEDGER_LISTEN says ledgerd
-serves; every variable set is one that ledgerd or the gateway reads; and
+serves; every variable set is one that ledgerd or the gateway reads; every
+service whose program would ignore SIGTERM as PID 1 runs under an init; and
 the services that talk share a network and agree on ports. Each check is a
 function that returns what is wrong, and each is also shown failing on a
 doctored input.
@@ -32,6 +33,10 @@ DOCKER = ROOT / "docker"
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 # The programs the image ships, as `make` builds them (without SANITIZE, as the image does).
 PROGRAMS = ("build/ledgerd", "build/ledgerctl", "build/gateway")
+# The programs of the images that stop by themselves on SIGTERM as a container's
+# PID 1 (each takes it with sigwait()); make image-test stops both. Any other
+# program, Python's above all, ignores SIGTERM there and needs an init.
+STOPS_ON_SIGTERM = {"ledgerd", "gateway"}
 # The image's HEALTHCHECK program, and where the image has it.
 HEALTHCHECK_SCRIPT = "docker/healthcheck.sh"
 # What ledgerd's image gets from debian:bookworm-slim itself, besides RUNTIME_PKGS.
@@ -693,6 +698,21 @@ def check_healthcheck_script(script):
     return problems
 
 
+def check_init(doc, stages):
+    """Every service of the project's images whose program ignores SIGTERM as PID 1 has an init."""
+    problems = []
+    by_image = images(doc, stages)
+    for name, svc in doc["services"].items():
+        st = by_image.get(svc.get("image"))
+        if st is None:
+            continue
+        entry = svc.get("entrypoint") or exec_form(dict(st["ins"])["ENTRYPOINT"])
+        if entry[0] not in STOPS_ON_SIGTERM and svc.get("init") is not True:
+            problems.append("%s runs %s as PID 1, which ignores SIGTERM there: set init: true"
+                            % (name, entry[0]))
+    return problems
+
+
 def service_ports(doc, stages):
     """{service: port it listens on}, from its settings."""
     ports = {"postgres": "5432"}
@@ -852,6 +872,10 @@ def test_healthcheck_asks_for_healthz_where_ledger_listen_says():
     assert asked[-1] == "http://127.0.0.1:%s/healthz" % port
 
 
+def test_services_that_would_ignore_sigterm_run_under_an_init():
+    assert check_init(compose(), dockerfile()) == []
+
+
 def test_services_that_talk_share_a_network_and_agree_on_ports():
     assert check_wiring(compose(), dockerfile()) == []
 
@@ -905,6 +929,9 @@ def test_the_checks_catch_doctored_files():
     assert ignored("sdk/python/ledger_client/__pycache__/x.pyc")
 
     doc = compose()
+    replica = {k: v for k, v in doc["services"]["replica"].items() if k != "init"}
+    doctored = dict(doc, services=dict(doc["services"], replica=replica))
+    assert [p for p in check_init(doctored, dockerfile()) if p.startswith("replica ")] != []
     env = dict(doc["services"]["gateway"]["environment"], LEDGER_LISTEN="0.0.0.0:1")
     svc = dict(doc["services"]["migrate"], environment={"LEDGER_DATABASE_UR": "x"})
     doctored = dict(doc, services=dict(doc["services"], migrate=svc,
