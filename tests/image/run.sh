@@ -127,15 +127,16 @@ configure_podman() {
 	# Overlay where the kernel mounts it on this file system, else vfs (a full
 	# copy per layer: slower, and works anywhere). Each has its own store,
 	# since a store belongs to the driver that made it.
+	local p=$state/probe
 	driver=vfs
-	rm -rf "$state/probe"
-	mkdir -p "$state/probe/lower" "$state/probe/upper" "$state/probe/work" "$state/probe/merged"
-	if mount -t overlay overlay -o "lowerdir=$state/probe/lower,upperdir=$state/probe/upper,workdir=$state/probe/work" \
-		"$state/probe/merged" 2>/dev/null; then
-		umount "$state/probe/merged"
+	rm -rf "$p"
+	mkdir -p "$p/lower" "$p/upper" "$p/work" "$p/merged"
+	if mount -t overlay overlay -o "lowerdir=$p/lower,upperdir=$p/upper,workdir=$p/work" "$p/merged" \
+		2>/dev/null; then
+		umount "$p/merged"
 		driver=overlay
 	fi
-	rm -rf "$state/probe"
+	rm -rf "$p"
 	# A container may not have more than this machine gives: podman's
 	# default (1048576 open files) is above the hard limit here, and runc
 	# fails to set it. podman also lowers its own process limit to
@@ -173,7 +174,10 @@ configure_podman() {
 	EOF
 	export CONTAINERS_CONF=$state/containers.conf
 	export CONTAINERS_STORAGE_CONF=$state/storage.conf
-	podman info >"$state/podman-info.log" 2>&1 || { show_log "$state/podman-info.log"; fail "podman does not start"; }
+	if ! podman info >"$state/podman-info.log" 2>&1; then
+		show_log "$state/podman-info.log"
+		fail "podman does not start"
+	fi
 	podman_driver=$driver
 	podman_ulimits="nofile=$nofile nproc=$nproc"
 }
@@ -185,7 +189,8 @@ make_base() {
 	local tmp=$state/base/tmp
 	rm -rf "$tmp"
 	mkdir -p "$tmp"
-	if ! long "$state/base/debootstrap.log" timeout 900 debootstrap --variant=minbase bookworm "$tmp/root" "$mirror"; then
+	if ! long "$state/base/debootstrap.log" \
+		timeout 900 debootstrap --variant=minbase bookworm "$tmp/root" "$mirror"; then
 		show_log "$state/base/debootstrap.log"
 		fail "debootstrap could not make Debian bookworm from $mirror"
 	fi
@@ -247,8 +252,8 @@ start_postgres() {
 		-o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off" start ||
 		{ show_log "$pgdir/server.log"; fail "PostgreSQL did not start"; }
 	pg_started=1
-	PGPASSWORD=$password runuser -u postgres -- "$pgbin/createdb" -h 127.0.0.1 -p "$port" -U ledger ledger ||
-		fail "createdb ledger failed"
+	PGPASSWORD=$password runuser -u postgres -- \
+		"$pgbin/createdb" -h 127.0.0.1 -p "$port" -U ledger ledger || fail "createdb ledger failed"
 	database_url="postgresql://ledger:$password@127.0.0.1:$port/ledger"
 	pg_port=$port
 }
@@ -299,9 +304,18 @@ wait_200() {
 # Stops container $1 with SIGTERM and fails unless it ended by itself, with
 # exit status 0, in under 10 s (podman stop would SIGKILL it at 10 s).
 stop_within_10s() {
-	local ctr=$1 t0 t1 ms code
+	local ctr=$1 t0 t1 ms code signal
+	# What podman stop sends: the image's STOPSIGNAL, none here, so SIGTERM.
+	signal=$(podman inspect --format '{{.Config.StopSignal}}' "$ctr")
+	case $signal in
+	15 | SIGTERM | TERM) ;;
+	*) fail "$ctr would be stopped with signal $signal, not SIGTERM" ;;
+	esac
 	t0=$(date +%s%N)
-	podman stop -t 10 "$ctr" >"$work/stop.log" 2>&1 || { show_log "$work/stop.log"; fail "podman stop $ctr failed"; }
+	if ! podman stop -t 10 "$ctr" >"$work/stop.log" 2>&1; then
+		show_log "$work/stop.log"
+		fail "podman stop $ctr failed"
+	fi
 	t1=$(date +%s%N)
 	ms=$(((t1 - t0) / 1000000))
 	code=$(podman inspect --format '{{.State.ExitCode}}' "$ctr")
@@ -313,7 +327,10 @@ stop_within_10s() {
 
 # ---------------------------------------------------------------------------
 
-[ "$(id -u)" -eq 0 ] || { say "run as root: podman here runs rootful, and debootstrap needs root" >&2; exit 1; }
+if [ "$(id -u)" -ne 0 ]; then
+	say "run as root: podman runs rootful here, and debootstrap needs root" >&2
+	exit 1
+fi
 for tool in podman runc debootstrap curl python3 "$pgbin/initdb"; do
 	command -v "$tool" >/dev/null || { say "$tool is missing: run scripts/deps.sh image" >&2; exit 1; }
 done
