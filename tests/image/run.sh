@@ -11,6 +11,12 @@ state=$root/build/image
 # This run's logs, kept for a look after it; its tokens are removed at exit.
 work=$state/work
 lock=$state/lock
+# podman's state of running containers, which a reboot must forget: on the
+# machine's /run, one folder per work tree. Short, too: podman refuses a
+# runroot longer than 50 characters in the cleanup command it hands to
+# conmon, and each container's exit then waits 20 s for a cleanup that
+# never comes.
+volatile=/run/ledgerd-image-$(printf '%s' "$state" | sha256sum | cut -c1-12)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # A base older than this is made again, so its packages do not fall far behind.
 base_max_age_days=30
@@ -31,6 +37,7 @@ step_start=0
 pgdir=
 pg_started=0
 bg_pid=
+podman_driver=
 started=$(date +%s)
 
 say() { printf 'image-test: %s\n' "$*"; }
@@ -84,10 +91,17 @@ cleanup() {
 		kill -TERM "$bg_pid" 2>/dev/null
 		wait "$bg_pid" 2>/dev/null
 	fi
-	if [ -n "${CONTAINERS_CONF:-}" ] && ! remove_all; then
-		say "cleanup: containers or images are left in $state (podman ps -a --external, podman images)" >&2
-		status=1
-		left=1
+	if [ -n "${CONTAINERS_CONF:-}" ]; then
+		if remove_all; then
+			# Empty now: nothing in it is worth keeping, and a store made
+			# afresh by the next run never disagrees with its paths (as it
+			# would after the work tree was moved).
+			rm -rf "$volatile" "$state/storage-$podman_driver"
+		else
+			say "cleanup: containers or images are left in $state (podman ps -a --external, podman images)" >&2
+			status=1
+			left=1
+		fi
 	fi
 	rm -f "$work"/*.token
 	[ "$(cat "$lock" 2>/dev/null)" = $$ ] && rm -f "$lock"
@@ -123,7 +137,7 @@ free_port() {
 # machine's own (/etc/containers, /var/lib/containers).
 configure_podman() {
 	local nofile nproc pid_max driver
-	mkdir -p "$state/run" "$state/net"
+	mkdir -p "$volatile" "$state/net"
 	# Overlay where the kernel mounts it on this file system, else vfs (a full
 	# copy per layer: slower, and works anywhere). Each has its own store,
 	# since a store belongs to the driver that made it.
@@ -159,8 +173,8 @@ configure_podman() {
 		# No systemd to hand cgroups or events to.
 		cgroup_manager = "cgroupfs"
 		events_logger = "file"
-		events_logfile_path = "$state/run/events.log"
-		tmp_dir = "$state/run/libpod"
+		events_logfile_path = "$state/events.log"
+		tmp_dir = "$volatile/libpod"
 
 		[network]
 		network_config_dir = "$state/net"
@@ -170,15 +184,15 @@ configure_podman() {
 		[storage]
 		driver = "$driver"
 		graphroot = "$state/storage-$driver"
-		runroot = "$state/run/storage-$driver"
+		runroot = "$volatile/storage-$driver"
 	EOF
+	podman_driver=$driver
 	export CONTAINERS_CONF=$state/containers.conf
 	export CONTAINERS_STORAGE_CONF=$state/storage.conf
 	if ! podman info >"$state/podman-info.log" 2>&1; then
 		show_log "$state/podman-info.log"
 		fail "podman does not start"
 	fi
-	podman_driver=$driver
 	podman_ulimits="nofile=$nofile nproc=$nproc"
 }
 
