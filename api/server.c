@@ -247,8 +247,12 @@ static bool collect_query(struct api_request *req, const char *query)
 				break;
 		}
 		if (req->route->query[i] == NULL) {
-			api_reply_invalid_field(req, klen <= 64 ? k : "",
-						"unknown query parameter");
+			/* Named back only when short, printable ASCII: a reply is valid UTF-8. */
+			bool plain = klen <= 64;
+
+			for (size_t j = 0; plain && j < klen; j++)
+				plain = k[j] >= 0x20 && k[j] < 0x7f;
+			api_reply_invalid_field(req, plain ? k : "", "unknown query parameter");
 			goto fail;
 		}
 		if (eq != NULL)

@@ -5,6 +5,7 @@ requests, so every message whose framing two readers could take apart
 differently is refused with 400 and the connection closed, before any
 route runs. Every refusal is one JSON envelope, written once."""
 
+import json
 import threading
 import time
 
@@ -291,3 +292,17 @@ def test_thousands_of_pipelined_requests_are_all_answered(service):
     assert len(answers) == n + 1 and closed and rest == b"", (len(answers), rest[:100])
     assert {a.status for a in answers} == {200}
     assert service.ledgerd.get("/healthz").status == 200
+
+
+@pytest.mark.parametrize("name", ["si%ce", "%ff%fe", "a%00b", "%1b[31m", "x" * 65])
+def test_an_unknown_query_name_is_never_echoed_unless_plain(service, name):
+    """The fuzzer's find: a name that decodes to bytes that are not UTF-8
+    was written into the error's "field", and the reply was not JSON."""
+    raw = request("GET", "/v1/requests?%s=1" % name,
+                  [("Authorization", "Bearer " + service.token("reviewer")),
+                   ("Connection", "close")])
+    answers, _, _ = exchange(service, raw)
+    assert [a.status for a in answers] == [400]
+    assert "\ufffd" not in answers[0].body, answers[0].body  # the bytes were UTF-8
+    doc = json.loads(answers[0].body)
+    assert doc["error"]["code"] == "invalid_field" and doc["error"]["field"] == ""
