@@ -1,21 +1,20 @@
 /*
- * api/net.c: the connections behind api/net.h. Each polling thread has an
- * epoll set holding every listener (EPOLLEXCLUSIVE: one thread wakes per
- * connection) and the connections it accepted, which stay on it for life;
- * an eventfd wakes it for the calls that workers hand back. A connection
- * is a small state machine:
+ * api/net.c: a connection of api/net.h, on the polling thread that
+ * accepted it (api/net_loop.c): its I/O, plain or TLS, its replies, the
+ * actions the server takes on its call, and its state machine:
  *
  *   HANDSHAKE (TLS) -> HEAD -> CALL -> [BODY] -> CALL -> [DROP] -> WRITE
  *                       ^------------- keep-alive ------------------'
  *                                                   or LINGER -> closed
  *
- * Every state but CALL has a deadline, checked once a second: a head
+ * Every state but CALL has a deadline, checked once a second by its
+ * thread (api/net_loop.c): a head
  * must be whole within --head-timeout of its first byte, a body within
  * --body-timeout of its head, and nothing may sit idle past
  * --idle-timeout. In CALL the server owns the call, and the store bounds
  * it (--db-timeout).
  */
-#include "api/net.h"
+#include "api/net_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,186 +39,12 @@
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 
-enum conn_state {
-	C_HANDSHAKE, /* TLS handshake */
-	C_HEAD,      /* reading a head */
-	C_CALL,      /* the server has the call */
-	C_BODY,      /* reading the body the server asked for */
-	C_DROP,      /* the reply is ready; dropping the rest of the body first */
-	C_WRITE,     /* writing the reply */
-	C_LINGER,    /* reply written, write side shut: reading until the client closes */
-};
-
-/*
- * Once the reply of a refused or cut-short request is out, the input is
- * read and dropped for this long (and up to discard_max bytes), so that a
- * client still writing its body gets the reply rather than a reset.
- */
-#define LINGER_MS 5000
-/* After a refusal on the wire or at a deadline nothing worth waiting for is in flight. */
-#define LINGER_REFUSED_MS 1000
-#define FIRST_BUFFER 2048
-
-struct addr_count;
-
-struct api_net_conn {
-	struct loop *loop;
-	struct api_net *net;
-	int fd;
-	SSL *ssl;
-	unsigned listener;
-	struct addr_count *addr; /* NULL: not counted per address */
-	enum conn_state state;
-	struct api_net_conn *prev, *next; /* the loop's connections */
-
-	size_t lingered; /* bytes dropped in LINGER */
-	bool refused;    /* the reply is a refusal on the wire: a short linger */
-
-	/* Input: in[0, in_len), of which the first in_off are consumed. */
-	char *in;
-	size_t in_len, in_cap, in_off, scanned;
-	bool eof;
-
-	/* The call. */
-	void *call;
-	struct api_http_head head;
-	char *head_buf; /* the head, copied out of the input buffer for the call's life */
-	bool held;      /* a worker will wake the call */
-	bool woken;     /* wake arrived; resume() is due */
-	struct api_net_conn *wake_next;
-	bool body_asked, body_done, reply_ready;
-	size_t body_max;
-	uint64_t body_left; /* Content-Length bytes still to come */
-	struct api_http_chunked chunked;
-	struct ledger_buf body;
-
-	/* Output. */
-	char *out;
-	size_t out_len, out_off;
-	bool close_after;
-	bool dead; /* the connection is gone; the call is ended once no worker holds it */
-
-	int64_t since_ms;   /* when the current state's deadline started */
-	int64_t last_io_ms; /* last byte in or out */
-	bool head_started;  /* a byte of the next head arrived */
-	unsigned events;    /* what the epoll set waits for now */
-};
-
-struct loop {
-	struct api_net *net;
-	pthread_t thread;
-	int epfd, wakefd;
-	struct api_net_conn *conns; /* every connection of this thread */
-	pthread_mutex_t wake_lock;
-	struct api_net_conn *woken; /* handed back by workers */
-	bool started;
-};
-
-/* Connections per address, under the net's lock. */
-struct addr_count {
-	unsigned char key[17]; /* family byte, then the address */
-	unsigned count;
-	struct addr_count *next;
-};
-
-#define ADDR_BUCKETS 1024
-
-struct api_net {
-	struct api_net_config cfg;
-	const struct api_net_ops *ops;
-	struct api_net_listener *listeners;
-	unsigned nlisteners;
-	struct loop *loops;
-	atomic_bool stopping, draining;
-	atomic_uint connections;
-	atomic_long in_flight;
-	pthread_mutex_t lock;
-	struct addr_count *addrs[ADDR_BUCKETS];
-	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
-};
-
-static int64_t now_ms(void)
+int64_t api_net_now_ms(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* --- per-address counting --- */
-
-static unsigned addr_hash(const unsigned char key[17])
-{
-	unsigned h = 2166136261u;
-
-	for (int i = 0; i < 17; i++)
-		h = (h ^ key[i]) * 16777619u;
-	return h & (ADDR_BUCKETS - 1);
-}
-
-/* The address's key; IPv4 mapped into IPv6 counts as IPv4. */
-static void addr_key(const struct sockaddr_storage *ss, unsigned char key[17])
-{
-	memset(key, 0, 17);
-	if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-			key[0] = 4;
-			memcpy(key + 1, in6->sin6_addr.s6_addr + 12, 4);
-		} else {
-			key[0] = 6;
-			memcpy(key + 1, in6->sin6_addr.s6_addr, 16);
-		}
-	} else if (ss->ss_family == AF_INET) {
-		key[0] = 4;
-		memcpy(key + 1, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, 4);
-	}
-}
-
-/* Counts one more connection from @p key. @return NULL when the address is at its limit */
-static struct addr_count *addr_take(struct api_net *net, const unsigned char key[17], bool *full)
-{
-	unsigned b = addr_hash(key);
-	struct addr_count *a;
-
-	*full = false;
-	pthread_mutex_lock(&net->lock);
-	for (a = net->addrs[b]; a != NULL; a = a->next) {
-		if (memcmp(a->key, key, 17) == 0)
-			break;
-	}
-	if (a != NULL && a->count >= net->cfg.max_per_address) {
-		*full = true;
-		a = NULL;
-	} else if (a == NULL && (a = calloc(1, sizeof(*a))) != NULL) {
-		memcpy(a->key, key, 17);
-		a->next = net->addrs[b];
-		net->addrs[b] = a;
-	}
-	if (a != NULL)
-		a->count++;
-	pthread_mutex_unlock(&net->lock);
-	return a;
-}
-
-static void addr_give(struct api_net *net, struct addr_count *a)
-{
-	unsigned b;
-
-	if (a == NULL)
-		return;
-	b = addr_hash(a->key);
-	pthread_mutex_lock(&net->lock);
-	if (--a->count == 0) {
-		struct addr_count **pp = &net->addrs[b];
-
-		while (*pp != a)
-			pp = &(*pp)->next;
-		*pp = a->next;
-		free(a);
-	}
-	pthread_mutex_unlock(&net->lock);
 }
 
 /* --- I/O, plain or TLS --- */
@@ -314,14 +139,14 @@ static void set_events(struct api_net_conn *c, unsigned events)
 	epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static void enter(struct api_net_conn *c, enum conn_state s)
+void api_net_conn_enter(struct api_net_conn *c, enum conn_state s)
 {
 	c->state = s;
-	c->since_ms = now_ms();
+	c->since_ms = api_net_now_ms();
 }
 
 /* Ends the call, if there is one and no worker holds it. */
-static void end_call(struct api_net_conn *c, bool replied)
+void api_net_conn_end_call(struct api_net_conn *c, bool replied)
 {
 	void *call = c->call;
 
@@ -335,7 +160,7 @@ static void end_call(struct api_net_conn *c, bool replied)
 	c->net->ops->end(call, replied);
 }
 
-static void conn_free(struct api_net_conn *c)
+void api_net_conn_free(struct api_net_conn *c)
 {
 	struct loop *l = c->loop;
 
@@ -356,7 +181,7 @@ static void conn_free(struct api_net_conn *c)
  * The connection is gone, or done with. Its call ends now unless a
  * worker holds it; then when the worker hands it back.
  */
-static void conn_close(struct api_net_conn *c)
+void api_net_conn_close(struct api_net_conn *c)
 {
 	if (c->dead)
 		return;
@@ -367,13 +192,13 @@ static void conn_close(struct api_net_conn *c)
 	c->ssl = NULL;
 	close(c->fd);
 	c->fd = -1;
-	addr_give(c->net, c->addr);
+	api_net_loop_addr_give(c->net, c->addr);
 	c->addr = NULL;
 	atomic_fetch_sub(&c->net->connections, 1);
 	api_metrics_http_connections(-1);
 	if (!c->held) {
-		end_call(c, false);
-		conn_free(c);
+		api_net_conn_end_call(c, false);
+		api_net_conn_free(c);
 	}
 }
 
@@ -425,7 +250,7 @@ static bool fill(struct api_net_conn *c, size_t limit)
 		r = io_read(c, c->in + c->in_len, c->in_cap - c->in_len, &got, &want);
 		if (r == IO_OK) {
 			c->in_len += got;
-			c->last_io_ms = now_ms();
+			c->last_io_ms = api_net_now_ms();
 			continue;
 		}
 		if (r == IO_AGAIN)
@@ -484,7 +309,7 @@ static bool compose(struct api_net_conn *c, unsigned status, const char *headers
  * Refuses what arrived on the wire, before any call began: the JSON
  * envelope every error has, then the connection closes.
  */
-static void refuse(struct api_net_conn *c, const struct api_http_error *err)
+void api_net_conn_refuse(struct api_net_conn *c, const struct api_http_error *err)
 {
 	struct ledger_buf buf = {0};
 	struct ledger_jsonw w;
@@ -509,25 +334,23 @@ static void refuse(struct api_net_conn *c, const struct api_http_error *err)
 	if (body == NULL ||
 	    !compose(c, err->status, "Content-Type: application/json\r\n", body, len)) {
 		free(body);
-		conn_close(c);
+		api_net_conn_close(c);
 		return;
 	}
 	free(body);
-	enter(c, C_WRITE);
+	api_net_conn_enter(c, C_WRITE);
 	set_events(c, EPOLLOUT);
 }
 
-static void step(struct api_net_conn *c);
-
 /*
  * The reply is ready and no more of the request will be read: write it.
- * Like every change of state outside step(), it only records the state:
- * step()'s loop carries it out, so no call of step() ever nests in another
+ * Like every change of state outside api_net_conn_step(), it only records the state:
+ * api_net_conn_step()'s loop carries it out, so no call of api_net_conn_step() ever nests in another
  * (a client that keeps its requests coming would grow the stack without end).
  */
-static void start_write(struct api_net_conn *c)
+void api_net_conn_start_write(struct api_net_conn *c)
 {
-	enter(c, C_WRITE);
+	api_net_conn_enter(c, C_WRITE);
 	set_events(c, EPOLLOUT);
 }
 
@@ -597,7 +420,7 @@ long api_net_in_flight(const struct api_net *net)
  * After a callback: carries out what the server asked. A reply wins over
  * a body still to read; without either, the call waits for its worker.
  */
-static void after_call(struct api_net_conn *c)
+void api_net_conn_after_call(struct api_net_conn *c)
 {
 	if (c->dead)
 		return;
@@ -605,15 +428,15 @@ static void after_call(struct api_net_conn *c)
 		bool unread = c->head.body != API_HTTP_BODY_NONE && !c->body_done;
 
 		if (c->out == NULL) {
-			conn_close(c);
+			api_net_conn_close(c);
 			return;
 		}
 		if (unread && !c->close_after) {
-			enter(c, C_DROP);
+			api_net_conn_enter(c, C_DROP);
 			set_events(c, EPOLLIN);
 			return;
 		}
-		start_write(c);
+		api_net_conn_start_write(c);
 		return;
 	}
 	if (c->body_asked && !c->body_done && c->state == C_CALL) {
@@ -622,13 +445,13 @@ static void after_call(struct api_net_conn *c)
 
 			c->body_done = true;
 			c->net->ops->body(c->call, &empty);
-			after_call(c);
+			api_net_conn_after_call(c);
 			return;
 		}
 		if (c->head.body == API_HTTP_BODY_LENGTH && c->head.content_length > c->body_max) {
 			c->body_done = false;
 			c->net->ops->body(c->call, NULL);
-			after_call(c);
+			api_net_conn_after_call(c);
 			return;
 		}
 		if (c->head.expect_continue) {
@@ -639,11 +462,11 @@ static void after_call(struct api_net_conn *c)
 			/* Eight bytes short of a full send buffer is not a case worth a state. */
 			if (io_write(c, cont, sizeof(cont) - 1, &put, &want) != IO_OK ||
 			    put != sizeof(cont) - 1) {
-				conn_close(c);
+				api_net_conn_close(c);
 				return;
 			}
 		}
-		enter(c, C_BODY);
+		api_net_conn_enter(c, C_BODY);
 		set_events(c, EPOLLIN);
 		return;
 	}
@@ -677,43 +500,43 @@ static bool take_body(struct api_net_conn *c)
 				/* The call has begun: the refusal is still one JSON error. */
 				c->body_done = true;
 				ledger_buf_free(&c->body);
-				refuse(c, &err);
+				api_net_conn_refuse(c, &err);
 				return false;
 			}
-			start_write(c);
+			api_net_conn_start_write(c);
 			return false;
 		}
 		if (c->state == C_BODY && dlen > 0) {
 			if (c->body.len + dlen > c->body_max) {
 				/* Too large: answered now, the rest never read. */
 				ledger_buf_free(&c->body);
-				enter(c, C_CALL);
+				api_net_conn_enter(c, C_CALL);
 				c->net->ops->body(c->call, NULL);
-				after_call(c);
+				api_net_conn_after_call(c);
 				return false;
 			}
 			ledger_buf_append(&c->body, data, dlen);
 		} else if (c->state == C_DROP && dlen > 0) {
 			if (c->body_left > c->net->cfg.discard_max) {
 				c->close_after = true;
-				start_write(c);
+				api_net_conn_start_write(c);
 				return false;
 			}
 		}
 		if (v == API_HTTP_DONE) {
 			c->body_done = true;
 			if (c->state == C_DROP) {
-				start_write(c);
+				api_net_conn_start_write(c);
 				return false;
 			}
-			enter(c, C_CALL);
+			api_net_conn_enter(c, C_CALL);
 			if (c->body.oom) {
 				ledger_buf_free(&c->body);
 				c->net->ops->body(c->call, NULL);
 			} else {
 				c->net->ops->body(c->call, &c->body);
 			}
-			after_call(c);
+			api_net_conn_after_call(c);
 			return false;
 		}
 	}
@@ -727,7 +550,7 @@ static void begin_call(struct api_net_conn *c, size_t start, size_t end)
 	char *copy = malloc(end + 1);
 
 	if (copy == NULL) {
-		conn_close(c);
+		api_net_conn_close(c);
 		return;
 	}
 	memcpy(copy, c->in + c->in_off + start, end);
@@ -737,22 +560,22 @@ static void begin_call(struct api_net_conn *c, size_t start, size_t end)
 	free(c->head_buf);
 	c->head_buf = copy;
 	if (api_http_parse_head(copy, end, &c->head, &err) != API_HTTP_DONE) {
-		refuse(c, &err);
+		api_net_conn_refuse(c, &err);
 		return;
 	}
 	c->body_asked = c->body_done = c->reply_ready = false;
 	c->body_left = c->head.body == API_HTTP_BODY_LENGTH ? c->head.content_length : 0;
 	memset(&c->chunked, 0, sizeof(c->chunked));
 	c->close_after = false;
-	enter(c, C_CALL);
+	api_net_conn_enter(c, C_CALL);
 	atomic_fetch_add(&c->net->in_flight, 1);
 	c->call = c->net->ops->begin(c->net->ops->ctx, c, &c->head, c->listener);
 	if (c->call == NULL) {
 		atomic_fetch_sub(&c->net->in_flight, 1);
-		conn_close(c);
+		api_net_conn_close(c);
 		return;
 	}
-	after_call(c);
+	api_net_conn_after_call(c);
 }
 
 /* The reply is out: the next request, or the end. */
@@ -761,25 +584,27 @@ static void written(struct api_net_conn *c)
 	free(c->out);
 	c->out = NULL;
 	c->out_len = c->out_off = 0;
-	end_call(c, true);
+	api_net_conn_end_call(c, true);
 	if (c->close_after || atomic_load(&c->net->draining)) {
 		if (c->ssl != NULL)
 			(void)SSL_shutdown(c->ssl);
 		shutdown(c->fd, SHUT_WR);
-		enter(c, C_LINGER);
+		api_net_conn_enter(c, C_LINGER);
 		c->lingered = c->in_len - c->in_off;
 		c->in_off = c->in_len = c->scanned = 0;
 		set_events(c, EPOLLIN);
 		return;
 	}
-	enter(c, C_HEAD);
+	api_net_conn_enter(c, C_HEAD);
 	c->head_started = c->in_off < c->in_len;
 	memset(&c->head, 0, sizeof(c->head));
-	set_events(c, EPOLLIN); /* step() goes on: a pipelined request may be in already */
+	set_events(
+		c,
+		EPOLLIN); /* api_net_conn_step() goes on: a pipelined request may be in already */
 }
 
 /* Moves the connection on as far as its input and output allow. */
-static void step(struct api_net_conn *c)
+void api_net_conn_step(struct api_net_conn *c)
 {
 	for (;;) {
 		if (c->dead)
@@ -790,12 +615,12 @@ static void step(struct api_net_conn *c)
 			unsigned want = EPOLLIN;
 
 			if (r == 1) {
-				enter(c, C_HEAD);
+				api_net_conn_enter(c, C_HEAD);
 				set_events(c, EPOLLIN);
 				break;
 			}
 			if (tls_wait(c, r, &want) != IO_AGAIN) {
-				conn_close(c);
+				api_net_conn_close(c);
 				return;
 			}
 			set_events(c, want);
@@ -810,7 +635,7 @@ static void step(struct api_net_conn *c)
 
 			if (c->in_off < c->in_len && !c->head_started) {
 				c->head_started = true;
-				c->since_ms = now_ms();
+				c->since_ms = api_net_now_ms();
 			}
 			v = api_http_find_head(c->in + c->in_off, c->in_len - c->in_off, &scanned,
 					       &start, &end, &err);
@@ -820,12 +645,12 @@ static void step(struct api_net_conn *c)
 			}
 			c->scanned = c->in_len;
 			if (v == API_HTTP_REFUSED) {
-				refuse(c, &err);
+				api_net_conn_refuse(c, &err);
 				break;
 			}
 			if (!open) {
 				/* A client that closes between requests is done; mid-head, broken. */
-				conn_close(c);
+				api_net_conn_close(c);
 				return;
 			}
 			return;
@@ -839,7 +664,7 @@ static void step(struct api_net_conn *c)
 			if (c->in_off == c->in_len)
 				c->in_off = c->in_len = c->scanned = 0;
 			if (!open) {
-				conn_close(c);
+				api_net_conn_close(c);
 				return;
 			}
 			return;
@@ -854,14 +679,14 @@ static void step(struct api_net_conn *c)
 					     &want);
 				if (r == IO_OK) {
 					c->out_off += put;
-					c->last_io_ms = now_ms();
+					c->last_io_ms = api_net_now_ms();
 					continue;
 				}
 				if (r == IO_AGAIN) {
 					set_events(c, want);
 					return;
 				}
-				conn_close(c);
+				api_net_conn_close(c);
 				return;
 			}
 			written(c);
@@ -879,7 +704,7 @@ static void step(struct api_net_conn *c)
 					break;
 			}
 			if (r != IO_AGAIN)
-				conn_close(c);
+				api_net_conn_close(c);
 			return;
 		}
 		case C_CALL:
@@ -888,263 +713,7 @@ static void step(struct api_net_conn *c)
 	}
 }
 
-/* --- deadlines --- */
-
-static void sweep(struct loop *l, int64_t now)
-{
-	const struct api_net_config *cfg = &l->net->cfg;
-	struct api_net_conn *c = l->conns, *next;
-
-	for (; c != NULL; c = next) {
-		next = c->next;
-		if (c->dead)
-			continue;
-		switch (c->state) {
-		case C_HANDSHAKE:
-			if (now - c->since_ms >= cfg->head_timeout_ms) {
-				api_metrics_http_timeout("head");
-				conn_close(c);
-			}
-			break;
-		case C_HEAD:
-			if (!c->head_started) {
-				/* Nothing of a request yet: an idle keep-alive, closed quietly. */
-				if (now - c->since_ms >= cfg->idle_timeout_ms ||
-				    atomic_load(&l->net->draining))
-					conn_close(c);
-			} else if (now - c->since_ms >= cfg->head_timeout_ms) {
-				static const struct api_http_error late = {
-					408, "request_timeout",
-					"the request head did not arrive within --head-timeout"};
-
-				api_metrics_http_timeout("head");
-				refuse(c, &late);
-				step(c);
-			}
-			break;
-		case C_BODY:
-		case C_DROP:
-			if (now - c->since_ms >= cfg->body_timeout_ms) {
-				static const struct api_http_error late = {
-					408, "request_timeout",
-					"the request body did not arrive within --body-timeout"};
-
-				api_metrics_http_timeout("body");
-				if (c->state == C_DROP) {
-					/* The reply is ready: it goes out, then the connection closes. */
-					c->close_after = true;
-					start_write(c);
-					step(c);
-					break;
-				}
-				c->body_done = true;
-				ledger_buf_free(&c->body);
-				refuse(c, &late);
-				step(c);
-			}
-			break;
-		case C_WRITE:
-			if (now - c->last_io_ms >= cfg->idle_timeout_ms) {
-				api_metrics_http_timeout("write");
-				conn_close(c);
-			}
-			break;
-		case C_LINGER:
-			if (now - c->since_ms >= (c->refused ? LINGER_REFUSED_MS : LINGER_MS))
-				conn_close(c);
-			break;
-		case C_CALL:
-			break;
-		}
-	}
-}
-
-/* --- accepting --- */
-
-/*
- * Out of files: the connection waiting would wake every poll again. The
- * spare descriptor makes room to accept it and close it at once.
- * @return true when one was shed
- */
-static bool shed_one(struct api_net *net, int lfd)
-{
-	int fd;
-
-	pthread_mutex_lock(&net->lock);
-	if (net->spare_fd < 0) {
-		pthread_mutex_unlock(&net->lock);
-		return false;
-	}
-	close(net->spare_fd);
-	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (fd >= 0)
-		close(fd);
-	net->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	pthread_mutex_unlock(&net->lock);
-	api_metrics_http_connection_refused("files");
-	LOG_WARN("http: out of file descriptors; a connection was closed unanswered");
-	return fd >= 0;
-}
-
-static void accept_on(struct loop *l, unsigned li)
-{
-	struct api_net *net = l->net;
-	const struct api_net_listener *lst = &net->listeners[li];
-
-	for (;;) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		struct api_net_conn *c;
-		struct addr_count *addr = NULL;
-		struct epoll_event ev;
-		int fd =
-			accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		int one = 1;
-
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			if ((errno == EMFILE || errno == ENFILE) && shed_one(net, lst->fd))
-				continue;
-			return;
-		}
-		if (atomic_fetch_add(&net->connections, 1) >= net->cfg.max_connections) {
-			atomic_fetch_sub(&net->connections, 1);
-			api_metrics_http_connection_refused("total");
-			close(fd);
-			continue;
-		}
-		if (lst->per_address && net->cfg.max_per_address > 0) {
-			unsigned char key[17];
-			bool full = false;
-
-			addr_key(&ss, key);
-			addr = addr_take(net, key, &full);
-			if (addr == NULL) {
-				atomic_fetch_sub(&net->connections, 1);
-				api_metrics_http_connection_refused(full ? "per_address"
-									 : "memory");
-				close(fd);
-				continue;
-			}
-		}
-		c = calloc(1, sizeof(*c));
-		if (c == NULL) {
-			addr_give(net, addr);
-			atomic_fetch_sub(&net->connections, 1);
-			close(fd);
-			continue;
-		}
-		if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		c->loop = l;
-		c->net = net;
-		c->fd = fd;
-		c->listener = li;
-		c->addr = addr;
-		c->last_io_ms = now_ms();
-		c->next = l->conns;
-		if (l->conns != NULL)
-			l->conns->prev = c;
-		l->conns = c;
-		api_metrics_http_connections(1);
-		if (lst->tls != NULL) {
-			c->ssl = api_tls_session(lst->tls, fd);
-			if (c->ssl == NULL) {
-				conn_close(c);
-				continue;
-			}
-			enter(c, C_HANDSHAKE);
-		} else {
-			enter(c, C_HEAD);
-		}
-		c->events = EPOLLIN;
-		ev.events = EPOLLIN;
-		ev.data.ptr = c;
-		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			conn_close(c);
-			continue;
-		}
-	}
-}
-
-/* --- the polling threads --- */
-
-static void take_woken(struct loop *l)
-{
-	struct api_net_conn *c, *next;
-	uint64_t n;
-
-	if (read(l->wakefd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: a wake raced the read; the list below is what counts. */
-	}
-	pthread_mutex_lock(&l->wake_lock);
-	c = l->woken;
-	l->woken = NULL;
-	pthread_mutex_unlock(&l->wake_lock);
-	/* Handed back in the order they were queued. */
-	{
-		struct api_net_conn *rev = NULL;
-
-		for (; c != NULL; c = next) {
-			next = c->wake_next;
-			c->wake_next = rev;
-			rev = c;
-		}
-		c = rev;
-	}
-	for (; c != NULL; c = next) {
-		next = c->wake_next;
-		c->held = false;
-		if (c->dead) {
-			end_call(c, false);
-			conn_free(c);
-			continue;
-		}
-		c->net->ops->resume(c->call);
-		after_call(c);
-		step(c);
-	}
-}
-
-static void *loop_main(void *arg)
-{
-	struct loop *l = arg;
-	struct api_net *net = l->net;
-	int64_t last_sweep = now_ms();
-
-	while (!atomic_load(&net->stopping)) {
-		struct epoll_event evs[64];
-		int n = epoll_wait(l->epfd, evs, 64, 250);
-		int64_t now;
-
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == &l->wakefd) {
-				take_woken(l);
-			} else if ((uintptr_t)p >= 1 && (uintptr_t)p <= net->nlisteners) {
-				/* A listener's data is its index + 1; a connection's, its address. */
-				accept_on(l, (unsigned)((uintptr_t)p - 1));
-			} else {
-				struct api_net_conn *c = p;
-
-				if ((evs[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
-				    (evs[i].events & EPOLLIN) == 0) {
-					conn_close(c);
-					continue;
-				}
-				step(c);
-			}
-		}
-		now = now_ms();
-		if (now - last_sweep >= 1000 || atomic_load(&net->draining)) {
-			sweep(l, now);
-			last_sweep = now;
-		}
-	}
-	return NULL;
-}
+/* --- starting and stopping --- */
 
 enum ledger_err api_net_start(const struct api_net_config *cfg, const struct api_net_ops *ops,
 			      const struct api_net_listener *listeners, unsigned nlisteners,
@@ -1185,7 +754,8 @@ enum ledger_err api_net_start(const struct api_net_config *cfg, const struct api
 		}
 	}
 	for (unsigned i = 0; i < cfg->threads; i++) {
-		if (pthread_create(&net->loops[i].thread, NULL, loop_main, &net->loops[i]) != 0)
+		if (pthread_create(&net->loops[i].thread, NULL, api_net_loop_main,
+				   &net->loops[i]) != 0)
 			goto fail;
 		net->loops[i].started = true;
 	}
@@ -1226,9 +796,9 @@ void api_net_stop(struct api_net *net)
 
 			if (!c->dead) {
 				c->held = false; /* nothing is in flight once the server drained */
-				conn_close(c);
+				api_net_conn_close(c);
 			} else {
-				conn_free(c);
+				api_net_conn_free(c);
 			}
 		}
 		if (l->epfd > 0)
