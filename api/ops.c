@@ -2,8 +2,9 @@
  * api/ops.c: the operational endpoints, which need no token: /healthz (the
  * process runs), /readyz (the database answers and its schema is the one
  * this binary expects) and /metrics (Prometheus text). Only /readyz asks
- * the database, and while it is ready at most once a READY_FRESH_MS: a
- * flood of probes costs the database nothing more. The other two answer on the HTTP thread from
+ * the database, and while it is ready at most once a READY_FRESH_MS (a
+ * call that finds it unreachable ends that at once): a flood of probes
+ * costs the database nothing more. The other two answer on the HTTP thread from
  * parse().
  */
 #include "api/ops.h"
@@ -49,6 +50,11 @@ static long long now_ms(void)
 }
 
 static void readyz_reply(struct api_request *req, enum ledger_err rc, int version);
+
+void api_ops_readiness_doubt(void)
+{
+	atomic_store(&checked_ms, 0);
+}
 
 static enum ledger_err readyz_parse(struct api_request *req)
 {

@@ -178,6 +178,8 @@ static bool authenticate_from_store(struct api_request *req)
 	bool ok = false;
 
 	if (res->rc != LEDGER_OK) {
+		if (res->rc == LEDGER_ERR_UNAVAILABLE)
+			api_ops_readiness_doubt();
 		api_reply_store_error(req, res->rc);
 	} else if (!res->u.token.found) {
 		api_metrics_token_lookup("unknown");
@@ -211,6 +213,8 @@ static void answer(struct api_request *req)
 	if (req->job.res.began_ms > arrived_ms)
 		req->job.res.began_ms = arrived_ms;
 
+	if (rc == LEDGER_ERR_UNAVAILABLE)
+		api_ops_readiness_doubt();
 	if (rc != LEDGER_OK && !h->answers_errors)
 		api_reply_store_error(req, rc);
 	else
