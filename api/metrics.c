@@ -77,6 +77,7 @@ static atomic_long http_connections;
 static const char *const token_results[] = {"found", "unknown", "unknown_remembered"};
 static atomic_ullong token_lookups[COUNT(token_results)];
 static atomic_ullong readiness_checks;
+static atomic_ullong store_unreachable; /* calls the store answered LEDGER_ERR_UNAVAILABLE */
 
 static atomic_ullong late_completions, conflicting_completions, replay_cache_hits;
 static atomic_ullong resolve_contradictions, duplicate_executions;
@@ -160,6 +161,16 @@ void api_metrics_token_lookup(const char *result)
 void api_metrics_readiness_check(void)
 {
 	add(&readiness_checks);
+}
+
+void api_metrics_store_unreachable(void)
+{
+	add(&store_unreachable);
+}
+
+uint64_t api_metrics_store_unreachable_count(void)
+{
+	return get(&store_unreachable);
 }
 
 void api_metrics_claim(enum ledger_claim_outcome o)

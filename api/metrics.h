@@ -41,6 +41,10 @@ void api_metrics_http_connections(int delta);
 void api_metrics_token_lookup(const char *result);
 void api_metrics_readiness_check(void);
 
+/* A call the store answered "unavailable", and how many so far (/readyz reads it). */
+void api_metrics_store_unreachable(void);
+uint64_t api_metrics_store_unreachable_count(void);
+
 void api_metrics_claim(enum ledger_claim_outcome o);
 void api_metrics_failover(enum ledger_failover_action a);
 void api_metrics_fenced(enum api_fenced_op op);

@@ -1,719 +1,292 @@
 /*
- * api/net.c: a connection of api/net.h, on the polling thread that
- * accepted it (api/net_loop.c): its I/O, plain or TLS, its replies, the
- * actions the server takes on its call, and its state machine:
- *
- *   HANDSHAKE (TLS) -> HEAD -> CALL -> [BODY] -> CALL -> [DROP] -> WRITE
- *                       ^------------- keep-alive ------------------'
- *                                                   or LINGER -> closed
- *
- * Every state but CALL has a deadline, checked once a second by its
- * thread (api/net_loop.c): a head
- * must be whole within --head-timeout of its first byte, a body within
- * --body-timeout of its head, and nothing may sit idle past
- * --idle-timeout. In CALL the server owns the call, and the store bounds
- * it (--db-timeout).
+ * api/net.c: the polling threads of api/net.h, and their start and stop. Each has an epoll set
+ * holding every listener (EPOLLEXCLUSIVE: one thread wakes per
+ * connection) and the connections it accepted, which stay on it for life,
+ * and an eventfd that wakes it for the calls workers hand back. Here too:
+ * the limits on connections per address and in all, checked as each is
+ * accepted, and the deadlines, checked once a second.
  */
 #include "api/net_int.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "api/metrics.h"
 #include "api/tls.h"
-#include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 
-int64_t api_net_now_ms(void)
+/* --- deadlines --- */
+
+static void sweep(struct loop *l, int64_t now)
 {
-	struct timespec ts;
+	const struct api_net_config *cfg = &l->net->cfg;
+	struct api_net_conn *c = l->conns, *next;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* --- I/O, plain or TLS --- */
-
-enum io {
-	IO_OK,    /* bytes moved */
-	IO_AGAIN, /* would block; conn->events says on what */
-	IO_EOF,   /* the peer closed */
-	IO_ERROR, /* the connection is broken */
-};
-
-/* What a TLS operation waits for, from SSL_get_error(). */
-static enum io tls_wait(struct api_net_conn *c, int r, unsigned *want)
-{
-	switch (SSL_get_error(c->ssl, r)) {
-	case SSL_ERROR_WANT_READ:
-		*want = EPOLLIN;
-		return IO_AGAIN;
-	case SSL_ERROR_WANT_WRITE:
-		*want = EPOLLOUT;
-		return IO_AGAIN;
-	case SSL_ERROR_ZERO_RETURN:
-		return IO_EOF;
-	default:
-		ERR_clear_error();
-		return IO_ERROR;
-	}
-}
-
-static enum io io_read(struct api_net_conn *c, char *buf, size_t len, size_t *got, unsigned *want)
-{
-	*want = EPOLLIN;
-	if (c->ssl != NULL) {
-		int r = SSL_read(c->ssl, buf, (int)(len > INT32_MAX ? INT32_MAX : len));
-
-		if (r > 0) {
-			*got = (size_t)r;
-			return IO_OK;
-		}
-		return tls_wait(c, r, want);
-	}
-	for (;;) {
-		ssize_t r = recv(c->fd, buf, len, 0);
-
-		if (r > 0) {
-			*got = (size_t)r;
-			return IO_OK;
-		}
-		if (r == 0)
-			return IO_EOF;
-		if (errno == EINTR)
+	for (; c != NULL; c = next) {
+		next = c->next;
+		if (c->dead)
 			continue;
-		return errno == EAGAIN || errno == EWOULDBLOCK ? IO_AGAIN : IO_ERROR;
-	}
-}
+		switch (c->state) {
+		case C_HANDSHAKE:
+			if (now - c->since_ms >= cfg->head_timeout_ms) {
+				api_metrics_http_timeout("head");
+				api_conn_close(c);
+			}
+			break;
+		case C_HEAD:
+			if (!c->head_started) {
+				/* Nothing of a request yet: an idle keep-alive, closed quietly. */
+				if (now - c->since_ms >= cfg->idle_timeout_ms ||
+				    atomic_load(&l->net->draining))
+					api_conn_close(c);
+			} else if (now - c->since_ms >= cfg->head_timeout_ms) {
+				static const struct api_http_error late = {
+					408, "request_timeout",
+					"the request head did not arrive within --head-timeout"};
 
-static enum io io_write(struct api_net_conn *c, const char *buf, size_t len, size_t *put,
-			unsigned *want)
-{
-	*want = EPOLLOUT;
-	if (c->ssl != NULL) {
-		int r = SSL_write(c->ssl, buf, (int)(len > INT32_MAX ? INT32_MAX : len));
+				api_metrics_http_timeout("head");
+				api_conn_refuse(c, &late);
+				api_conn_step(c);
+			}
+			break;
+		case C_BODY:
+		case C_DROP:
+			if (now - c->since_ms >= cfg->body_timeout_ms) {
+				static const struct api_http_error late = {
+					408, "request_timeout",
+					"the request body did not arrive within --body-timeout"};
 
-		if (r > 0) {
-			*put = (size_t)r;
-			return IO_OK;
+				api_metrics_http_timeout("body");
+				if (c->state == C_DROP) {
+					/* The reply is ready: it goes out, then the connection closes. */
+					c->close_after = true;
+					api_conn_start_write(c);
+					api_conn_step(c);
+					break;
+				}
+				c->body_done = true;
+				ledger_buf_free(&c->body);
+				api_conn_refuse(c, &late);
+				api_conn_step(c);
+			}
+			break;
+		case C_WRITE:
+			if (now - c->last_io_ms >= cfg->idle_timeout_ms) {
+				api_metrics_http_timeout("write");
+				api_conn_close(c);
+			}
+			break;
+		case C_LINGER:
+			if (now - c->since_ms >= (c->refused ? LINGER_REFUSED_MS : LINGER_MS))
+				api_conn_close(c);
+			break;
+		case C_CALL:
+			break;
 		}
-		return tls_wait(c, r, want);
-	}
-	for (;;) {
-		ssize_t r = send(c->fd, buf, len, MSG_NOSIGNAL);
-
-		if (r >= 0) {
-			*put = (size_t)r;
-			return IO_OK;
-		}
-		if (errno == EINTR)
-			continue;
-		return errno == EAGAIN || errno == EWOULDBLOCK ? IO_AGAIN : IO_ERROR;
 	}
 }
 
-/* --- connections --- */
-
-static void set_events(struct api_net_conn *c, unsigned events)
-{
-	struct epoll_event ev = {.events = events, .data.ptr = c};
-
-	if (events == c->events)
-		return;
-	c->events = events;
-	epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-void api_net_conn_enter(struct api_net_conn *c, enum conn_state s)
-{
-	c->state = s;
-	c->since_ms = api_net_now_ms();
-}
-
-/* Ends the call, if there is one and no worker holds it. */
-void api_net_conn_end_call(struct api_net_conn *c, bool replied)
-{
-	void *call = c->call;
-
-	if (call == NULL)
-		return;
-	c->call = NULL;
-	free(c->head_buf);
-	c->head_buf = NULL;
-	ledger_buf_free(&c->body);
-	atomic_fetch_sub(&c->net->in_flight, 1);
-	c->net->ops->end(call, replied);
-}
-
-void api_net_conn_free(struct api_net_conn *c)
-{
-	struct loop *l = c->loop;
-
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		l->conns = c->next;
-	if (c->next != NULL)
-		c->next->prev = c->prev;
-	free(c->in);
-	free(c->out);
-	free(c->head_buf);
-	ledger_buf_free(&c->body);
-	free(c);
-}
+/* --- accepting --- */
 
 /*
- * The connection is gone, or done with. Its call ends now unless a
- * worker holds it; then when the worker hands it back.
+ * Out of files: the connection waiting would wake every poll again. The
+ * spare descriptor makes room to accept it and close it at once.
+ * @return true when one was shed
  */
-void api_net_conn_close(struct api_net_conn *c)
+static bool shed_one(struct api_net *net, int lfd)
 {
-	if (c->dead)
-		return;
-	c->dead = true;
-	epoll_ctl(c->loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	if (c->ssl != NULL)
-		SSL_free(c->ssl);
-	c->ssl = NULL;
-	close(c->fd);
-	c->fd = -1;
-	api_net_loop_addr_give(c->net, c->addr);
-	c->addr = NULL;
-	atomic_fetch_sub(&c->net->connections, 1);
-	api_metrics_http_connections(-1);
-	if (!c->held) {
-		api_net_conn_end_call(c, false);
-		api_net_conn_free(c);
-	}
-}
+	int fd;
 
-/* Makes room for @p more bytes of input. @return false: out of memory */
-static bool in_reserve(struct api_net_conn *c, size_t more)
-{
-	size_t cap;
-	char *p;
-
-	if (c->in_off > 0 && c->in_off == c->in_len) {
-		c->in_off = c->in_len = c->scanned = 0;
-	} else if (c->in_off > 0 && c->in_cap - c->in_len < more) {
-		memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
-		c->in_len -= c->in_off;
-		c->scanned = c->scanned > c->in_off ? c->scanned - c->in_off : 0;
-		c->in_off = 0;
-	}
-	if (c->in_cap - c->in_len >= more)
-		return true;
-	cap = c->in_cap > 0 ? c->in_cap : FIRST_BUFFER;
-	while (cap - c->in_len < more)
-		cap *= 2;
-	p = realloc(c->in, cap);
-	if (p == NULL)
+	pthread_mutex_lock(&net->lock);
+	if (net->spare_fd < 0) {
+		pthread_mutex_unlock(&net->lock);
 		return false;
-	c->in = p;
-	c->in_cap = cap;
-	return true;
+	}
+	close(net->spare_fd);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	net->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	pthread_mutex_unlock(&net->lock);
+	api_metrics_http_connection_refused("files");
+	LOG_WARN("http: out of file descriptors; a connection was closed unanswered");
+	return fd >= 0;
 }
 
-/*
- * Reads what the socket has, up to @p limit bytes held.
- * @return false when the connection closed or broke (c->eof set on EOF)
- */
-static bool fill(struct api_net_conn *c, size_t limit)
+static void accept_on(struct loop *l, unsigned li)
 {
-	for (;;) {
-		size_t room, got = 0;
-		unsigned want;
-		enum io r;
+	struct api_net *net = l->net;
+	const struct api_net_listener *lst = &net->listeners[li];
 
-		if (c->in_len - c->in_off >= limit)
-			return true;
-		room = limit - (c->in_len - c->in_off);
-		if (room > 16384)
-			room = 16384;
-		if (!in_reserve(c, room))
-			return false;
-		r = io_read(c, c->in + c->in_len, c->in_cap - c->in_len, &got, &want);
-		if (r == IO_OK) {
-			c->in_len += got;
-			c->last_io_ms = api_net_now_ms();
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct api_net_conn *c;
+		struct addr_count *addr = NULL;
+		struct epoll_event ev;
+		int fd =
+			accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if ((errno == EMFILE || errno == ENFILE) && shed_one(net, lst->fd))
+				continue;
+			return;
+		}
+		if (atomic_fetch_add(&net->connections, 1) >= net->cfg.max_connections) {
+			atomic_fetch_sub(&net->connections, 1);
+			api_metrics_http_connection_refused("total");
+			close(fd);
 			continue;
 		}
-		if (r == IO_AGAIN)
-			return true;
-		if (r == IO_EOF)
-			c->eof = true;
-		return false;
+		if (lst->per_address && net->cfg.max_per_address > 0) {
+			unsigned char key[17];
+			bool full = false;
+
+			api_conn_addr_key(&ss, key);
+			addr = api_conn_addr_take(net, key, &full);
+			if (addr == NULL) {
+				atomic_fetch_sub(&net->connections, 1);
+				api_metrics_http_connection_refused(full ? "per_address"
+									 : "memory");
+				close(fd);
+				continue;
+			}
+		}
+		c = calloc(1, sizeof(*c));
+		if (c == NULL) {
+			api_conn_addr_give(net, addr);
+			atomic_fetch_sub(&net->connections, 1);
+			close(fd);
+			continue;
+		}
+		if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->loop = l;
+		c->net = net;
+		c->fd = fd;
+		c->listener = li;
+		c->addr = addr;
+		c->last_io_ms = api_conn_now_ms();
+		c->next = l->conns;
+		if (l->conns != NULL)
+			l->conns->prev = c;
+		l->conns = c;
+		api_metrics_http_connections(1);
+		if (lst->tls != NULL) {
+			c->ssl = api_tls_session(lst->tls, fd);
+			if (c->ssl == NULL) {
+				api_conn_close(c);
+				continue;
+			}
+			api_conn_enter(c, C_HANDSHAKE);
+		} else {
+			api_conn_enter(c, C_HEAD);
+		}
+		c->events = EPOLLIN;
+		ev.events = EPOLLIN;
+		ev.data.ptr = c;
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+			api_conn_close(c);
+			continue;
+		}
 	}
 }
 
-/* --- replies --- */
+/* --- the polling threads --- */
 
-static void http_date(char *out, size_t outlen)
+static void take_woken(struct loop *l)
 {
-	time_t t = time(NULL);
-	struct tm tm;
+	struct api_net_conn *c, *next;
+	uint64_t n;
 
-	gmtime_r(&t, &tm);
-	strftime(out, outlen, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
-
-/* Queues the reply's bytes: head and body in one buffer, written as one. */
-static bool compose(struct api_net_conn *c, unsigned status, const char *headers, const char *body,
-		    size_t len)
-{
-	char date[64], *out;
-	int n;
-	size_t hlen = headers != NULL ? strlen(headers) : 0, cap;
-
-	http_date(date, sizeof(date));
-	cap = 256 + hlen + len;
-	out = malloc(cap);
-	if (out == NULL)
-		return false;
-	n = snprintf(out, cap, "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
-		     status, api_http_reason(status), date, len, headers != NULL ? headers : "",
-		     c->close_after       ? "Connection: close\r\n"
-		     : c->head.minor == 0 ? "Connection: keep-alive\r\n"
-					  : "");
-	if (n < 0 || (size_t)n + len >= cap) {
-		free(out);
-		return false;
+	if (read(l->wakefd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: a wake raced the read; the list below is what counts. */
 	}
-	if (strcmp(c->head.method != NULL ? c->head.method : "", "HEAD") != 0)
-		memcpy(out + n, body, len);
-	else
-		len = 0;
-	free(c->out);
-	c->out = out;
-	c->out_len = (size_t)n + len;
-	c->out_off = 0;
-	return true;
-}
-
-/*
- * Refuses what arrived on the wire, before any call began: the JSON
- * envelope every error has, then the connection closes.
- */
-void api_net_conn_refuse(struct api_net_conn *c, const struct api_http_error *err)
-{
-	struct ledger_buf buf = {0};
-	struct ledger_jsonw w;
-	size_t len = 0;
-	char *body;
-
-	ledger_jsonw_init(&w, &buf);
-	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "error");
-	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "code");
-	ledger_jsonw_string(&w, err->code);
-	ledger_jsonw_key(&w, "message");
-	ledger_jsonw_string(&w, err->message);
-	ledger_jsonw_object_end(&w);
-	ledger_jsonw_object_end(&w);
-	body = buf.oom ? NULL : ledger_buf_steal(&buf, &len);
-	ledger_buf_free(&buf);
-	c->close_after = true;
-	c->refused = true;
-	api_metrics_http_refused(err->code);
-	if (body == NULL ||
-	    !compose(c, err->status, "Content-Type: application/json\r\n", body, len)) {
-		free(body);
-		api_net_conn_close(c);
-		return;
-	}
-	free(body);
-	api_net_conn_enter(c, C_WRITE);
-	set_events(c, EPOLLOUT);
-}
-
-/*
- * The reply is ready and no more of the request will be read: write it.
- * Like every change of state outside api_net_conn_step(), it only records the state:
- * api_net_conn_step()'s loop carries it out, so no call of api_net_conn_step() ever nests in another
- * (a client that keeps its requests coming would grow the stack without end).
- */
-void api_net_conn_start_write(struct api_net_conn *c)
-{
-	api_net_conn_enter(c, C_WRITE);
-	set_events(c, EPOLLOUT);
-}
-
-/* --- the call's side --- */
-
-void api_net_read_body(struct api_net_conn *c, size_t max)
-{
-	c->body_asked = true;
-	c->body_max = max;
-}
-
-void api_net_reply(struct api_net_conn *c, unsigned status, const char *headers, char *body,
-		   size_t len)
-{
-	bool body_unread = c->head.body != API_HTTP_BODY_NONE && !c->body_done;
-
-	if (atomic_load(&c->net->draining) || !c->head.keep_alive)
-		c->close_after = true;
-	/*
-	 * A body the client is sending unasked is dropped when it is short,
-	 * so the connection can go on; anything else closes it after the reply.
-	 */
-	if (body_unread && (c->head.body != API_HTTP_BODY_LENGTH || c->head.expect_continue ||
-			    c->body_left > c->net->cfg.discard_max))
-		c->close_after = true;
-	if (!compose(c, status, headers, body != NULL ? body : "", len)) {
-		c->close_after = true;
-		c->out = NULL;
-		c->out_len = 0;
-	}
-	free(body);
-	c->reply_ready = true;
-}
-
-void api_net_hold(struct api_net_conn *c)
-{
-	c->held = true;
-}
-
-void api_net_wake(struct api_net_conn *c)
-{
-	struct loop *l = c->loop;
-	uint64_t one = 1;
-	bool first;
-
 	pthread_mutex_lock(&l->wake_lock);
-	first = l->woken == NULL;
-	c->wake_next = l->woken;
-	l->woken = c;
+	c = l->woken;
+	l->woken = NULL;
 	pthread_mutex_unlock(&l->wake_lock);
-	if (first && write(l->wakefd, &one, sizeof(one)) < 0) {
-		/* The counter is only full when the loop is far behind; it will see the list. */
+	/* Handed back in the order they were queued. */
+	{
+		struct api_net_conn *rev = NULL;
+
+		for (; c != NULL; c = next) {
+			next = c->wake_next;
+			c->wake_next = rev;
+			rev = c;
+		}
+		c = rev;
+	}
+	for (; c != NULL; c = next) {
+		next = c->wake_next;
+		c->held = false;
+		if (c->dead) {
+			api_conn_end_call(c, false);
+			api_conn_free(c);
+			continue;
+		}
+		c->net->ops->resume(c->call);
+		api_conn_after_call(c);
+		api_conn_step(c);
 	}
 }
 
-bool api_net_draining(const struct api_net_conn *c)
+static void *loop_main(void *arg)
 {
-	return atomic_load(&c->net->draining);
+	struct loop *l = arg;
+	struct api_net *net = l->net;
+	int64_t last_sweep = api_conn_now_ms();
+
+	while (!atomic_load(&net->stopping)) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(l->epfd, evs, 64, 250);
+		int64_t now;
+
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &l->wakefd) {
+				take_woken(l);
+			} else if ((uintptr_t)p >= 1 && (uintptr_t)p <= net->nlisteners) {
+				/* A listener's data is its index + 1; a connection's, its address. */
+				accept_on(l, (unsigned)((uintptr_t)p - 1));
+			} else {
+				struct api_net_conn *c = p;
+
+				if ((evs[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
+				    (evs[i].events & EPOLLIN) == 0) {
+					api_conn_close(c);
+					continue;
+				}
+				api_conn_step(c);
+			}
+		}
+		now = api_conn_now_ms();
+		if (now - last_sweep >= 1000 || atomic_load(&net->draining)) {
+			sweep(l, now);
+			last_sweep = now;
+		}
+	}
+	return NULL;
 }
+
+/* --- starting and stopping --- */
 
 long api_net_in_flight(const struct api_net *net)
 {
 	return atomic_load(&net->in_flight);
 }
-
-/*
- * After a callback: carries out what the server asked. A reply wins over
- * a body still to read; without either, the call waits for its worker.
- */
-void api_net_conn_after_call(struct api_net_conn *c)
-{
-	if (c->dead)
-		return;
-	if (c->reply_ready) {
-		bool unread = c->head.body != API_HTTP_BODY_NONE && !c->body_done;
-
-		if (c->out == NULL) {
-			api_net_conn_close(c);
-			return;
-		}
-		if (unread && !c->close_after) {
-			api_net_conn_enter(c, C_DROP);
-			set_events(c, EPOLLIN);
-			return;
-		}
-		api_net_conn_start_write(c);
-		return;
-	}
-	if (c->body_asked && !c->body_done && c->state == C_CALL) {
-		if (c->head.body == API_HTTP_BODY_NONE) {
-			struct ledger_buf empty = {0};
-
-			c->body_done = true;
-			c->net->ops->body(c->call, &empty);
-			api_net_conn_after_call(c);
-			return;
-		}
-		if (c->head.body == API_HTTP_BODY_LENGTH && c->head.content_length > c->body_max) {
-			c->body_done = false;
-			c->net->ops->body(c->call, NULL);
-			api_net_conn_after_call(c);
-			return;
-		}
-		if (c->head.expect_continue) {
-			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-			size_t put = 0;
-			unsigned want;
-
-			/* Eight bytes short of a full send buffer is not a case worth a state. */
-			if (io_write(c, cont, sizeof(cont) - 1, &put, &want) != IO_OK ||
-			    put != sizeof(cont) - 1) {
-				api_net_conn_close(c);
-				return;
-			}
-		}
-		api_net_conn_enter(c, C_BODY);
-		set_events(c, EPOLLIN);
-		return;
-	}
-	if (c->state == C_CALL)
-		set_events(c, 0);
-}
-
-/* Feeds the body from the input buffer. @return false once the body is done or refused */
-static bool take_body(struct api_net_conn *c)
-{
-	while (c->in_off < c->in_len) {
-		const char *p = c->in + c->in_off, *data = NULL;
-		size_t n = c->in_len - c->in_off, used = 0, dlen = 0;
-		struct api_http_error err;
-		enum api_http_verdict v;
-
-		if (c->head.body == API_HTTP_BODY_LENGTH) {
-			if ((uint64_t)n > c->body_left)
-				n = (size_t)c->body_left;
-			data = p;
-			dlen = used = n;
-			c->body_left -= n;
-			v = c->body_left == 0 ? API_HTTP_DONE : API_HTTP_INCOMPLETE;
-		} else {
-			v = api_http_chunked_step(&c->chunked, p, n, &used, &data, &dlen, &err);
-		}
-		c->in_off += used;
-		if (v == API_HTTP_REFUSED) {
-			c->close_after = true;
-			if (c->state == C_BODY) {
-				/* The call has begun: the refusal is still one JSON error. */
-				c->body_done = true;
-				ledger_buf_free(&c->body);
-				api_net_conn_refuse(c, &err);
-				return false;
-			}
-			api_net_conn_start_write(c);
-			return false;
-		}
-		if (c->state == C_BODY && dlen > 0) {
-			if (c->body.len + dlen > c->body_max) {
-				/* Too large: answered now, the rest never read. */
-				ledger_buf_free(&c->body);
-				api_net_conn_enter(c, C_CALL);
-				c->net->ops->body(c->call, NULL);
-				api_net_conn_after_call(c);
-				return false;
-			}
-			ledger_buf_append(&c->body, data, dlen);
-		} else if (c->state == C_DROP && dlen > 0) {
-			if (c->body_left > c->net->cfg.discard_max) {
-				c->close_after = true;
-				api_net_conn_start_write(c);
-				return false;
-			}
-		}
-		if (v == API_HTTP_DONE) {
-			c->body_done = true;
-			if (c->state == C_DROP) {
-				api_net_conn_start_write(c);
-				return false;
-			}
-			api_net_conn_enter(c, C_CALL);
-			if (c->body.oom) {
-				ledger_buf_free(&c->body);
-				c->net->ops->body(c->call, NULL);
-			} else {
-				c->net->ops->body(c->call, &c->body);
-			}
-			api_net_conn_after_call(c);
-			return false;
-		}
-	}
-	return true;
-}
-
-/* A whole head is at in[in_off + start, + end): check it and begin the call. */
-static void begin_call(struct api_net_conn *c, size_t start, size_t end)
-{
-	struct api_http_error err;
-	char *copy = malloc(end + 1);
-
-	if (copy == NULL) {
-		api_net_conn_close(c);
-		return;
-	}
-	memcpy(copy, c->in + c->in_off + start, end);
-	copy[end] = '\0';
-	c->in_off += start + end;
-	c->scanned = c->in_off;
-	free(c->head_buf);
-	c->head_buf = copy;
-	if (api_http_parse_head(copy, end, &c->head, &err) != API_HTTP_DONE) {
-		api_net_conn_refuse(c, &err);
-		return;
-	}
-	c->body_asked = c->body_done = c->reply_ready = false;
-	c->body_left = c->head.body == API_HTTP_BODY_LENGTH ? c->head.content_length : 0;
-	memset(&c->chunked, 0, sizeof(c->chunked));
-	c->close_after = false;
-	api_net_conn_enter(c, C_CALL);
-	atomic_fetch_add(&c->net->in_flight, 1);
-	c->call = c->net->ops->begin(c->net->ops->ctx, c, &c->head, c->listener);
-	if (c->call == NULL) {
-		atomic_fetch_sub(&c->net->in_flight, 1);
-		api_net_conn_close(c);
-		return;
-	}
-	api_net_conn_after_call(c);
-}
-
-/* The reply is out: the next request, or the end. */
-static void written(struct api_net_conn *c)
-{
-	free(c->out);
-	c->out = NULL;
-	c->out_len = c->out_off = 0;
-	api_net_conn_end_call(c, true);
-	if (c->close_after || atomic_load(&c->net->draining)) {
-		if (c->ssl != NULL)
-			(void)SSL_shutdown(c->ssl);
-		shutdown(c->fd, SHUT_WR);
-		api_net_conn_enter(c, C_LINGER);
-		c->lingered = c->in_len - c->in_off;
-		c->in_off = c->in_len = c->scanned = 0;
-		set_events(c, EPOLLIN);
-		return;
-	}
-	api_net_conn_enter(c, C_HEAD);
-	c->head_started = c->in_off < c->in_len;
-	memset(&c->head, 0, sizeof(c->head));
-	set_events(
-		c,
-		EPOLLIN); /* api_net_conn_step() goes on: a pipelined request may be in already */
-}
-
-/* Moves the connection on as far as its input and output allow. */
-void api_net_conn_step(struct api_net_conn *c)
-{
-	for (;;) {
-		if (c->dead)
-			return;
-		switch (c->state) {
-		case C_HANDSHAKE: {
-			int r = SSL_do_handshake(c->ssl);
-			unsigned want = EPOLLIN;
-
-			if (r == 1) {
-				api_net_conn_enter(c, C_HEAD);
-				set_events(c, EPOLLIN);
-				break;
-			}
-			if (tls_wait(c, r, &want) != IO_AGAIN) {
-				api_net_conn_close(c);
-				return;
-			}
-			set_events(c, want);
-			return;
-		}
-		case C_HEAD: {
-			size_t start = 0, end = 0;
-			size_t scanned = c->scanned > c->in_off ? c->scanned - c->in_off : 0;
-			struct api_http_error err;
-			enum api_http_verdict v;
-			bool open = fill(c, API_HTTP_MAX_HEAD + 4);
-
-			if (c->in_off < c->in_len && !c->head_started) {
-				c->head_started = true;
-				c->since_ms = api_net_now_ms();
-			}
-			v = api_http_find_head(c->in + c->in_off, c->in_len - c->in_off, &scanned,
-					       &start, &end, &err);
-			if (v == API_HTTP_DONE) {
-				begin_call(c, start, end);
-				break;
-			}
-			c->scanned = c->in_len;
-			if (v == API_HTTP_REFUSED) {
-				api_net_conn_refuse(c, &err);
-				break;
-			}
-			if (!open) {
-				/* A client that closes between requests is done; mid-head, broken. */
-				api_net_conn_close(c);
-				return;
-			}
-			return;
-		}
-		case C_BODY:
-		case C_DROP: {
-			bool open = fill(c, 65536);
-
-			if (!take_body(c))
-				break; /* done, refused or answered: on in its new state */
-			if (c->in_off == c->in_len)
-				c->in_off = c->in_len = c->scanned = 0;
-			if (!open) {
-				api_net_conn_close(c);
-				return;
-			}
-			return;
-		}
-		case C_WRITE: {
-			size_t put = 0;
-			unsigned want;
-			enum io r;
-
-			while (c->out_off < c->out_len) {
-				r = io_write(c, c->out + c->out_off, c->out_len - c->out_off, &put,
-					     &want);
-				if (r == IO_OK) {
-					c->out_off += put;
-					c->last_io_ms = api_net_now_ms();
-					continue;
-				}
-				if (r == IO_AGAIN) {
-					set_events(c, want);
-					return;
-				}
-				api_net_conn_close(c);
-				return;
-			}
-			written(c);
-			break;
-		}
-		case C_LINGER: {
-			char sink[16384];
-			size_t got = 0;
-			unsigned want;
-			enum io r;
-
-			while ((r = io_read(c, sink, sizeof(sink), &got, &want)) == IO_OK) {
-				c->lingered += got;
-				if (c->lingered > c->net->cfg.discard_max)
-					break;
-			}
-			if (r != IO_AGAIN)
-				api_net_conn_close(c);
-			return;
-		}
-		case C_CALL:
-			return;
-		}
-	}
-}
-
-/* --- starting and stopping --- */
 
 enum ledger_err api_net_start(const struct api_net_config *cfg, const struct api_net_ops *ops,
 			      const struct api_net_listener *listeners, unsigned nlisteners,
@@ -754,8 +327,7 @@ enum ledger_err api_net_start(const struct api_net_config *cfg, const struct api
 		}
 	}
 	for (unsigned i = 0; i < cfg->threads; i++) {
-		if (pthread_create(&net->loops[i].thread, NULL, api_net_loop_main,
-				   &net->loops[i]) != 0)
+		if (pthread_create(&net->loops[i].thread, NULL, loop_main, &net->loops[i]) != 0)
 			goto fail;
 		net->loops[i].started = true;
 	}
@@ -796,9 +368,9 @@ void api_net_stop(struct api_net *net)
 
 			if (!c->dead) {
 				c->held = false; /* nothing is in flight once the server drained */
-				api_net_conn_close(c);
+				api_conn_close(c);
 			} else {
-				api_net_conn_free(c);
+				api_conn_free(c);
 			}
 		}
 		if (l->epfd > 0)

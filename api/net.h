@@ -4,9 +4,10 @@
  * that keep one client from holding the server (deadlines for the head
  * and the body, connections per address and in all), and keep-alive.
  *
- * A call is the server's (api/server.c): net.c hands it each event on the
- * connection's polling thread through struct api_net_ops, and the server
- * answers with the api_net_*() actions below, also on that thread. An
+ * A call is the server's (api/server.c): net.c and conn.c hand it each
+ * event on the connection's polling thread through struct api_net_ops,
+ * and the server answers with the api_conn_*() actions of api/conn.h,
+ * also on that thread. An
  * action is recorded and carried out once the callback returns, so no
  * callback ever runs inside another.
  */
@@ -34,9 +35,9 @@ struct api_net_ops {
 	 */
 	void *(*begin)(void *ctx, struct api_net_conn *conn, const struct api_http_head *head,
 		       unsigned listener);
-	/* The body asked for by api_net_read_body() is in, or passed its limit (@p body NULL). */
+	/* The body asked for by api_conn_read_body() is in, or passed its limit (@p body NULL). */
 	void (*body)(void *call, struct ledger_buf *body);
-	/* After api_net_wake(): the call goes on, on its connection's thread. */
+	/* After api_conn_wake(): the call goes on, on its connection's thread. */
 	void (*resume)(void *call);
 	/* The call is over: its reply was written (@p replied), or its connection is gone. */
 	void (*end)(void *call, bool replied);
@@ -72,32 +73,6 @@ void api_net_drain(struct api_net *net);
 
 /** Stops the threads and closes every connection. */
 void api_net_stop(struct api_net *net);
-
-/* --- actions, on the connection's thread, during a callback --- */
-
-/**
- * Reads the call's body, at most @p max bytes; body() follows. An
- * "Expect: 100-continue" is answered now, and not before.
- */
-void api_net_read_body(struct api_net_conn *conn, size_t max);
-
-/**
- * Sends the reply: @p status, @p headers (whole lines, each ending in
- * CRLF; Content-Length, Date and Connection are added) and @p body, which
- * net.c frees with free() once written. A reply before the body was read
- * drops the rest of the body when it is short, or closes the connection.
- */
-void api_net_reply(struct api_net_conn *conn, unsigned status, const char *headers, char *body,
-		   size_t len);
-
-/** The call will be woken by api_net_wake(); its connection waits for it. */
-void api_net_hold(struct api_net_conn *conn);
-
-/** From any thread, once per api_net_hold(): resume() follows on the connection's thread. */
-void api_net_wake(struct api_net_conn *conn);
-
-/** True when replies close their connection (draining). */
-bool api_net_draining(const struct api_net_conn *conn);
 
 /** Calls begun and not yet ended. Thread-safe. */
 long api_net_in_flight(const struct api_net *net);

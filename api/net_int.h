@@ -1,8 +1,9 @@
 /*
- * api/net_int.h: what api/net.c (a connection's states and I/O) and
- * api/net_loop.c (the polling threads, accepting, limits and deadlines)
- * share, and nothing outside them sees: the connection, the thread, the
- * server's state, and the moves of a connection the threads make.
+ * api/net_int.h: what api/net.c (the polling threads, accepting, limits
+ * and deadlines) and api/conn.c (a connection's states and I/O) share,
+ * and nothing outside them sees: the connection, the thread, the server's
+ * state, and the moves of a connection the threads make. net.c calls
+ * into conn.c, never the other way.
  */
 #ifndef API_NET_INT_H
 #define API_NET_INT_H
@@ -12,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "api/net.h"
 
@@ -114,36 +116,39 @@ struct api_net {
 };
 
 /* Monotonic milliseconds. */
-int64_t api_net_now_ms(void);
+int64_t api_conn_now_ms(void);
 
 /* Enters state @p s; its deadline counts from now. */
-void api_net_conn_enter(struct api_net_conn *c, enum conn_state s);
+void api_conn_enter(struct api_net_conn *c, enum conn_state s);
 
 /* Ends the call, if there is one and no worker holds it. */
-void api_net_conn_end_call(struct api_net_conn *c, bool replied);
+void api_conn_end_call(struct api_net_conn *c, bool replied);
 
 /* Unlinks and frees a connection already closed. */
-void api_net_conn_free(struct api_net_conn *c);
+void api_conn_free(struct api_net_conn *c);
 
 /* Closes the connection; its call ends now, or when its worker hands it back. */
-void api_net_conn_close(struct api_net_conn *c);
+void api_conn_close(struct api_net_conn *c);
 
 /* Answers a refusal on the wire in the JSON envelope, then closes. */
-void api_net_conn_refuse(struct api_net_conn *c, const struct api_http_error *err);
+void api_conn_refuse(struct api_net_conn *c, const struct api_http_error *err);
 
 /* The reply is ready: write it (step() carries it out). */
-void api_net_conn_start_write(struct api_net_conn *c);
+void api_conn_start_write(struct api_net_conn *c);
 
 /* After a callback of the server's: carries out what it asked. */
-void api_net_conn_after_call(struct api_net_conn *c);
+void api_conn_after_call(struct api_net_conn *c);
 
 /* Moves the connection on as far as its input and output allow. */
-void api_net_conn_step(struct api_net_conn *c);
+void api_conn_step(struct api_net_conn *c);
 
-/* A polling thread's life: @p arg is its struct loop. */
-void *api_net_loop_main(void *arg);
+/* The per-address key of a peer's address (IPv4 mapped into IPv6 as IPv4). */
+void api_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]);
+
+/* One more connection from @p key; NULL and @p full set when it is at its limit. */
+struct addr_count *api_conn_addr_take(struct api_net *net, const unsigned char key[17], bool *full);
 
 /* One connection fewer from the address @p a counts. */
-void api_net_loop_addr_give(struct api_net *net, struct addr_count *a);
+void api_conn_addr_give(struct api_net *net, struct addr_count *a);
 
 #endif

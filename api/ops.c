@@ -40,6 +40,8 @@ const struct api_handler api_ops_healthz = {.parse = healthz_parse};
 /* The last check: what the database said, and when (monotonic ms; 0: never). */
 static atomic_llong checked_ms;
 static atomic_int checked_rc, checked_version;
+/* Calls the store answered "unavailable" by the time of that check. */
+static atomic_ullong checked_unreachable;
 
 static long long now_ms(void)
 {
@@ -51,16 +53,12 @@ static long long now_ms(void)
 
 static void readyz_reply(struct api_request *req, enum ledger_err rc, int version);
 
-void api_ops_readiness_doubt(void)
-{
-	atomic_store(&checked_ms, 0);
-}
-
 static enum ledger_err readyz_parse(struct api_request *req)
 {
 	long long at = atomic_load(&checked_ms);
 
-	if (at != 0 && now_ms() - at < READY_FRESH_MS) {
+	if (at != 0 && now_ms() - at < READY_FRESH_MS &&
+	    atomic_load(&checked_unreachable) == api_metrics_store_unreachable_count()) {
 		readyz_reply(req, (enum ledger_err)atomic_load(&checked_rc),
 			     atomic_load(&checked_version));
 		return LEDGER_OK;
@@ -77,6 +75,7 @@ static void readyz_answer(struct api_request *req, const struct ledger_store_res
 	 * lane (one worker, a short queue) bounds what probes cost.
 	 */
 	if (res->rc == LEDGER_OK && res->u.schema_version == ledger_migrate_expected_version()) {
+		atomic_store(&checked_unreachable, api_metrics_store_unreachable_count());
 		atomic_store(&checked_rc, (int)res->rc);
 		atomic_store(&checked_version, res->u.schema_version);
 		atomic_store(&checked_ms, now_ms());

@@ -120,7 +120,6 @@ static bool match_from(const struct segs *pat, unsigned pi, const struct segs *p
 	return false;
 }
 
-
 char *api_routes_percent_decode(const char *s, size_t len, size_t *len_out)
 {
 	char *out = malloc(len + 1);

@@ -31,6 +31,7 @@
 
 #include "api/input.h"
 #include "api/metrics.h"
+#include "api/conn.h"
 #include "api/net.h"
 #include "api/offload.h"
 #include "api/ops.h"
@@ -142,7 +143,7 @@ static void send_reply(struct api_request *req)
 				      "Idempotent-Replayed: true\r\n");
 	if (r->allow != NULL)
 		snprintf(headers + n, sizeof(headers) - n, "Allow: %s\r\n", r->allow);
-	api_net_reply(req->conn, r->status, headers, body, len);
+	api_conn_reply(req->conn, r->status, headers, body, len);
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
 			 r->status, (double)(monotonic_ns() - req->started_ns) / 1e9);
 	log_reply(req);
@@ -159,7 +160,7 @@ static struct api_request *request_of(struct ledger_job *job)
 static void job_done(struct ledger_job *job)
 {
 	/* The last touch: once woken, the polling thread may end the call. */
-	api_net_wake(request_of(job)->conn);
+	api_conn_wake(request_of(job)->conn);
 }
 
 /* Hands the call's operation to the store's workers; drive() goes on when it is back. */
@@ -167,7 +168,7 @@ static void queue(struct api_request *req, enum api_stage next)
 {
 	req->stage = next;
 	req->job.done = job_done;
-	api_net_hold(req->conn);
+	api_conn_hold(req->conn);
 	ledger_store_submit(req->server->store, &req->job);
 }
 
@@ -179,7 +180,7 @@ static bool authenticate_from_store(struct api_request *req)
 
 	if (res->rc != LEDGER_OK) {
 		if (res->rc == LEDGER_ERR_UNAVAILABLE)
-			api_ops_readiness_doubt();
+			api_metrics_store_unreachable();
 		api_reply_store_error(req, res->rc);
 	} else if (!res->u.token.found) {
 		api_metrics_token_lookup("unknown");
@@ -214,7 +215,7 @@ static void answer(struct api_request *req)
 		req->job.res.began_ms = arrived_ms;
 
 	if (rc == LEDGER_ERR_UNAVAILABLE)
-		api_ops_readiness_doubt();
+		api_metrics_store_unreachable();
 	if (rc != LEDGER_OK && !h->answers_errors)
 		api_reply_store_error(req, rc);
 	else
@@ -312,9 +313,9 @@ static void parse_run(struct api_offload_job *job)
 
 static void parse_done(struct api_offload_job *job)
 {
-	api_net_wake(((struct api_request *)(void *)((char *)job -
-						     offsetof(struct api_request, parse_job)))
-			     ->conn);
+	api_conn_wake(((struct api_request *)(void *)((char *)job -
+						      offsetof(struct api_request, parse_job)))
+			      ->conn);
 }
 
 /*
@@ -340,7 +341,7 @@ static void authenticated(struct api_request *req)
 		return;
 	}
 	req->stage = API_STAGE_BODY;
-	api_net_read_body(req->conn, (size_t)req->settings->max_body_bytes);
+	api_conn_read_body(req->conn, (size_t)req->settings->max_body_bytes);
 }
 
 /* The body is parsed: the replay cache, or the store. */
@@ -376,7 +377,7 @@ static void drive(struct api_request *req)
 			req->stage = API_STAGE_PARSING;
 			req->parse_job.run = parse_run;
 			req->parse_job.done = parse_done;
-			api_net_hold(req->conn);
+			api_conn_hold(req->conn);
 			api_offload_submit(req->server->offload, &req->parse_job);
 			return;
 		}

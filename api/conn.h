@@ -1,0 +1,38 @@
+/*
+ * api/conn.h: what the server (api/server.c) may do with the connection
+ * of a call, on that connection's polling thread, during a callback of
+ * struct api_net_ops (api/net.h); api_conn_wake() alone from any thread.
+ */
+#ifndef API_CONN_H
+#define API_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct api_net_conn;
+
+/**
+ * Reads the call's body, at most @p max bytes; body() follows. An
+ * "Expect: 100-continue" is answered now, and not before.
+ */
+void api_conn_read_body(struct api_net_conn *conn, size_t max);
+
+/**
+ * Sends the reply: @p status, @p headers (whole lines, each ending in
+ * CRLF; Content-Length, Date and Connection are added) and @p body, which
+ * net.c frees with free() once written. A reply before the body was read
+ * drops the rest of the body when it is short, or closes the connection.
+ */
+void api_conn_reply(struct api_net_conn *conn, unsigned status, const char *headers, char *body,
+		    size_t len);
+
+/** The call will be woken by api_conn_wake(); its connection waits for it. */
+void api_conn_hold(struct api_net_conn *conn);
+
+/** From any thread, once per api_conn_hold(): resume() follows on the connection's thread. */
+void api_conn_wake(struct api_net_conn *conn);
+
+/** True when replies close their connection (draining). */
+bool api_conn_draining(const struct api_net_conn *conn);
+
+#endif
