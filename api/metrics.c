@@ -63,12 +63,17 @@ static const char *const fenced_names[] = {
 };
 static atomic_ullong fenced[COUNT(fenced_names)];
 
-/* What api/net.c refuses on the wire, by error code, and its other counts. */
+/* What api/conn.c refuses on the wire, by error code (the last: any other code). */
 static const char *const wire_codes[] = {
-	"malformed_request", "headers_too_large",  "http_version_not_supported",
-	"not_implemented",   "expectation_failed", "request_timeout",
+	"malformed_request",
+	"headers_too_large",
+	"http_version_not_supported",
+	"not_implemented",
+	"expectation_failed",
+	"request_timeout",
+	"other",
 };
-static atomic_ullong wire_refused[COUNT(wire_codes) + 1];
+static atomic_ullong wire_refused[COUNT(wire_codes)];
 static const char *const refused_reasons[] = {"total", "per_address", "files", "memory"};
 static atomic_ullong connections_refused[COUNT(refused_reasons)];
 static const char *const timeout_phases[] = {"head", "body", "write"};
@@ -126,7 +131,7 @@ static size_t index_of(const char *const *names, size_t n, const char *name)
 
 void api_metrics_http_refused(const char *code)
 {
-	add(&wire_refused[index_of(wire_codes, COUNT(wire_codes), code)]);
+	add(&wire_refused[index_of(wire_codes, COUNT(wire_codes) - 1, code)]);
 }
 
 void api_metrics_http_connection_refused(const char *reason)
@@ -219,6 +224,15 @@ static const char *route_name(size_t r)
 static void header(struct ledger_buf *out, const char *name, const char *type, const char *help)
 {
 	ledger_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One sample per cell of @p cells, labelled @p label with its name in @p names. */
+static void labelled(struct ledger_buf *out, const char *name, const char *label,
+		     const char *const *names, atomic_ullong *cells, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ledger_buf_printf(out, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+				  get(&cells[i]));
 }
 
 static void render_http(struct ledger_buf *out)
@@ -370,12 +384,12 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	header(out, "ledger_token_lookups_total", "counter",
 	       "Tokens not in memory: looked up in the database (found, unknown), or refused "
 	       "because the database said so a moment ago (unknown_remembered).");
-	for (size_t i = 0; i < COUNT(token_results); i++)
-		ledger_buf_printf(out, "ledger_token_lookups_total{result=\"%s\"} %llu\n",
-				  token_results[i], get(&token_lookups[i]));
+	labelled(out, "ledger_token_lookups_total", "result", token_results, token_lookups,
+		 COUNT(token_results));
 	header(out, "ledger_readiness_checks_total", "counter",
 	       "Readiness checks that asked the database (a /readyz within a second of one "
-	       "is answered from it).");
+	       "that found it ready, with no call since finding it unreachable, is answered "
+	       "from it).");
 	ledger_buf_printf(out, "ledger_readiness_checks_total %llu\n", get(&readiness_checks));
 	header(out, "ledger_http_connections", "gauge", "HTTP connections open.");
 	ledger_buf_printf(out, "ledger_http_connections %ld\n",
@@ -383,21 +397,16 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	header(out, "ledger_http_connections_refused_total", "counter",
 	       "Connections closed unanswered when accepted: past --max-connections (total), "
 	       "--max-connections-per-address, or out of file descriptors or memory.");
-	for (size_t i = 0; i < COUNT(refused_reasons); i++)
-		ledger_buf_printf(out,
-				  "ledger_http_connections_refused_total{reason=\"%s\"} %llu\n",
-				  refused_reasons[i], get(&connections_refused[i]));
+	labelled(out, "ledger_http_connections_refused_total", "reason", refused_reasons,
+		 connections_refused, COUNT(refused_reasons));
 	header(out, "ledger_http_refused_total", "counter",
 	       "Requests refused on the wire before any route (malformed, too large a head, a "
 	       "deadline passed), by error code; the connection closes after each.");
-	for (size_t i = 0; i <= COUNT(wire_codes); i++)
-		ledger_buf_printf(out, "ledger_http_refused_total{code=\"%s\"} %llu\n",
-				  i < COUNT(wire_codes) ? wire_codes[i] : "other",
-				  get(&wire_refused[i]));
+	labelled(out, "ledger_http_refused_total", "code", wire_codes, wire_refused,
+		 COUNT(wire_codes));
 	header(out, "ledger_http_timeouts_total", "counter",
 	       "Connections cut by a deadline: --head-timeout (head), --body-timeout (body), "
 	       "--idle-timeout on a reply not read (write).");
-	for (size_t i = 0; i < COUNT(timeout_phases); i++)
-		ledger_buf_printf(out, "ledger_http_timeouts_total{phase=\"%s\"} %llu\n",
-				  timeout_phases[i], get(&http_timeouts[i]));
+	labelled(out, "ledger_http_timeouts_total", "phase", timeout_phases, http_timeouts,
+		 COUNT(timeout_phases));
 }

@@ -238,11 +238,15 @@ def drip(sock, data, every_s, stop):
         stop.wait(every_s)
 
 
-def test_a_head_sent_a_byte_at_a_time_is_cut_at_its_deadline(slow):
-    s = open_from(slow, "127.0.0.1")
+def dripped(led, data, head=b""):
+    """Sends @head at once, then @data a byte every 0.2 s, until ledgerd
+    closes. Returns its one answer, after asserting it is a 408 that came
+    at the deadline (1 s) and closed the connection."""
+    s = open_from(led, "127.0.0.1")
     stop = threading.Event()
+    s.sendall(head)
     t0 = time.monotonic()
-    t = threading.Thread(target=drip, args=(s, request("GET", "/healthz"), 0.2, stop))
+    t = threading.Thread(target=drip, args=(s, data, 0.2, stop))
     t.start()
     try:
         data, closed = read_all(s, timeout=8)
@@ -255,29 +259,19 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_at_its_deadline(slow):
     assert [a.status for a in answers] == [408] and closed, data
     assert answers[0].error()["code"] == "request_timeout"
     assert 0.9 <= took < 3.5, took
+    return answers[0]
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_at_its_deadline(slow):
+    dripped(slow, request("GET", "/healthz"))
 
 
 def test_a_body_sent_a_byte_at_a_time_is_cut_at_its_deadline(service, slow):
     token = service.token("agent")
     body = json.dumps({"claim_id": claim_id()}).encode()
     rid = new_id()
-    s = open_from(slow, "127.0.0.1")
-    stop = threading.Event()
-    s.sendall(request("POST", claim_path(rid), [("Authorization", "Bearer " + token),
-                                                ("Content-Length", str(len(body)))]))
-    t0 = time.monotonic()
-    t = threading.Thread(target=drip, args=(s, body, 0.2, stop))
-    t.start()
-    try:
-        data, closed = read_all(s, timeout=8)
-    finally:
-        stop.set()
-        t.join()
-        s.close()
-    took = time.monotonic() - t0
-    answers, _ = parse(data)
-    assert [a.status for a in answers] == [408] and closed, data
-    assert 0.9 <= took < 3.5, took
+    dripped(slow, body, request("POST", claim_path(rid), [
+        ("Authorization", "Bearer " + token), ("Content-Length", str(len(body)))]))
     assert service.sql("SELECT count(*) FROM tool_calls WHERE request_id = '%s'" % rid) == [["0"]]
 
 
