@@ -166,6 +166,10 @@ enum ledger_tool_status {
 	LEDGER_TOOL_FAILED,       /* it failed for good: the failure is recorded and replayed */
 	LEDGER_TOOL_RETRYABLE,    /* it failed and may be tried again: the key is released */
 	LEDGER_TOOL_NOT_EXECUTED, /* it did not run at all: the key is released */
+	LEDGER_TOOL_UNKNOWN,      /* it cannot tell whether the effect happened (its server died
+	                             or its connection broke mid-call): nothing is recorded, the
+	                             claim is no longer renewed and runs out into outcome_unknown,
+	                             which a person settles with resolve */
 };
 
 /**
@@ -190,6 +194,8 @@ enum ledger_outcome_kind {
 	LEDGER_OUTCOME_ARGS_MISMATCH,  /* the key was claimed with other arguments: diverged */
 	LEDGER_OUTCOME_RESULT_EXPIRED, /* settled long ago, result removed: never run again */
 	LEDGER_OUTCOME_REFUSED,        /* any other API error (attempt_required, ...): see error */
+	LEDGER_OUTCOME_ABANDONED,      /* the tool said UNKNOWN: nothing recorded; the key turns
+	                                  outcome_unknown once the lease (lease_ms) runs out */
 };
 
 /* The stored outcome of a completed call. */

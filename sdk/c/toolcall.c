@@ -2,7 +2,7 @@
  * sdk/c/toolcall.c: the agent side of the C client. ledger_client_tool_call()
  * turns "run this side effect" into "run it at most once for this key":
  *
- *   claim ──201/200 claimed──> run tool (renewing) ──> complete | release
+ *   claim ──201/200 claimed──> run tool (renewing) ──> complete | release | abandon
  *     │ 200 completed ──> REPLAYED (tool not called)
  *     │ 409 in_progress ──> wait (back-off, up to wait_ms) ──> claim again
  *     └ 409/410/422 ──> UNKNOWN, ATTEMPT_FENCED, ARGS_MISMATCH, ... (tool not called)
@@ -96,6 +96,8 @@ const char *ledger_client_outcome_name(enum ledger_outcome_kind kind)
 		return "result_expired";
 	case LEDGER_OUTCOME_REFUSED:
 		return "refused";
+	case LEDGER_OUTCOME_ABANDONED:
+		return "abandoned";
 	}
 	return "unknown kind";
 }
@@ -373,7 +375,12 @@ static enum ledger_client_err execute(struct ledger_client *c, const struct ledg
 	out->result = result_text(raw);
 	if (out->result == NULL)
 		return LEDGER_CLIENT_ERR_NOMEM;
-	if (status > LEDGER_TOOL_NOT_EXECUTED)
+	if (status == LEDGER_TOOL_UNKNOWN) {
+		/* Neither a completion nor a release would be true: the lease decides. */
+		out->kind = LEDGER_OUTCOME_ABANDONED;
+		return LEDGER_CLIENT_OK;
+	}
+	if (status > LEDGER_TOOL_UNKNOWN)
 		status =
 			LEDGER_TOOL_FAILED; /* an out-of-range report: the effect may have happened */
 	return record(c, call, status, fencing_token, out);

@@ -424,6 +424,35 @@ static void test_client_expired_claim_is_outcome_unknown(void **state)
 	ledger_client_close(c);
 }
 
+/* A tool that cannot tell whether it acted leaves the key to its lease, never released. */
+static void test_client_unknown_tool_report_abandons_the_claim(void **state)
+{
+	struct ledger_client *c = open_client(agent_token, 0, 0);
+	struct tool t = {.status = LEDGER_TOOL_UNKNOWN, .result = "{\"lost\":true}"};
+	struct ledger_outcome o = {0};
+	char rid[64], st[32];
+	struct ledger_call call = {.tool_call_id = "call_06", .tool = "pay", .lease_ms = 200};
+
+	(void)state;
+	new_id(rid, sizeof(rid), "r");
+	call.request_id = rid;
+	assert_int_equal(ledger_client_tool_call(c, &call, run_tool, &t, &o), LEDGER_CLIENT_OK);
+	assert_int_equal(o.kind, LEDGER_OUTCOME_ABANDONED);
+	assert_string_equal(ledger_client_outcome_name(o.kind), "abandoned");
+	assert_true(o.executed);
+	assert_int_equal(o.fencing_token, 1);
+	ledger_client_outcome_clear(&o);
+	call_state(rid, "call_06", st, sizeof(st));
+	assert_string_equal(st, "in_progress"); /* neither completed nor released */
+	sleep_ms(400);
+	assert_int_equal(ledger_client_tool_call(c, &call, must_not_run, NULL, &o),
+			 LEDGER_CLIENT_OK);
+	assert_int_equal(o.kind, LEDGER_OUTCOME_UNKNOWN);
+	ledger_client_outcome_clear(&o);
+	assert_int_equal(t.calls, 1);
+	ledger_client_close(c);
+}
+
 static void test_client_other_arguments_are_args_mismatch(void **state)
 {
 	struct ledger_client *c = open_client(agent_token, 0, 0);
@@ -1068,6 +1097,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_client_in_progress_then_waits_for_the_holder),
 		cmocka_unit_test(test_client_renewal_keeps_a_long_tool_claimed),
 		cmocka_unit_test(test_client_expired_claim_is_outcome_unknown),
+		cmocka_unit_test(test_client_unknown_tool_report_abandons_the_claim),
 		cmocka_unit_test(test_client_other_arguments_are_args_mismatch),
 		cmocka_unit_test(test_client_expired_result_is_never_run_again),
 		cmocka_unit_test(test_client_unreachable_ledger_runs_nothing),
