@@ -38,6 +38,7 @@ SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
 SDK_TEST   := $(BUILD)/tests/test_c_client
 SDK_EXAMPLE := $(BUILD)/examples/send_email
 GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/gateway/*.c))
+MCP_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/mcp/*.c))
 CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 
@@ -50,7 +51,7 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
-sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
+sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
      $(BUILD)/ledger_client-uninstalled.pc $(SDK_EXAMPLE)
 
 deps:
@@ -141,8 +142,13 @@ $(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags libmicrohttpd jansson)
 $(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
 
-install-sdk: $(BUILD)/gateway $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+# ledger-mcp: the exactly-once MCP proxy (sdk/mcp/README.md), on the C SDK.
+$(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd) $(SDK_LIBS)
+
+install-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libledger_client.so $(DESTDIR)$(PREFIX)/lib/
@@ -223,7 +229,7 @@ test:
 	@mkdir -p $(FUZZ_DIR)/logs
 	@$(MAKE) --no-print-directory fuzz-smoke >$(FUZZ_DIR)/logs/smoke.log 2>&1 & smoke=$$!; \
 	status=0; LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
-		tests/http tests/integration tests/sdk tests/faults tests/ha tests/docker tests/chaos \
+		tests/http tests/integration tests/sdk tests/mcp tests/faults tests/ha tests/docker tests/chaos \
 		|| status=$$?; \
 	if wait $$smoke; then grep '^fuzz ' $(FUZZ_DIR)/logs/smoke.log; \
 	else cat $(FUZZ_DIR)/logs/smoke.log; status=1; fi; exit $$status
@@ -261,7 +267,7 @@ run:
 format:
 	@scripts/deps.sh dev
 	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
-		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c tests/fuzz/*.c)
+		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/mcp/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c tests/fuzz/*.c)
 
 lint:
 	@scripts/deps.sh dev

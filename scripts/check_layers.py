@@ -7,6 +7,7 @@
   ledger/store/   SQL: ledger/common, ledger/core and itself; never HTTP
   api/            HTTP: the store only through its public headers, never libpq
   sdk/c/          the C client: ledger/common and itself
+  sdk/mcp/        ledger-mcp: the C client's public header, ledger/common and itself
 
 Prints each violation as FILE:LINE: reason and exits 1 if there is any.
 Run from the repository root (make test and make lint do).
@@ -26,6 +27,7 @@ RULES = {
              "ledger/store/job.h", "ledger/store/migrate.h", "ledger/store/maintenance.h",
              "ledger/store/replay_cache.h"), ("libpq-fe.h",)),
     "sdk/c": (("sdk/c/", "ledger/common/"), ("libpq-fe.h", "microhttpd.h")),
+    "sdk/mcp": (("sdk/mcp/", "sdk/c/ledger_client.h", "ledger/common/"), ("libpq-fe.h",)),
 }
 
 

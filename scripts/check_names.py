@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 AREAS = {"api": "api", "ledger/common": "ledger", "ledger/core": "ledger",
-         "ledger/store": "ledger"}
+         "ledger/store": "ledger", "sdk/mcp": "mcp"}
 
 
 def allowed(folder, module, sym):
