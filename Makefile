@@ -142,8 +142,9 @@ $(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags libmicrohttpd jansson)
 $(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
 
-# ledger-mcp: the exactly-once MCP proxy (sdk/mcp/README.md), on the C SDK.
-$(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a
+# ledger-mcp: the exactly-once MCP proxy (sdk/mcp/README.md), on the C SDK's
+# archive, with ledger/common's JSON reader and writer as ledgerctl has them.
+$(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd) $(SDK_LIBS)
 
 install-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc

@@ -17,10 +17,12 @@
 struct mcp_settings {
 	const char *ledger_url; /* ledgerd's address */
 	const char *ca_file;    /* https: the CAs that may sign ledgerd's certificate, or NULL */
-	char *token;            /* the bearer token (from --token or --token-file); owned, wiped */
+	char *token;            /* the bearer token (--token, --token-file): owned; wiped and
+	                           freed once the client holds its copy */
 	uint32_t lease_ms;      /* a claim's lease between renewals */
 	uint32_t wait_ms;       /* how long a call waits while another holder runs it */
 	uint32_t call_timeout_ms; /* how long a forwarded call may run; 0: no bound */
+	uint32_t ledger_retry_ms; /* how long a call to ledgerd is re-sent; 0: sent once */
 	bool require_key;         /* refuse a tools/call without the two keys */
 	bool trust_annotations;   /* readOnlyHint skips the claim, idempotentHint dedupes */
 	bool store_args;          /* send the arguments to ledgerd for incident review */
