@@ -86,6 +86,10 @@ $(BUILD)/libledger_common.a: $(COMMON_SRC:%.c=$(BUILD)/%.o)
 $(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(SDK_LIBS)
 
+# ledger-mcp's message module is no part of ledgerd: its test links it beside.
+$(BUILD)/tests/test_mcp_message: TEST_OBJ += $(BUILD)/sdk/mcp/message.o
+$(BUILD)/tests/test_mcp_message: $(BUILD)/sdk/mcp/message.o
+
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(shell pkg-config --cflags cmocka) \
@@ -176,6 +180,7 @@ FUZZ_LINK_jcs        := $(COMMON_SRC)
 FUZZ_LINK_routes     := api/routes.c api/http.c ledger/core/id.c
 FUZZ_LINK_policy     := ledger/core/policy.c
 FUZZ_LINK_sdk_answer := $(SDK_SRC)
+FUZZ_LINK_mcp_message := sdk/mcp/message.c $(COMMON_SRC)
 # The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
 FUZZ_LINK_http       := $(filter-out api/main.c,$(API_SRC)) $(COMMON_SRC) $(wildcard ledger/core/*.c) \
 			tests/fuzz/store_stub.c

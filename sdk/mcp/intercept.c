@@ -126,6 +126,24 @@ struct failure {
 	size_t server_error_len;
 };
 
+/* Writes @p action with the call's own ids where it says REQUEST_ID TOOL_CALL_ID. */
+static void put_action(struct ledger_jsonw *w, const char *action, const struct mcp_tool_call *call)
+{
+	static const char slot[] = "REQUEST_ID TOOL_CALL_ID";
+	const char *at = strstr(action, slot);
+	struct ledger_buf b = LEDGER_BUF_INIT;
+
+	if (at == NULL || call == NULL || call->keys != MCP_KEYS_OK) {
+		ledger_jsonw_string(w, action);
+		return;
+	}
+	ledger_buf_append(&b, action, (size_t)(at - action));
+	ledger_buf_printf(&b, "%s %s%s", call->request_id, call->tool_call_id, at + strlen(slot));
+	ledger_jsonw_string_n(w, b.data != NULL ? b.data : "", b.len);
+	w->out->oom |= b.oom;
+	ledger_buf_free(&b);
+}
+
 static void put_error(struct ledger_buf *out, const struct ledger_json_value *id,
 		      const struct failure *f)
 {
@@ -160,7 +178,7 @@ static void put_error(struct ledger_buf *out, const struct ledger_json_value *id
 	ledger_jsonw_key(&w, "server_called");
 	ledger_jsonw_bool(&w, f->server_called);
 	ledger_jsonw_key(&w, "action");
-	ledger_jsonw_string(&w, action_of(f->name));
+	put_action(&w, action_of(f->name), f->call);
 	if (f->retry_after_ms != 0) {
 		ledger_jsonw_key(&w, "retry_after_ms");
 		ledger_jsonw_int(&w, (int64_t)f->retry_after_ms);
