@@ -264,6 +264,7 @@ bench:
 	@scripts/deps.sh bench
 	$(MAKE) all
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/bench/bench.py
+	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/bench/mcp_latency.py
 
 run:
 	@scripts/deps.sh run
