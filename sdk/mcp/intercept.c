@@ -90,8 +90,9 @@ static const char *action_of(const char *name)
 				   "retention: it will not run again"},
 		{"ledger_unavailable",
 		 "ledgerd could not be reached, so the server was not called: retry later"},
-		{"key_required", "this proxy runs with --require-key: name the call in params._meta "
-				 "with io.ledgerd/request_id and io.ledgerd/tool_call_id"},
+		{"key_required",
+		 "this proxy runs with --require-key: name the call in params._meta "
+		 "with io.ledgerd/request_id and io.ledgerd/tool_call_id"},
 		{"invalid_key", "send both io.ledgerd/request_id and io.ledgerd/tool_call_id, each "
 				"1..128 bytes of [A-Za-z0-9._~-]"},
 		{"outcome_left_unknown",
@@ -113,9 +114,9 @@ static const char *action_of(const char *name)
 
 /* The details of one error, all optional but the name. */
 struct failure {
-	int code;                 /* the JSON-RPC code */
-	const char *name;         /* data.code */
-	const char *message;      /* the error's message */
+	int code;            /* the JSON-RPC code */
+	const char *name;    /* data.code */
+	const char *message; /* the error's message */
 	const struct mcp_tool_call *call;
 	bool server_called;
 	uint64_t retry_after_ms;

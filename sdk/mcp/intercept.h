@@ -66,7 +66,7 @@ enum mcp_sent {
 
 struct mcp_forward {
 	enum mcp_sent sent;
-	char *response;   /* ANSWERED: the server's message, exact bytes; malloc'd, taken */
+	char *response; /* ANSWERED: the server's message, exact bytes; malloc'd, taken */
 	size_t len;
 	char reason[200]; /* REFUSED, LOST: what happened, for the client and the log */
 };
@@ -104,9 +104,9 @@ struct mcp_answer {
  * @param out filled (zero it first); the caller frees out->text
  * @return LEDGER_OK, or LEDGER_ERR_NOMEM with nothing to answer
  */
-LEDGER_MUSTCHECK enum ledger_err mcp_intercept_run(struct mcp_proxy *p,
-						   const struct mcp_message *m, mcp_forward_fn fwd,
-						   void *ctx, struct mcp_answer *out);
+LEDGER_MUSTCHECK enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message *m,
+						   mcp_forward_fn fwd, void *ctx,
+						   struct mcp_answer *out);
 
 /**
  * With --trust-annotations, learns the hints of the tools a tools/list

@@ -88,22 +88,24 @@ static const struct setting settings[S_COUNT] = {
 		     "who executes, as review shows it (default ledger-mcp@HOSTNAME)"},
 	[S_LISTEN] = {"--listen", "LEDGER_MCP_LISTEN", K_STRING, NULL, 0, 0,
 		      "http: HOST:PORT to listen on (port 0: any free one)"},
-	[S_UPSTREAM] = {"--upstream", "LEDGER_MCP_UPSTREAM", K_STRING, NULL, 0, 0,
-			"http: the server's Streamable HTTP endpoint, e.g. http://127.0.0.1:9000/mcp"},
+	[S_UPSTREAM] =
+		{"--upstream", "LEDGER_MCP_UPSTREAM", K_STRING, NULL, 0, 0,
+		 "http: the server's Streamable HTTP endpoint, e.g. http://127.0.0.1:9000/mcp"},
 	[S_LOG_LEVEL] = {"--log-level", "LEDGER_MCP_LOG_LEVEL", K_STRING, "info", 0, 0,
 			 "debug, info, warn or error (JSON lines on stderr)"},
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "ledger-mcp %s: an exactly-once proxy in front of an MCP server\n\n"
-		   "usage: ledger-mcp stdio [options] -- SERVER_CMD [ARGS...]\n"
-		   "       ledger-mcp http --listen HOST:PORT --upstream URL [options]\n"
-		   "       ledger-mcp help | version\n\n"
-		   "A tools/call whose params._meta names \"io.ledgerd/request_id\" and\n"
-		   "\"io.ledgerd/tool_call_id\" runs at most once: it is claimed in ledgerd\n"
-		   "before it reaches the server, and a repeat gets the stored result.\n\n"
-		   "options (each also an environment variable):\n",
+	fprintf(f,
+		"ledger-mcp %s: an exactly-once proxy in front of an MCP server\n\n"
+		"usage: ledger-mcp stdio [options] -- SERVER_CMD [ARGS...]\n"
+		"       ledger-mcp http --listen HOST:PORT --upstream URL [options]\n"
+		"       ledger-mcp help | version\n\n"
+		"A tools/call whose params._meta names \"io.ledgerd/request_id\" and\n"
+		"\"io.ledgerd/tool_call_id\" runs at most once: it is claimed in ledgerd\n"
+		"before it reaches the server, and a repeat gets the stored result.\n\n"
+		"options (each also an environment variable):\n",
 		LEDGER_VERSION);
 	for (size_t i = 0; i < S_COUNT; i++) {
 		const struct setting *s = &settings[i];
@@ -222,7 +224,8 @@ static void read_settings(int argc, char **argv, bool stdio_mode, struct mcp_set
 	}
 
 	set->ledger_url = value[S_LEDGER_URL];
-	if (strncmp(set->ledger_url, "http://", 7) != 0 && strncmp(set->ledger_url, "https://", 8) != 0)
+	if (strncmp(set->ledger_url, "http://", 7) != 0 &&
+	    strncmp(set->ledger_url, "https://", 8) != 0)
 		bad("--ledger-url (or $LEDGER_URL) is an http:// or https:// URL, not \"%s\"",
 		    set->ledger_url);
 	if (from_flag[S_TOKEN] && from_flag[S_TOKEN_FILE])
@@ -298,7 +301,8 @@ int main(int argc, char **argv)
 	read_settings(argc - 2, argv + 2, stdio_mode, &set);
 	if (set.owner == NULL) {
 		(void)gethostname(host, sizeof(host) - 1);
-		snprintf(owner, sizeof(owner), "ledger-mcp@%s", host[0] != '\0' ? host : "localhost");
+		snprintf(owner, sizeof(owner), "ledger-mcp@%s",
+			 host[0] != '\0' ? host : "localhost");
 		set.owner = owner;
 	}
 

@@ -150,7 +150,7 @@ bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *ou
 	} else if (out->request_id != NULL || out->tool_call_id != NULL ||
 		   out->attempt_id != NULL) {
 		snprintf(out->why, sizeof(out->why), "_meta names \"%s\" without \"%s\"",
-			 out->request_id != NULL	    ? MCP_META_REQUEST_ID
+			 out->request_id != NULL     ? MCP_META_REQUEST_ID
 			 : out->tool_call_id != NULL ? MCP_META_TOOL_CALL_ID
 						     : MCP_META_ATTEMPT_ID,
 			 out->request_id == NULL ? MCP_META_REQUEST_ID : MCP_META_TOOL_CALL_ID);

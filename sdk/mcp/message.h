@@ -66,14 +66,14 @@ enum mcp_keys {
 
 /* A tools/call request's parts; every pointer borrowed from the message. */
 struct mcp_tool_call {
-	const char *name;         /* params.name, decoded; NULL if absent or not a string */
-	const char *args;         /* params.arguments, its exact text; NULL if absent */
+	const char *name; /* params.name, decoded; NULL if absent or not a string */
+	const char *args; /* params.arguments, its exact text; NULL if absent */
 	size_t args_len;
 	const char *request_id;   /* params._meta["io.ledgerd/request_id"], decoded */
 	const char *tool_call_id; /* params._meta["io.ledgerd/tool_call_id"], decoded */
 	const char *attempt_id;   /* params._meta["io.ledgerd/attempt_id"], decoded, or NULL */
 	enum mcp_keys keys;
-	char why[160];            /* MCP_KEYS_INVALID: what is wrong, for the client */
+	char why[160]; /* MCP_KEYS_INVALID: what is wrong, for the client */
 };
 
 /**
@@ -87,12 +87,12 @@ bool mcp_message_batch_has_tool_call(const struct mcp_message *m);
 
 /* What a server's response to a tools/call says. */
 struct mcp_response {
-	const char *result;  /* "result", its exact text; NULL for a JSON-RPC error */
+	const char *result; /* "result", its exact text; NULL for a JSON-RPC error */
 	size_t result_len;
-	bool is_error;       /* result.isError is true: the tool failed */
-	const char *error;   /* "error", its exact text; NULL for a result */
+	bool is_error;     /* result.isError is true: the tool failed */
+	const char *error; /* "error", its exact text; NULL for a result */
 	size_t error_len;
-	long error_code;     /* error.code, 0 if none or not an integer */
+	long error_code; /* error.code, 0 if none or not an integer */
 };
 
 /** Reads the response @p m. @return false when it is neither a result nor an error. */

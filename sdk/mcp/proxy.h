@@ -15,12 +15,12 @@
 
 /* The settings, validated by main.c before any transport starts. */
 struct mcp_settings {
-	const char *ledger_url; /* ledgerd's address */
-	const char *ca_file;    /* https: the CAs that may sign ledgerd's certificate, or NULL */
-	char *token;            /* the bearer token (--token, --token-file): owned; wiped and
+	const char *ledger_url;   /* ledgerd's address */
+	const char *ca_file;      /* https: the CAs that may sign ledgerd's certificate, or NULL */
+	char *token;              /* the bearer token (--token, --token-file): owned; wiped and
 	                           freed once the client holds its copy */
-	uint32_t lease_ms;      /* a claim's lease between renewals */
-	uint32_t wait_ms;       /* how long a call waits while another holder runs it */
+	uint32_t lease_ms;        /* a claim's lease between renewals */
+	uint32_t wait_ms;         /* how long a call waits while another holder runs it */
 	uint32_t call_timeout_ms; /* how long a forwarded call may run; 0: no bound */
 	uint32_t ledger_retry_ms; /* how long a call to ledgerd is re-sent; 0: sent once */
 	bool require_key;         /* refuse a tools/call without the two keys */
@@ -34,16 +34,16 @@ struct mcp_settings {
 
 /* What a trusted server said of one tool in tools/list. */
 struct mcp_tool_hint {
-	char *name;          /* owned */
-	bool read_only;      /* annotations.readOnlyHint: true */
-	bool idempotent;     /* annotations.idempotentHint: true */
+	char *name;      /* owned */
+	bool read_only;  /* annotations.readOnlyHint: true */
+	bool idempotent; /* annotations.idempotentHint: true */
 };
 
 struct mcp_proxy {
-	const struct mcp_settings *set;  /* borrowed for the proxy's life */
-	struct ledger_client *client;    /* thread-safe; owned by main.c */
-	pthread_mutex_t hints_lock;      /* guards the three below */
-	struct mcp_tool_hint *hints;     /* every tool listed so far, the latest listing wins */
+	const struct mcp_settings *set; /* borrowed for the proxy's life */
+	struct ledger_client *client;   /* thread-safe; owned by main.c */
+	pthread_mutex_t hints_lock;     /* guards the three below */
+	struct mcp_tool_hint *hints;    /* every tool listed so far, the latest listing wins */
 	size_t n_hints, cap_hints;
 };
 

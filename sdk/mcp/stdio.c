@@ -33,6 +33,7 @@
 extern char **environ;
 
 #define READ_CHUNK 65536
+#define MAX_WORKERS 256    /* calls in flight at once; past them the client is read no further */
 #define TERM_AFTER_MS 5000 /* the server's grace once its stdin is closed */
 #define KILL_AFTER_MS 5000 /* and after SIGTERM */
 
@@ -235,6 +236,8 @@ static void start_worker(struct stdio_proxy *sp, char *line, size_t len)
 	w->line = line;
 	w->len = len;
 	pthread_mutex_lock(&sp->lock);
+	while (sp->workers >= MAX_WORKERS && !sp->server_gone)
+		pthread_cond_wait(&sp->change, &sp->lock);
 	sp->workers++;
 	pthread_mutex_unlock(&sp->lock);
 	pthread_attr_init(&attr);
@@ -293,7 +296,8 @@ static void from_client(struct stdio_proxy *sp, char *line, size_t len)
 
 	if (mcp_message_parse(line, len, &m) == LEDGER_OK) {
 		plan = mcp_intercept_plan(sp->p, &m, &answer);
-		if (m.kind == MCP_MSG_NOTIFICATION && strcmp(m.method, "notifications/cancelled") == 0)
+		if (m.kind == MCP_MSG_NOTIFICATION &&
+		    strcmp(m.method, "notifications/cancelled") == 0)
 			note_cancel(sp, &m);
 	}
 	mcp_message_free(&m);
@@ -406,7 +410,8 @@ static void *reader_main(void *arg)
 
 	while (!eof) {
 		if (!lines_feed(&l, sp->from_server, &eof, sp, from_server)) {
-			LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "out of memory reading the server");
+			LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL,
+				   "out of memory reading the server");
 			break;
 		}
 	}
@@ -506,8 +511,8 @@ int mcp_stdio_run(struct mcp_proxy *p)
 		   p->set->server_argv[0], (int)sp.child);
 
 	while (!eof && !gone) {
-		struct pollfd fds[3] = {{STDIN_FILENO, POLLIN, 0}, {sfd, POLLIN, 0},
-					{sp.wake[0], POLLIN, 0}};
+		struct pollfd fds[3] = {
+			{STDIN_FILENO, POLLIN, 0}, {sfd, POLLIN, 0}, {sp.wake[0], POLLIN, 0}};
 
 		if (poll(fds, 3, -1) < 0 && errno != EINTR)
 			break;
@@ -518,7 +523,8 @@ int mcp_stdio_run(struct mcp_proxy *p)
 		}
 		if (fds[2].revents != 0)
 			gone = true;
-		else if (fds[0].revents != 0 && !lines_feed(&l, STDIN_FILENO, &eof, &sp, from_client))
+		else if (fds[0].revents != 0 &&
+			 !lines_feed(&l, STDIN_FILENO, &eof, &sp, from_client))
 			break;
 	}
 

@@ -51,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(m.kind == MCP_MSG_REQUEST);
 		CHECK(call.args == NULL ||
 		      (call.args >= text && call.args + call.args_len <= text + size));
-		CHECK(call.keys != MCP_KEYS_OK || (call.request_id != NULL && call.tool_call_id != NULL));
+		CHECK(call.keys != MCP_KEYS_OK ||
+		      (call.request_id != NULL && call.tool_call_id != NULL));
 		CHECK(call.keys != MCP_KEYS_INVALID || call.why[0] != '\0');
 	}
 	(void)mcp_message_batch_has_tool_call(&m);

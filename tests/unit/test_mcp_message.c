@@ -27,20 +27,23 @@ static void test_mcp_message_kinds(void **state)
 		enum mcp_kind kind;
 		const char *method;
 	} rows[] = {
-		{"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", LEDGER_OK, MCP_MSG_REQUEST,
-		 "tools/list"},
+		{"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", LEDGER_OK,
+		 MCP_MSG_REQUEST, "tools/list"},
 		{"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", LEDGER_OK,
 		 MCP_MSG_NOTIFICATION, "notifications/initialized"},
-		{"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}", LEDGER_OK, MCP_MSG_RESPONSE, NULL},
+		{"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}", LEDGER_OK, MCP_MSG_RESPONSE,
+		 NULL},
 		{"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700}}", LEDGER_OK,
 		 MCP_MSG_RESPONSE, NULL},
-		{"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", LEDGER_OK, MCP_MSG_BATCH, NULL},
-		{"{\"jsonrpc\":\"2.0\",\"id\":{\"x\":1},\"method\":\"ping\"}", LEDGER_OK, MCP_MSG_OTHER,
-		 NULL},                                          /* an id JSON-RPC does not allow */
+		{"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", LEDGER_OK, MCP_MSG_BATCH,
+		 NULL},
+		{"{\"jsonrpc\":\"2.0\",\"id\":{\"x\":1},\"method\":\"ping\"}", LEDGER_OK,
+		 MCP_MSG_OTHER, NULL},                          /* an id JSON-RPC does not allow */
 		{"{\"id\":1}", LEDGER_OK, MCP_MSG_OTHER, NULL}, /* neither a call nor an answer */
 		{"\"text\"", LEDGER_OK, MCP_MSG_OTHER, NULL},
 		{"{\"id\":1,", LEDGER_ERR_INVALID, MCP_MSG_OTHER, NULL},
-		{"{\"id\":1,\"id\":2,\"method\":\"ping\"}", LEDGER_ERR_INVALID, MCP_MSG_OTHER, NULL},
+		{"{\"id\":1,\"id\":2,\"method\":\"ping\"}", LEDGER_ERR_INVALID, MCP_MSG_OTHER,
+		 NULL},
 	};
 
 	(void)state;
@@ -67,7 +70,7 @@ static void test_mcp_message_id_keys(void **state)
 		bool same;
 	} rows[] = {
 		{"1", "1", true},
-		{"\"1\"", "1", false}, /* a string is never the number */
+		{"\"1\"", "1", false},            /* a string is never the number */
 		{"\"a\\u0062\"", "\"ab\"", true}, /* compared decoded */
 		{"7", "7.0", false},
 	};
@@ -108,8 +111,10 @@ static void test_mcp_message_tool_call_keys(void **state)
 		{",\"_meta\":{\"io.ledgerd/request_id\":\"r\",\"io.ledgerd/tool_call_id\":\"c\","
 		 "\"io.ledgerd/attempt_id\":\"a~2\"}",
 		 MCP_KEYS_OK, "r", "c", "a~2"},
-		{",\"_meta\":{\"io.ledgerd/request_id\":\"r\"}", MCP_KEYS_INVALID, NULL, NULL, NULL},
-		{",\"_meta\":{\"io.ledgerd/tool_call_id\":\"c\"}", MCP_KEYS_INVALID, NULL, NULL, NULL},
+		{",\"_meta\":{\"io.ledgerd/request_id\":\"r\"}", MCP_KEYS_INVALID, NULL, NULL,
+		 NULL},
+		{",\"_meta\":{\"io.ledgerd/tool_call_id\":\"c\"}", MCP_KEYS_INVALID, NULL, NULL,
+		 NULL},
 		{",\"_meta\":{\"io.ledgerd/request_id\":7,\"io.ledgerd/tool_call_id\":\"c\"}",
 		 MCP_KEYS_INVALID, NULL, NULL, NULL},
 		{",\"_meta\":{\"io.ledgerd/request_id\":\"r:x\",\"io.ledgerd/tool_call_id\":\"c\"}",
@@ -261,14 +266,14 @@ static void test_mcp_message_error_echoes_the_id(void **state)
 	(void)state;
 	assert_int_equal(mcp_message_parse(request, strlen(request), &req), LEDGER_OK);
 	mcp_message_error(&out, req.id, -32012, "ledger-mcp: \"other\" args", "{\"code\":\"x\"}");
-	assert_string_equal(out.data, "{\"jsonrpc\":\"2.0\",\"id\":12.50,\"error\":{\"code\":-32012,"
-				      "\"message\":\"ledger-mcp: \\\"other\\\" args\","
-				      "\"data\":{\"code\":\"x\"}}}");
+	assert_string_equal(out.data,
+			    "{\"jsonrpc\":\"2.0\",\"id\":12.50,\"error\":{\"code\":-32012,"
+			    "\"message\":\"ledger-mcp: \\\"other\\\" args\","
+			    "\"data\":{\"code\":\"x\"}}}");
 	ledger_buf_free(&out);
 	mcp_message_error(&out, NULL, -32021, "batch", NULL);
-	assert_string_equal(out.data,
-			    "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32021,"
-			    "\"message\":\"batch\"}}");
+	assert_string_equal(out.data, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32021,"
+				      "\"message\":\"batch\"}}");
 	ledger_buf_free(&out);
 	mcp_message_free(&req);
 }
