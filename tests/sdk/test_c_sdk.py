@@ -113,7 +113,7 @@ def test_c_client_live_without_leaks(service, env):
                 "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
                 CLIENT_TEST, "live"]
     out = run(argv, e, timeout=300)
-    assert "[  PASSED  ] 23 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "[  PASSED  ] 24 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 def outage(service, env, group, down_s):
