@@ -3,6 +3,7 @@
  * lone CR, one of which may be split across two reads; a blank line ends an
  * event; "data" values are joined by LF, comments and unknown fields are
  * skipped, as the WHATWG parsing rules say, and nothing else is accepted.
+ * It also writes the one event the proxy makes itself.
  */
 #include "sdk/mcp/sse.h"
 
@@ -154,6 +155,30 @@ const char *mcp_sse_held(const struct mcp_sse *s, size_t *len)
 {
 	*len = s->buf.len - s->end;
 	return s->buf.data != NULL ? s->buf.data + s->end : "";
+}
+
+void mcp_sse_write(struct ledger_buf *out, const char *head, size_t head_len, const char *text,
+		   size_t len)
+{
+	size_t i = 0;
+
+	ledger_buf_append(out, head, head_len);
+	do {
+		size_t n = 0;
+
+		while (i + n < len && text[i + n] != '\n' && text[i + n] != '\r')
+			n++;
+		ledger_buf_puts(out, "data: ");
+		ledger_buf_append(out, text + i, n);
+		ledger_buf_putc(out, '\n');
+		i += n;
+		/* CRLF, LF and CR end a line alike: the reader joins the lines with LF. */
+		if (i + 1 < len && text[i] == '\r' && text[i + 1] == '\n')
+			i++;
+		if (i < len)
+			i++;
+	} while (i < len);
+	ledger_buf_putc(out, '\n');
 }
 
 void mcp_sse_free(struct mcp_sse *s)

@@ -30,7 +30,7 @@ struct mcp_sse {
 
 /* One event, every pointer borrowed from the reader until mcp_sse_take(). */
 struct mcp_sse_event {
-	const char *raw;  /* its bytes as they came, the blank line that ends it included */
+	const char *raw; /* its bytes as they came, the blank line that ends it included */
 	size_t raw_len;
 	const char *data; /* its data lines' values joined by "\n"; "" when it has none */
 	size_t data_len;
@@ -66,6 +66,15 @@ void mcp_sse_take(struct mcp_sse *s);
  * borrowed until the next call on @p s. @p len receives their count.
  */
 const char *mcp_sse_held(const struct mcp_sse *s, size_t *len);
+
+/**
+ * Appends to @p out an event carrying @p text (@p len bytes): the lines at
+ * @p head (@p head_len bytes of "id:" and "event:" lines, each ending in
+ * "\n"), a "data: " line per line of the text, and the blank line. Check
+ * out->oom.
+ */
+void mcp_sse_write(struct ledger_buf *out, const char *head, size_t head_len, const char *text,
+		   size_t len);
 
 /** Frees what @p s holds. NULL-safe. */
 void mcp_sse_free(struct mcp_sse *s);
