@@ -8,6 +8,7 @@
  */
 #include "sdk/mcp/upstream.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,18 +471,25 @@ static bool is_event_stream(const char *content_type)
 	return n == 17 && strncasecmp(content_type, "text/event-stream", 17) == 0;
 }
 
-static void lost(struct mcp_forward *out, const char *what, const char *why)
+static void say(struct mcp_forward *out, enum mcp_sent sent, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Sets how the forward ended and why, in words cut to fit the reason. */
+static void say(struct mcp_forward *out, enum mcp_sent sent, const char *fmt, ...)
 {
-	out->sent = MCP_SENT_LOST;
-	snprintf(out->reason, sizeof(out->reason), "%s%s%.150s", what, why != NULL ? ": " : "",
-		 why != NULL ? why : "");
+	va_list ap;
+
+	out->sent = sent;
+	va_start(ap, fmt);
+	vsnprintf(out->reason, sizeof(out->reason), fmt, ap);
+	va_end(ap);
 }
 
 static void answered(struct mcp_forward *out, const char *text, size_t len)
 {
 	out->response = malloc(len + 1);
 	if (out->response == NULL) {
-		lost(out, "out of memory for the server's response", NULL);
+		say(out, MCP_SENT_LOST, "out of memory for the server's response");
 		return;
 	}
 	memcpy(out->response, text, len);
@@ -526,7 +534,9 @@ static bool read_events(struct mcp_upstream_call *c, struct mcp_forward *out)
 		case MCP_SSE_MORE:
 			return false;
 		case MCP_SSE_BROKEN:
-			lost(out, "the server's event stream broke: an event over 64 MiB", NULL);
+			say(out, MCP_SENT_LOST,
+			    "the server's event stream broke: an event over %u MiB",
+			    MCP_SSE_MAX_EVENT >> 20);
 			return true;
 		case MCP_SSE_EVENT:
 			break;
@@ -554,24 +564,18 @@ static void whole_answer(struct mcp_upstream_call *c, long status, enum mcp_upst
 	const char *bytes = mcp_upstream_bytes(c->up, &n);
 
 	if (status >= 400 && status < 500) {
-		out->sent = MCP_SENT_REFUSED;
-		snprintf(out->reason, sizeof(out->reason), "the server refused the call: HTTP %ld",
-			 status);
+		say(out, MCP_SENT_REFUSED, "the server refused the call: HTTP %ld", status);
 		if (end == MCP_UPSTREAM_COMPLETE) {
 			ledger_buf_append(&c->refusal, bytes, n);
 			if (!c->refusal.oom)
 				c->answer = MCP_UPSTREAM_ANSWER_REFUSAL;
 		}
 	} else if (end != MCP_UPSTREAM_COMPLETE) {
-		lost(out, "the server's answer broke off", why);
+		say(out, MCP_SENT_LOST, "the server's answer broke off: %s", why);
 	} else if (status < 200 || status >= 300) {
-		lost(out,
-		     status >= 500 ? "the server failed (HTTP 5xx)"
-				   : "the server answered "
-				     "neither 2xx nor 4xx",
-		     NULL);
+		say(out, MCP_SENT_LOST, "the server answered HTTP %ld", status);
 	} else if (n == 0) {
-		lost(out, "the server answered 2xx without a body", NULL);
+		say(out, MCP_SENT_LOST, "the server answered HTTP %ld without a body", status);
 	} else {
 		answered(out, bytes, n);
 		c->answer = MCP_UPSTREAM_ANSWER_JSON;
@@ -587,8 +591,7 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 	LEDGER_ASSERT(c->up == NULL); /* one forward per call */
 	mcp_sse_init(&c->events);
 	if (mcp_upstream_open(&c->req, &c->up) != LEDGER_OK) {
-		out->sent = MCP_SENT_REFUSED;
-		snprintf(out->reason, sizeof(out->reason), "out of memory: not sent");
+		say(out, MCP_SENT_REFUSED, "out of memory: not sent");
 		return;
 	}
 	for (;;) {
@@ -597,7 +600,8 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 		long status = 0;
 
 		if (deadline > 0 && left == 0) {
-			lost(out, "no response within --call-timeout-ms", NULL);
+			say(out, MCP_SENT_LOST, "no response within --call-timeout-ms (%u ms)",
+			    c->timeout_ms);
 			return;
 		}
 		mcp_upstream_pump(c->up, deadline > 0 && left < FORWARD_POLL_MS ? (int)left
@@ -605,13 +609,13 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 		end = mcp_upstream_outcome(c->up, why, sizeof(why));
 		if (!mcp_upstream_head(c->up, &status)) {
 			if (end == MCP_UPSTREAM_UNREACHABLE) {
-				out->sent = MCP_SENT_REFUSED;
-				snprintf(out->reason, sizeof(out->reason),
-					 "the server could not be reached: %.150s", why);
+				say(out, MCP_SENT_REFUSED, "the server could not be reached: %s",
+				    why);
 				return;
 			}
 			if (end != MCP_UPSTREAM_RUNNING) {
-				lost(out, "the server's connection broke before its answer", why);
+				say(out, MCP_SENT_LOST,
+				    "the server's connection broke before its answer: %s", why);
 				return;
 			}
 		} else if (status >= 200 && status < 300 &&
@@ -622,8 +626,10 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 			if (read_events(c, out))
 				return;
 			if (end != MCP_UPSTREAM_RUNNING) {
-				lost(out, "the server's event stream ended before the response",
-				     end == MCP_UPSTREAM_COMPLETE ? NULL : why);
+				say(out, MCP_SENT_LOST,
+				    "the server's event stream ended before the response%s%s",
+				    end == MCP_UPSTREAM_COMPLETE ? "" : ": ",
+				    end == MCP_UPSTREAM_COMPLETE ? "" : why);
 				return;
 			}
 		} else if (end != MCP_UPSTREAM_RUNNING) {
