@@ -37,6 +37,7 @@
 #define POLL_MS 100           /* how often a waiting reader looks for the shutdown */
 #define IDLE_TIMEOUT_S 300u   /* a keep-alive connection without a request is closed */
 #define DRAIN_MS 10000u       /* how long passed-through requests may end once stopping */
+#define END_MS 2000u          /* how long the streams left may take to end cleanly */
 #define CHUNK (32u << 10)     /* the most written to the client at once */
 
 static struct {
@@ -47,6 +48,7 @@ static struct {
 	pthread_cond_t idle;  /* a count went down */
 	unsigned calls;       /* intercepted calls alive (their thread or their client) */
 	unsigned passing;     /* passed-through requests other than GET in flight */
+	unsigned open;        /* requests not yet completed, GET streams included */
 	atomic_bool draining; /* a signal came: no new connection, finish what runs */
 	atomic_bool stopping; /* drained: end the streams left (GET streams) */
 } srv = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -530,6 +532,9 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 		return NULL;
 	}
 	x->uri = x->url + strlen(srv.origin);
+	pthread_mutex_lock(&srv.lock);
+	srv.open++;
+	pthread_mutex_unlock(&srv.lock);
 	return x;
 }
 
@@ -656,12 +661,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	mcp_upstream_tap_free(&x->tap);
 	mcp_upstream_headers_free(x->headers, x->n_headers);
 	ledger_buf_free(&x->body);
-	if (x->counted) {
-		pthread_mutex_lock(&srv.lock);
-		srv.passing--;
-		pthread_cond_broadcast(&srv.idle);
-		pthread_mutex_unlock(&srv.lock);
-	}
+	pthread_mutex_lock(&srv.lock);
+	srv.passing -= x->counted ? 1 : 0;
+	srv.open--;
+	pthread_cond_broadcast(&srv.idle);
+	pthread_mutex_unlock(&srv.lock);
 	free(x->url);
 	free(x);
 	*req_cls = NULL;
@@ -743,30 +747,45 @@ static int listen_on(const char *spec, char *bound, size_t bound_len, bool *v6)
 	return fd;
 }
 
-/* Stops listening, waits for the calls in flight, then for the rest a while. */
+/* Waits under srv.lock until *count is 0, or @p ms passed (0: no bound). */
+static void wait_zero(const unsigned *count, unsigned ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += ms / 1000u;
+	until.tv_nsec += (long)(ms % 1000u) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (*count > 0) {
+		if (ms == 0)
+			pthread_cond_wait(&srv.idle, &srv.lock);
+		else if (pthread_cond_timedwait(&srv.idle, &srv.lock, &until) != 0)
+			return;
+	}
+}
+
+/*
+ * Stops listening, waits for the calls in flight, gives the other requests
+ * a while, then ends the streams left (GET streams) with their last chunk.
+ */
 static void drain(struct MHD_Daemon *d)
 {
 	MHD_socket fd;
-	struct timespec until;
-	unsigned calls;
 
 	atomic_store(&srv.draining, true);
 	fd = MHD_quiesce_daemon(d);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
 	pthread_mutex_lock(&srv.lock);
-	calls = srv.calls;
+	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "stopping: %u call(s) in flight", srv.calls);
+	wait_zero(&srv.calls, 0);
+	wait_zero(&srv.passing, DRAIN_MS);
+	atomic_store(&srv.stopping, true); /* the readers left end their streams now */
+	wait_zero(&srv.open, END_MS);
 	pthread_mutex_unlock(&srv.lock);
-	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "stopping: %u call(s) in flight", calls);
-	pthread_mutex_lock(&srv.lock);
-	while (srv.calls > 0)
-		pthread_cond_wait(&srv.idle, &srv.lock);
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += DRAIN_MS / 1000u;
-	while (srv.passing > 0 && pthread_cond_timedwait(&srv.idle, &srv.lock, &until) == 0)
-		;
-	pthread_mutex_unlock(&srv.lock);
-	atomic_store(&srv.stopping, true); /* what still streams (GET streams) ends now */
 	MHD_stop_daemon(d);
 }
 

@@ -627,7 +627,8 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 				return;
 			if (end != MCP_UPSTREAM_RUNNING) {
 				say(out, MCP_SENT_LOST,
-				    "the server's event stream ended before the response%s%s",
+				    "the server's event stream %s before the response%s%s",
+				    end == MCP_UPSTREAM_COMPLETE ? "ended" : "broke",
 				    end == MCP_UPSTREAM_COMPLETE ? "" : ": ",
 				    end == MCP_UPSTREAM_COMPLETE ? "" : why);
 				return;
