@@ -66,6 +66,7 @@ struct exchange {
 	bool counted;                /* counted in srv.passing */
 	struct mcp_upstream *up;     /* a passed-through request's transfer */
 	struct mcp_upstream_tap tap; /* a tools/list answer, read for hints */
+	long long length;            /* the answer's Content-Length, -1 if none */
 	struct call *call;           /* an intercepted call: one reference */
 };
 
@@ -167,7 +168,6 @@ static ssize_t pass_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct exchange *x = cls;
 
-	(void)pos;
 	for (;;) {
 		size_t n = 0;
 		const char *bytes = mcp_upstream_bytes(x->up, &n);
@@ -177,6 +177,9 @@ static ssize_t pass_read(void *cls, uint64_t pos, char *buf, size_t max)
 			memcpy(buf, bytes, n);
 			mcp_upstream_consume(x->up, n);
 			mcp_upstream_tap_feed(&x->tap, srv.p, buf, n);
+			/* With a length, the reader is not called past the last byte. */
+			if (x->length >= 0 && pos + n == (uint64_t)x->length)
+				mcp_upstream_tap_end(&x->tap, srv.p);
 			return (ssize_t)n;
 		}
 		switch (mcp_upstream_outcome(x->up, NULL, 0)) {
@@ -231,7 +234,7 @@ static enum MHD_Result pass(struct MHD_Connection *conn, const char *method, str
 			   why);
 		return reply_error(conn, 502, "upstream_unreachable", why);
 	}
-	length = mcp_upstream_length(x->up);
+	x->length = length = mcp_upstream_length(x->up);
 	if (strcmp(method, "HEAD") == 0 || status < 200 || status == 204 || status == 304)
 		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	else
