@@ -209,7 +209,6 @@ static enum MHD_Result pass(struct MHD_Connection *conn, const char *method, str
 	struct MHD_Response *r = NULL;
 	char why[256];
 	long status = 0;
-	long long length;
 
 	if (tap) /* read, so asked for uncompressed */
 		x->n_headers =
@@ -234,12 +233,12 @@ static enum MHD_Result pass(struct MHD_Connection *conn, const char *method, str
 			   why);
 		return reply_error(conn, 502, "upstream_unreachable", why);
 	}
-	x->length = length = mcp_upstream_length(x->up);
+	x->length = mcp_upstream_length(x->up);
 	if (strcmp(method, "HEAD") == 0 || status < 200 || status == 204 || status == 304)
 		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	else
-		r = MHD_create_response_from_callback(length >= 0 ? (uint64_t)length
-								  : MHD_SIZE_UNKNOWN,
+		r = MHD_create_response_from_callback(x->length >= 0 ? (uint64_t)x->length
+								     : MHD_SIZE_UNKNOWN,
 						      CHUNK, pass_read, x, NULL);
 	x->tap.on = tap;
 	mcp_upstream_tap_start(&x->tap, x->up);
