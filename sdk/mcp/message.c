@@ -68,11 +68,19 @@ char *mcp_message_id_key(const struct ledger_json_value *id)
 	if (id == NULL)
 		return NULL;
 	if (id->type == LEDGER_JSON_STRING) {
-		key = malloc(id->u.str.len + 2);
+		/* In hex: a string may hold NUL, and two that differ after one are two ids. */
+		static const char hex[] = "0123456789abcdef";
+
+		key = malloc(2 * id->u.str.len + 2);
 		if (key != NULL) {
 			key[0] = 's';
-			memcpy(key + 1, id->u.str.s, id->u.str.len);
-			key[id->u.str.len + 1] = '\0';
+			for (size_t i = 0; i < id->u.str.len; i++) {
+				unsigned char c = (unsigned char)id->u.str.s[i];
+
+				key[1 + 2 * i] = hex[c >> 4];
+				key[2 + 2 * i] = hex[c & 15];
+			}
+			key[2 * id->u.str.len + 1] = '\0';
 		}
 	} else if (id->type == LEDGER_JSON_NUMBER) {
 		key = malloc(id->raw_len + 2);

@@ -52,7 +52,8 @@ void mcp_message_free(struct mcp_message *m);
 
 /**
  * A key that is equal for two ids exactly when JSON-RPC says they are the
- * same id: "s" and the decoded string, or "n" and the number's text.
+ * same id: "s" and the decoded string's bytes in hex, or "n" and the
+ * number's text.
  * @return a new string (free with free()), or NULL for no id or no memory
  */
 char *mcp_message_id_key(const struct ledger_json_value *id);

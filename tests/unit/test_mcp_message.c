@@ -73,6 +73,7 @@ static void test_mcp_message_id_keys(void **state)
 		{"\"1\"", "1", false},            /* a string is never the number */
 		{"\"a\\u0062\"", "\"ab\"", true}, /* compared decoded */
 		{"7", "7.0", false},
+		{"\"a\\u0000b\"", "\"a\\u0000c\"", false}, /* not cut at a NUL */
 	};
 
 	(void)state;
