@@ -86,6 +86,12 @@ def require_built():
     assert not missing, "missing %s: make build/ledger-mcp build/ledgerctl" % ", ".join(missing)
 
 
+def clean_env():
+    """The environment ledger-mcp runs in: none of its own variables, none of the server's."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("LEDGER_") and not k.startswith("MCP_TEST_")}
+
+
 def keys(request_id=None, tool_call_id="call_01", attempt_id=None):
     """The _meta that names a ledger key (a fresh request id unless given)."""
     meta = {"io.ledgerd/request_id": request_id or new_id("r"),
@@ -375,9 +381,7 @@ class Env:
         return Counts(self.tmp / ("counts-%s.jsonl" % secrets.token_hex(4)))
 
     def proxy_env(self):
-        """The environment ledger-mcp runs in: none of ledger-mcp's own variables."""
-        return {k: v for k, v in os.environ.items()
-                if not k.startswith("LEDGER_") and not k.startswith("MCP_TEST_")}
+        return clean_env()
 
     # --- stdio ---------------------------------------------------------------------
 
@@ -490,3 +494,43 @@ def _ws(text, i):
 def member_text(text, name):
     start, end = members(text)[name]
     return text[start:end]
+
+
+class Stack:
+    """The test server behind ledger-mcp: over stdio (a new proxy and server for every
+    client run, as an agent host starts them), or over Streamable HTTP (one server and
+    one proxy for the stack's life) with JSON or SSE answers."""
+
+    KINDS = ("stdio", "http-json", "http-sse")
+
+    def __init__(self, env, kind, *flags, extra_env=None):
+        assert kind in self.KINDS, kind
+        self.env = env
+        self.kind = kind
+        self.flags = [str(f) for f in flags]
+        self.extra_env = dict(extra_env or {})
+        self.counts = env.counts()
+        self.server = self.proxy = None
+        if kind != "stdio":
+            self.server = env.http_server(self.counts, json_answers=kind == "http-json",
+                                          extra_env=self.extra_env)
+            self.proxy = env.http_proxy(self.server.url, *self.flags)
+
+    @property
+    def http(self):
+        return self.kind != "stdio"
+
+    def transport(self, proxy=True):
+        if not self.http:
+            return self.env.stdio(self.counts, *self.flags, extra_env=self.extra_env, proxy=proxy)
+        return {"type": "http", "url": self.proxy.url if proxy else self.server.url}
+
+    def run(self, steps, proxy=True, **script):
+        """One client run of @steps; returns the ClientRun."""
+        script.update({"transport": self.transport(proxy), "steps": steps})
+        return run_client(script)
+
+    def close(self):
+        for p in (self.proxy, self.server):
+            if p is not None:
+                p.stop()

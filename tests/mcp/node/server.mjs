@@ -11,10 +11,11 @@
 //
 // Environment:
 //   MCP_TEST_COUNT_FILE   one JSON line per event: {"event": "started" | "executed" |
-//                         "answered" | "cancelled", tool, args, request_id, tool_call_id,
+//                         "answered" | "cancelled" | "refused" (a JSON-RPC error
+//                         before running), tool, args, request_id, tool_call_id,
 //                         jsonrpc_id, session, pid, time}; "answered" adds the result
 //                         the server sends
-//   MCP_TEST_BEHAVE       the behaviour of a charge whose arguments name none (any tool
+//   MCP_TEST_BEHAVE       the behaviour of a call whose arguments name none (every tool
 //                         takes "behave" in its arguments): normal, die, hang, break,
 //                         progress, ping_client; and, as arguments only,
 //                         invalid_params (the JSON-RPC error -32602, before running) and
@@ -59,9 +60,8 @@ function note(event, tool, args, extra, more = {}) {
   fs.appendFileSync(COUNT_FILE, line + "\n");
 }
 
-function behaviour(tool, args) {
+function behaviour(args) {
   if (args?.behave) return args.behave;
-  if (tool !== "charge") return "normal";
   const file = process.env.MCP_TEST_BEHAVE_FILE;
   if (file) {
     try {
@@ -80,7 +80,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 async function run(tool, args, extra, answer) {
   note("started", tool, args, extra);
   extra.signal.addEventListener("abort", () => note("cancelled", tool, args, extra));
-  const hows = behaviour(tool, args).split("+");
+  const hows = behaviour(args).split("+");
   if (hows.includes("progress")) {
     const token = extra._meta?.progressToken;
     for (let i = 1; i <= 2; i++) {
@@ -162,9 +162,11 @@ function makeServer() {
   handlers.set("tools/call", async (request, extra) => {
     const { name, arguments: args } = request.params ?? {};
     if (process.env.MCP_TEST_STRICT === "1" && !["charge", "read_balance", "sync"].includes(name)) {
+      note("refused", name, args, extra);
       throw new McpError(ErrorCode.InvalidParams, `Tool ${name} not found`);
     }
     if (args?.behave === "invalid_params") {
+      note("refused", name, args, extra);
       throw new McpError(ErrorCode.InvalidParams, "invalid params: refused before running");
     }
     const result = await inner(request, extra);

@@ -1,0 +1,38 @@
+"""ledgerd cannot be reached: a keyed tools/call answers -32016
+ledger_unavailable once the C SDK's retry window is spent, and the server is
+never called (nothing may run that could not be recorded). Calls without
+keys, and every other message, still pass.
+
+The proxy's ledger URL is a loopback port nothing listens on. The C SDK
+re-sends a call for its retry window (30 s by default), which is most of
+this file's time.
+"""
+
+import pytest
+
+pytest.register_assert_rewrite("mcp_helpers")
+import mcp_helpers as mcp  # noqa: E402
+from conftest import free_port  # noqa: E402
+from mcp_helpers import call  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env(service, tmp_path_factory):
+    return mcp.Env(service, tmp_path_factory.mktemp("mcp_ledger_down"))
+
+
+def test_ledgerd_unreachable_answers_ledger_unavailable(env):
+    counts = env.counts()
+    closed = "http://127.0.0.1:%d" % free_port()
+    meta = mcp.keys()
+    transport = env.stdio(counts, ledger_url=closed)
+    run = mcp.run_client({"transport": transport, "timeout_ms": 120000, "steps": [
+        {"op": "list_tools"},
+        call("charge", {"order": "o-down", "cents": 1}),
+        call("charge", {"order": "o-down", "cents": 1}, meta)]}, timeout=180)
+    listed, unkeyed, keyed = run.steps
+    assert listed["ok"] and unkeyed["ok"], run
+    data = mcp.assert_proxy_error(keyed, mcp.LEDGER_UNAVAILABLE, "ledger_unavailable", meta)
+    assert "ledgerd" not in data or data["ledgerd"] is None, data
+    assert counts.started(meta=meta) == 0
+    assert counts.started() == 1  # the call without keys
