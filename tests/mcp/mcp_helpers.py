@@ -26,12 +26,13 @@ HERE = Path(__file__).resolve().parent
 NODE_DIR = HERE / "node"
 SERVER = NODE_DIR / "server.mjs"
 CLIENT = NODE_DIR / "client.mjs"
-MEMORY_SERVER = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-memory" / "dist" / "index.js"
+MEMORY_SERVER = (NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-memory" / "dist"
+                 / "index.js")
 TAP = HERE / "tap.py"
 LEDGER_MCP = Path(os.environ.get("LEDGER_MCP", LEDGERD.parent / "ledger-mcp")).resolve()
 LEDGERCTL = Path(os.environ.get("LEDGERCTL", LEDGERD.parent / "ledgerctl")).resolve()
 
-PINNED = ("@modelcontextprotocol/sdk", "@modelcontextprotocol/server-memory")
+PINNED = ("@modelcontextprotocol/sdk", "@modelcontextprotocol/server-memory", "zod")
 REPLAYED = "io.ledgerd/replayed"
 
 # ledger-mcp's JSON-RPC error codes (the spec's table).
@@ -63,8 +64,8 @@ def install_node_packages():
     with open(NODE_DIR / ".install.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            if not all(_installed_version(name) == lock["packages"]["node_modules/" + name]["version"]
-                       for name in PINNED):
+            pinned = {name: lock["packages"]["node_modules/" + name]["version"] for name in PINNED}
+            if any(_installed_version(name) != version for name, version in pinned.items()):
                 subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                                cwd=NODE_DIR, check=True, capture_output=True, text=True,
                                timeout=300)
@@ -126,7 +127,9 @@ def assert_proxy_error(line, code, data_code, meta=None, server_called=False):
     err = line["error"]
     assert err["code"] == code, err
     # The SDK prefixes "MCP error CODE: " to the message it received.
-    message = err["message"].split(": ", 1)[1] if err["message"].startswith("MCP error") else err["message"]
+    message = err["message"]
+    if message.startswith("MCP error"):
+        message = message.split(": ", 1)[1]
     assert message.startswith("ledger-mcp: "), err
     data = err["data"]
     assert isinstance(data, dict), err
@@ -159,7 +162,8 @@ class Counts:
                 continue
             if tool is not None and e["tool"] != tool:
                 continue
-            if meta is not None and (e["request_id"], e["tool_call_id"]) != (rid_of(meta), cid_of(meta)):
+            if meta is not None and (e["request_id"], e["tool_call_id"]) != (rid_of(meta),
+                                                                             cid_of(meta)):
                 continue
             out.append(e)
         return out

@@ -3,9 +3,8 @@ ledger_unavailable once the C SDK's retry window is spent, and the server is
 never called (nothing may run that could not be recorded). Calls without
 keys, and every other message, still pass.
 
-The proxy's ledger URL is a loopback port nothing listens on. The C SDK
-re-sends a call for its retry window (30 s by default), which is most of
-this file's time.
+The proxy's ledger URL is a loopback port nothing listens on; a claim is
+re-sent for --ledger-retry-ms (1 s here, 10 s by default).
 """
 
 import pytest
@@ -25,14 +24,15 @@ def test_ledgerd_unreachable_answers_ledger_unavailable(env):
     counts = env.counts()
     closed = "http://127.0.0.1:%d" % free_port()
     meta = mcp.keys()
-    transport = env.stdio(counts, ledger_url=closed)
-    run = mcp.run_client({"transport": transport, "timeout_ms": 120000, "steps": [
+    transport = env.stdio(counts, "--ledger-retry-ms", "1000", ledger_url=closed)
+    run = mcp.run_client({"transport": transport, "timeout_ms": 60000, "steps": [
         {"op": "list_tools"},
         call("charge", {"order": "o-down", "cents": 1}),
-        call("charge", {"order": "o-down", "cents": 1}, meta)]}, timeout=180)
+        call("charge", {"order": "o-down", "cents": 1}, meta)]})
     listed, unkeyed, keyed = run.steps
     assert listed["ok"] and unkeyed["ok"], run
     data = mcp.assert_proxy_error(keyed, mcp.LEDGER_UNAVAILABLE, "ledger_unavailable", meta)
     assert "ledgerd" not in data or data["ledgerd"] is None, data
+    assert 1000 <= keyed["ms"] < 20000, keyed  # retried for its window, then given up
     assert counts.started(meta=meta) == 0
     assert counts.started() == 1  # the call without keys

@@ -47,7 +47,8 @@ def parsed(lines):
 
 
 def tool_call_ids(lines):
-    return {m["id"] for m in parsed(lines) if isinstance(m, dict) and m.get("method") == "tools/call"}
+    return {m["id"] for m in parsed(lines)
+            if isinstance(m, dict) and m.get("method") == "tools/call"}
 
 
 def without(lines, ids, answers):

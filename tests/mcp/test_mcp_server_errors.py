@@ -164,11 +164,14 @@ def test_invalid_params_from_the_server_pass_through_and_release_the_key(env, ki
                      call("charge", order("o-bad", behave="invalid_params"), bad_args),
                      call("chrage", order("o-typo"), unknown_tool)])
         first, bad, again = run.calls()
-        # Passed through unchanged: the server's own error, no data added.
-        assert first["raw"]["error"] == {"code": -32602, "message": "Tool chrage not found"}, first
+        # Passed through unchanged: the server's own error (the SDK's McpError puts
+        # "MCP error -32602: " before its message), nothing of the proxy's added.
+        assert first["raw"]["error"] == {
+            "code": -32602, "message": "MCP error -32602: Tool chrage not found"}, first
         assert again["raw"]["error"] == first["raw"]["error"], again
-        assert bad["raw"]["error"] == {"code": -32602,
-                                       "message": "invalid params: refused before running"}, bad
+        assert bad["raw"]["error"] == {
+            "code": -32602,
+            "message": "MCP error -32602: invalid params: refused before running"}, bad
         assert env.state(unknown_tool) == "released"
         assert env.state(bad_args) == "released"
         # Released: the second call reached the server again.

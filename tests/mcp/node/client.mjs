@@ -59,9 +59,9 @@ function recordingFetch(path) {
     const copy = res.clone();
     const done = copy.text().then((text) => ({ text, complete: true }),
       (e) => ({ text: null, complete: false, error: String(e) })).then((r) => {
-      fs.appendFileSync(path, JSON.stringify({ dir: "response", seq: n, method: init?.method ?? "GET",
-        status: res.status, headers: Object.fromEntries(res.headers.entries()),
-        body: r.text, complete: r.complete, error: r.error }) + "\n");
+      fs.appendFileSync(path, JSON.stringify({ dir: "response", seq: n,
+        method: init?.method ?? "GET", status: res.status,
+        headers: Object.fromEntries(res.headers.entries()), body: r.text, complete: r.complete, error: r.error }) + "\n");
     });
     pending.add(done);
     done.finally(() => pending.delete(done));
@@ -93,7 +93,8 @@ function errorOf(e) {
 // One client: its connection, and what arrived on it before any schema saw it.
 async function connect(index, recorder) {
   const transport = makeTransport(script.transport, recorder, index);
-  const client = new Client({ name: "ledgerd-test-client", version: "1.0.0" }, { capabilities: {} });
+  const client = new Client({ name: "ledgerd-test-client", version: "1.0.0" },
+    { capabilities: {} });
   const state = { client, transport, index, raw: new Map(), notes: [], lastSent: new Map(),
     stepStart: Date.now() };
   client.onerror = () => {}; // a broken stream is a step's error, not the process's
@@ -129,18 +130,21 @@ async function runStep(st, step, i, rep) {
         await sleep(step.ms);
         line.result = null;
         break;
-      case "list_tools": method = "tools/list"; line.result = await client.listTools({}, options); break;
+      case "list_tools":
+        method = "tools/list"; line.result = await client.listTools({}, options); break;
       case "ping": method = "ping"; line.result = await client.ping(options); break;
       case "list_resources":
         method = "resources/list"; line.result = await client.listResources({}, options); break;
       case "read_resource":
-        method = "resources/read"; line.result = await client.readResource({ uri: step.uri }, options);
+        method = "resources/read";
+        line.result = await client.readResource({ uri: step.uri }, options);
         break;
       case "list_prompts":
         method = "prompts/list"; line.result = await client.listPrompts({}, options); break;
       case "get_prompt":
         method = "prompts/get";
-        line.result = await client.getPrompt({ name: step.name, arguments: step.arguments ?? {} }, options);
+        line.result = await client.getPrompt({ name: step.name, arguments: step.arguments ?? {} },
+          options);
         break;
       case "wait_file":
         while (!fs.existsSync(step.path)) await sleep(20);
@@ -155,7 +159,8 @@ async function runStep(st, step, i, rep) {
         const params = { name: step.name, arguments: step.arguments ?? {} };
         if (step.meta) params._meta = step.meta;
         if (step.progress) {
-          options.onprogress = (p) => st.notes.push({ at_ms: Date.now() - st.stepStart, progress: p });
+          options.onprogress = (p) => st.notes.push({ at_ms: Date.now() - st.stepStart,
+            progress: p });
         }
         if (step.cancel_after_ms !== undefined) {
           const ac = new AbortController();
@@ -202,7 +207,9 @@ try {
   out({ op: "connect", ok: false, error: errorOf(e) });
   process.exit(3);
 }
-for (const st of states) out({ client: st.index, op: "connect", ok: true, pid: st.transport.pid ?? null });
+for (const st of states) {
+  out({ client: st.index, op: "connect", ok: true, pid: st.transport.pid ?? null });
+}
 await Promise.all(states.map(runClient));
 await Promise.all(states.map((st) => st.client.close().catch(() => {})));
 if (recorder) {

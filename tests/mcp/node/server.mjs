@@ -35,7 +35,9 @@ import { randomUUID } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { CancelledNotificationSchema, EmptyResultSchema, ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
+import {
+  CancelledNotificationSchema, EmptyResultSchema, ErrorCode, McpError,
+} from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 
 const COUNT_FILE = process.env.MCP_TEST_COUNT_FILE;
@@ -122,7 +124,8 @@ function makeServer() {
     },
   }, (args, extra) => run("charge", args, extra, () => {
     if (args.fail) {
-      return { content: [{ type: "text", text: `card declined for ${args.order}` }], isError: true };
+      return { content: [{ type: "text", text: `card declined for ${args.order}` }],
+        isError: true };
     }
     // A fresh id per execution: a second execution never answers like the first.
     return { content: [{ type: "text",
@@ -139,7 +142,9 @@ function makeServer() {
 
   server.registerTool("sync", {
     description: "Syncs a record; running it twice is harmless",
-    inputSchema: { what: z.string(), sleep_ms: z.number().optional(), behave: z.string().optional() },
+    inputSchema: {
+      what: z.string(), sleep_ms: z.number().optional(), behave: z.string().optional(),
+    },
     annotations: { idempotentHint: true },
   }, (args, extra) => run("sync", args, extra, () => ({
     // A result with a _meta of its own: a replay adds its marker beside this one.
@@ -152,7 +157,9 @@ function makeServer() {
     async (uri) => ({ contents: [{ uri: uri.href, text: "hello from the test server" }] }));
 
   server.registerPrompt("hello", { description: "A fixed prompt", argsSchema: { who: z.string() } },
-    ({ who }) => ({ messages: [{ role: "user", content: { type: "text", text: `say hello to ${who}` } }] }));
+    ({ who }) => ({
+      messages: [{ role: "user", content: { type: "text", text: `say hello to ${who}` } }],
+    }));
 
   // JSON-RPC errors around the SDK's tools/call handler, which itself turns every
   // error into an isError result. (_requestHandlers is the SDK's private map: the
@@ -277,7 +284,9 @@ async function serveHttp(port, json) {
             enableJsonResponse: json,
             onsessioninitialized: (id) => sessions.set(id, transport),
           });
-          transport.onclose = () => { if (transport.sessionId) sessions.delete(transport.sessionId); };
+          transport.onclose = () => {
+            if (transport.sessionId) sessions.delete(transport.sessionId);
+          };
           await makeServer().connect(transport);
         }
       } else if (!transport) {
