@@ -48,3 +48,20 @@ def test_sixteen_clients_two_proxies_one_execution(env, json_answers):
         for p in proxies:
             assert p.stop() == 0
         server.stop()
+
+
+def test_four_stdio_proxies_one_execution(env):
+    """Each stdio client starts its own proxy and its own server: four servers could
+    each run the call, and only one does; the others wait and replay it."""
+    counts = env.counts()
+    meta = mcp.keys()
+    args = {"order": "o-race-stdio", "cents": 4300, "sleep_ms": 1000}
+    run = mcp.run_client({"transport": env.stdio(counts, "--wait-ms", "20000"), "clients": 4,
+                          "timeout_ms": 30000, "steps": [call("charge", args, meta)]})
+    calls = run.calls()
+    assert len(calls) == 4 and all(c["ok"] for c in calls), run
+    results = [c["raw"]["result"] for c in calls]
+    (first,) = [r for r in results if not mcp.is_replay(r)]
+    assert all(r == mcp.with_replayed(first) for r in results if r is not first), results
+    assert counts.started(meta=meta) == 1
+    assert len({e["pid"] for e in counts.events("started")}) == 1

@@ -16,6 +16,8 @@
 //              {"op": "get_prompt", "name": "...", "arguments": {...}},
 //              {"op": "call", "name": "...", "arguments": {...}, "meta": {...}?,
 //               "repeat": N?, "timeout_ms": N?, "progress": true?, "cancel_after_ms": N?},
+//              {"op": "parallel", "steps": [...]} (at once on this connection; each prints
+//              its own line, with "sub": its index),
 //              {"op": "sleep", "ms": N}, {"op": "wait_file", "path": "..."} (until it
 //              exists: the test says when to go on), {"op": "terminate"}]}
 //
@@ -95,21 +97,28 @@ async function connect(index, recorder) {
   const transport = makeTransport(script.transport, recorder, index);
   const client = new Client({ name: "ledgerd-test-client", version: "1.0.0" },
     { capabilities: {} });
-  const state = { client, transport, index, raw: new Map(), notes: [], lastSent: new Map(),
-    stepStart: Date.now() };
+  // active: the lines of the steps running now (several in a "parallel" step), each
+  // given the notifications that arrive while it runs; tagNext: the line whose request
+  // the SDK sends next (it sends synchronously inside request()), to learn its id.
+  const state = { client, transport, index, raw: new Map(), active: new Set(), tagNext: null };
   client.onerror = () => {}; // a broken stream is a step's error, not the process's
   await client.connect(transport, { timeout: TIMEOUT_MS });
   const onmessage = transport.onmessage;
   transport.onmessage = (msg, extra) => {
     if (msg && msg.id !== undefined && msg.method === undefined) state.raw.set(msg.id, msg);
     if (msg && msg.method && msg.id === undefined) {
-      state.notes.push({ at_ms: Date.now() - state.stepStart, message: msg });
+      for (const line of state.active) {
+        line.notifications.push({ at_ms: Date.now() - line.start, message: msg });
+      }
     }
     onmessage?.(msg, extra);
   };
   const send = transport.send.bind(transport);
   transport.send = (msg, options) => {
-    if (msg && msg.method && msg.id !== undefined) state.lastSent.set(msg.method, msg.id);
+    if (msg && msg.method && msg.id !== undefined && state.tagNext) {
+      state.tagNext.id = msg.id;
+      state.tagNext = null;
+    }
     return send(msg, options);
   };
   return state;
@@ -117,13 +126,17 @@ async function connect(index, recorder) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function runStep(st, step, i, rep) {
+async function runStep(st, step, i, rep, sub) {
   const { client } = st;
   const line = { client: st.index, step: i, rep, op: step.op };
-  st.notes = [];
-  st.stepStart = Date.now();
+  if (sub !== undefined) line.sub = sub;
+  const start = Date.now();
+  Object.defineProperty(line, "start", { value: start, enumerable: false });
+  line.notifications = [];
+  st.active.add(line);
   const options = { timeout: step.timeout_ms ?? TIMEOUT_MS };
   let method = null;
+  st.tagNext = line;
   try {
     switch (step.op) {
       case "sleep":
@@ -159,7 +172,7 @@ async function runStep(st, step, i, rep) {
         const params = { name: step.name, arguments: step.arguments ?? {} };
         if (step.meta) params._meta = step.meta;
         if (step.progress) {
-          options.onprogress = (p) => st.notes.push({ at_ms: Date.now() - st.stepStart,
+          options.onprogress = (p) => line.notifications.push({ at_ms: Date.now() - start,
             progress: p });
         }
         if (step.cancel_after_ms !== undefined) {
@@ -173,6 +186,12 @@ async function runStep(st, step, i, rep) {
           options);
         break;
       }
+      case "parallel":
+        // The inner steps at once, on this connection: each prints its own line.
+        st.tagNext = null;
+        await Promise.all(step.steps.map((inner, k) => runStep(st, inner, i, rep, k)));
+        line.result = null;
+        break;
       default:
         throw new Error(`unknown op ${step.op}`);
     }
@@ -181,13 +200,15 @@ async function runStep(st, step, i, rep) {
     line.ok = false;
     line.error = errorOf(e);
   }
+  if (st.tagNext === line) st.tagNext = null;
+  st.active.delete(line);
   if (method) {
-    const id = st.lastSent.get(method);
-    line.id = id ?? null;
-    if (id !== undefined && st.raw.has(id)) line.raw = st.raw.get(id);
+    line.id ??= null;
+    if (line.id !== null && st.raw.has(line.id)) line.raw = st.raw.get(line.id);
+  } else {
+    delete line.id;
   }
-  line.notifications = st.notes;
-  line.ms = Date.now() - st.stepStart;
+  line.ms = Date.now() - start;
   out(line);
 }
 

@@ -1,0 +1,85 @@
+"""The stdio transport's own promises: intercepted calls of one session run
+at once and each answer is written once, to its own id; a key raced inside
+one session runs once; a client that closes stdin still gets the answers
+of the calls in flight, recorded.
+"""
+
+import json
+import subprocess
+from collections import Counter
+
+import pytest
+
+pytest.register_assert_rewrite("mcp_helpers")
+import mcp_helpers as mcp  # noqa: E402
+from mcp_helpers import call  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env(service, tmp_path_factory):
+    return mcp.Env(service, tmp_path_factory.mktemp("mcp_stdio"))
+
+
+def test_calls_of_one_session_run_at_once_and_are_answered_once(env):
+    counts = env.counts()
+    client_log, server_log = env.tmp / "tap-c.jsonl", env.tmp / "tap-s.jsonl"
+    a, b = mcp.keys(), mcp.keys()
+    run = mcp.run_client({"transport": env.tapped_stdio(counts, client_log, server_log),
+                          "steps": [{"op": "parallel", "steps": [
+                              call("charge", {"order": "o-a", "cents": 1, "sleep_ms": 900}, a),
+                              call("charge", {"order": "o-b", "cents": 2, "sleep_ms": 300}, b),
+                              call("charge", {"order": "o-c", "cents": 3, "sleep_ms": 100}),
+                              {"op": "ping"}]}]})
+    lines = {line["sub"]: line for line in run.steps if "sub" in line}
+    assert all(line["ok"] for line in lines.values()), run
+    for sub, order in ((0, "o-a"), (1, "o-b"), (2, "o-c")):
+        assert lines[sub]["result"]["content"][0]["text"].startswith(
+            "charged %d cents for %s" % (sub + 1, order)), lines[sub]
+    # At once: the fast ones did not wait for the slow one, nor the slow one for them.
+    assert lines[3]["ms"] < 500 and lines[1]["ms"] < 800, lines
+    (whole,) = [line for line in run.steps if line["op"] == "parallel"]
+    assert whole["ms"] < 900 + 300 + 100, whole
+    # Every request got exactly one answer line.
+    answered = Counter(json.loads(line).get("id") for line in mcp.tap_lines(client_log, "out")
+                       if "method" not in json.loads(line))
+    assert all(n == 1 for n in answered.values()), answered
+    assert {lines[s]["id"] for s in lines} <= set(answered)
+    assert env.state(a) == "succeeded" and env.state(b) == "succeeded"
+
+
+def test_one_key_raced_inside_one_session_runs_once(env):
+    counts = env.counts()
+    meta = mcp.keys()
+    args = {"order": "o-twice", "cents": 5, "sleep_ms": 700}
+    run = mcp.run_client({"transport": env.stdio(counts), "steps": [
+        {"op": "parallel", "steps": [call("charge", args, meta), call("charge", args, meta)]}]})
+    lines = [line for line in run.steps if "sub" in line]
+    assert all(line["ok"] for line in lines), run
+    results = [line["raw"]["result"] for line in lines]
+    (first,) = [r for r in results if not mcp.is_replay(r)]
+    assert [r for r in results if mcp.is_replay(r)] == [mcp.with_replayed(first)], results
+    assert counts.started(meta=meta) == 1
+
+
+def test_closing_stdin_finishes_the_calls_in_flight(env):
+    counts = env.counts()
+    meta = mcp.keys()
+    request = {"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call",
+               "params": {"name": "charge", "arguments": {"order": "o-eof", "cents": 9,
+                                                          "sleep_ms": 700}, "_meta": meta}}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}}
+    text = "".join(json.dumps(m) + "\n" for m in (
+        init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, request))
+    # The whole input at once, then EOF while the call runs.
+    p = subprocess.run(env.stdio_proxy_argv(), input=text, text=True, capture_output=True,
+                       timeout=30, env=dict(env.proxy_env(), MCP_TEST_COUNT_FILE=str(counts.path)))
+    assert p.returncode == 0, p.stderr
+    answers = {json.loads(line)["id"]: json.loads(line) for line in p.stdout.splitlines()}
+    assert set(answers) == {0, "slow-1"}, p.stdout
+    result = answers["slow-1"]["result"]
+    assert result["content"][0]["text"].startswith("charged 9 cents for o-eof"), result
+    assert env.state(meta) == "succeeded"
+    assert env.tool_call(meta).json["result"] == result
+    assert counts.executed(meta=meta) == 1
