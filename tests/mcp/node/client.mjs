@@ -63,7 +63,8 @@ function recordingFetch(path) {
       (e) => ({ text: null, complete: false, error: String(e) })).then((r) => {
       fs.appendFileSync(path, JSON.stringify({ dir: "response", seq: n,
         method: init?.method ?? "GET", status: res.status,
-        headers: Object.fromEntries(res.headers.entries()), body: r.text, complete: r.complete, error: r.error }) + "\n");
+        headers: Object.fromEntries(res.headers.entries()),
+        body: r.text, complete: r.complete, error: r.error }) + "\n");
     });
     pending.add(done);
     done.finally(() => pending.delete(done));
