@@ -80,7 +80,7 @@ def test_bad_keys_are_refused_before_the_server(stack):
         mcp.assert_proxy_error(line, mcp.INVALID_KEY, "invalid_key")
     assert stack.counts.started() == before
     # The longest id there is, and every character an id may hold, are keys.
-    meta = mcp.keys("r" * 128, "A-Za-z0-9._~-")
+    meta = mcp.keys((mcp.new_id("r") + "x" * 128)[:128], "A-Za-z0-9._~-")
     ok = stack.run([call("charge", ORDER, meta)]).calls()[0]
     assert ok["ok"] and not mcp.is_replay(ok["result"]), ok
     assert stack.env.state(meta) == "succeeded"
