@@ -134,6 +134,29 @@ def test_progress_of_a_claimed_call_streams_before_its_answer(env):
         s.close()
 
 
+@pytest.mark.parametrize("kind", ["http-json", "http-sse"])
+def test_a_client_gone_mid_call_does_not_cancel_it(env, kind):
+    """The HTTP client goes away while the tool runs: the proxy still records the
+    server's answer, and the client's retry gets it."""
+    s = mcp.Stack(env, kind)
+    try:
+        meta = mcp.keys()
+        args = charge("o-gone", sleep_ms=800)
+        client = mcp.ClientProc({"transport": s.transport(), "steps": [call("charge", args, meta)]})
+        try:
+            s.counts.wait_for("started", meta=meta)
+        finally:
+            client.kill()
+        s.counts.wait_for("answered", meta=meta, timeout=10)
+        env.wait_state(meta, "succeeded", timeout=10)
+        (answered,) = s.counts.answered(meta=meta)
+        retry = s.run([call("charge", args, meta)]).calls()[0]
+        assert retry["ok"] and retry["raw"]["result"] == mcp.with_replayed(answered), retry
+        assert s.counts.started(meta=meta) == 1
+    finally:
+        s.close()
+
+
 def test_each_intercepted_call_shows_in_ledgerctl_show(env):
     rid = mcp.new_id("r")
     s = mcp.Stack(env, "stdio", "--owner", "billing-agent@pod-7")

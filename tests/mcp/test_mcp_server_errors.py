@@ -202,12 +202,14 @@ def test_an_unreachable_server_answers_server_unreachable_and_releases_the_key(e
         s.close()
 
 
-def test_a_cancelled_call_is_forwarded_and_its_claim_runs_out(env):
+@pytest.mark.parametrize("kind", ["stdio", "http-sse"])
+def test_a_cancelled_call_is_forwarded_and_its_claim_runs_out(env, kind, request):
     """The SDK's server aborts a cancelled call and never answers it: nothing proves the
     charge did not happen, so the key must end unknown, never released."""
-    s = mcp.Stack(env, "stdio", *LEASE)
+    s = mcp.Stack(env, kind, *LEASE)
+    request.addfinalizer(s.close)
     meta = mcp.keys()
-    go = env.tmp / "go-cancel"
+    go = env.tmp / ("go-cancel-%s" % kind)
     client = mcp.ClientProc({"transport": s.transport(), "steps": [
         call("charge", order("o-cancel", sleep_ms=1500), meta, cancel_after_ms=300),
         {"op": "wait_file", "path": str(go)}]})
@@ -226,10 +228,12 @@ def test_a_cancelled_call_is_forwarded_and_its_claim_runs_out(env):
     assert s.counts.started(meta=meta) == 1
 
 
-def test_a_cancelled_call_the_server_still_answers_is_recorded(env):
-    s = mcp.Stack(env, "stdio", *LEASE, extra_env={"MCP_TEST_IGNORE_CANCEL": "1"})
+@pytest.mark.parametrize("kind", ["stdio", "http-sse"])
+def test_a_cancelled_call_the_server_still_answers_is_recorded(env, kind, request):
+    s = mcp.Stack(env, kind, *LEASE, extra_env={"MCP_TEST_IGNORE_CANCEL": "1"})
+    request.addfinalizer(s.close)
     meta = mcp.keys()
-    go = env.tmp / "go-cancel-answered"
+    go = env.tmp / ("go-cancel-answered-%s" % kind)
     args = order("o-cancel-2", sleep_ms=600)
     client = mcp.ClientProc({"transport": s.transport(), "steps": [
         call("charge", args, meta, cancel_after_ms=200), {"op": "wait_file", "path": str(go)}]})

@@ -14,7 +14,8 @@
 //                         "answered" | "cancelled" | "refused" (a JSON-RPC error
 //                         before running), tool, args, request_id, tool_call_id,
 //                         jsonrpc_id, session, pid, time}; "answered" adds the result
-//                         the server sends
+//                         the tool returned (which the SDK does not send for a call
+//                         it aborted on notifications/cancelled)
 //   MCP_TEST_BEHAVE       the behaviour of a call whose arguments name none (every tool
 //                         takes "behave" in its arguments): normal, die, hang, break,
 //                         progress, ping_client; and, as arguments only,
