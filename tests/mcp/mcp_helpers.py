@@ -251,11 +251,11 @@ class Proc:
 class HttpServer(Proc):
     """node server.mjs http 0: the test server over Streamable HTTP."""
 
-    def __init__(self, env, counts, json_answers=False, log_name=None, extra_env=None):
+    def __init__(self, env, counts, json_answers=False, log_name=None, extra_env=None, port=0):
         e = dict(os.environ)
         e["MCP_TEST_COUNT_FILE"] = str(counts.path)
         e.update(extra_env or {})
-        argv = ["node", SERVER, "http", "0"] + (["--json"] if json_answers else [])
+        argv = ["node", SERVER, "http", str(port)] + (["--json"] if json_answers else [])
         super().__init__(argv, env.tmp / (log_name or "server-%s.log" % secrets.token_hex(3)),
                          env=e, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline().decode()
@@ -416,8 +416,8 @@ class Env:
 
     # --- http ----------------------------------------------------------------------
 
-    def http_server(self, counts, json_answers=False, extra_env=None):
-        return HttpServer(self, counts, json_answers=json_answers, extra_env=extra_env)
+    def http_server(self, counts, json_answers=False, extra_env=None, port=0):
+        return HttpServer(self, counts, json_answers=json_answers, extra_env=extra_env, port=port)
 
     def http_proxy(self, upstream, *flags, **kw):
         return HttpProxy(self, upstream, *[str(f) for f in flags], **kw)

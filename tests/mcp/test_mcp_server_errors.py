@@ -202,6 +202,35 @@ def test_an_unreachable_server_answers_server_unreachable_and_releases_the_key(e
         s.close()
 
 
+def test_an_http_4xx_before_running_releases_the_key(env):
+    """The server restarted and forgot the session: it answers 404 before running
+    anything. Nothing ran, so the key is released; if the client gets a JSON-RPC
+    error of the proxy's, it is -32020 (the spec lets the HTTP transport show the
+    server's own 404 instead)."""
+    s = mcp.Stack(env, "http-json", *LEASE)
+    restarted = None
+    try:
+        meta = mcp.keys()
+        go = env.tmp / "go-404"
+        client = mcp.ClientProc({"transport": s.transport(), "timeout_ms": 30000, "steps": [
+            {"op": "list_tools"}, {"op": "wait_file", "path": str(go)},
+            call("charge", order("o-404"), meta)]})
+        client.wait_line(lambda line: line.get("op") == "list_tools")
+        s.server.kill()
+        restarted = env.http_server(s.counts, json_answers=True, port=s.server.port)
+        go.touch()
+        (line,) = client.finish().calls()
+        assert line["ok"] is False, line
+        if line["error"]["code"] is not None and line["error"].get("data"):
+            mcp.assert_proxy_error(line, mcp.SERVER_UNREACHABLE, "server_unreachable", meta)
+        assert env.state(meta) == "released"
+        assert s.counts.started() == 0
+    finally:
+        if restarted is not None:
+            restarted.stop()
+        s.close()
+
+
 @pytest.mark.parametrize("kind", ["stdio", "http-sse"])
 def test_a_cancelled_call_is_forwarded_and_its_claim_runs_out(env, kind, request):
     """The SDK's server aborts a cancelled call and never answers it: nothing proves the
