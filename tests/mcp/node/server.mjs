@@ -197,8 +197,10 @@ function record(entry) {
   if (BODIES_FILE) fs.appendFileSync(BODIES_FILE, JSON.stringify(entry) + "\n");
 }
 
+// What a test compares across the proxy: MCP's headers, a custom one, Host, and
+// hop-by-hop ones that must not cross it.
 const RECORDED_HEADERS = ["content-type", "mcp-session-id", "mcp-protocol-version", "accept",
-  "last-event-id"];
+  "last-event-id", "x-test", "x-test-reply", "host", "te", "keep-alive", "proxy-authorization"];
 
 function pick(headers) {
   const out = {};
@@ -253,6 +255,7 @@ async function serveHttp(port, json) {
   const httpServer = http.createServer(async (req, res) => {
     const n = ++seq;
     recordResponse(n, req, res);
+    res.setHeader("X-Test-Reply", `seq-${n}`); // a custom header every answer carries
     try {
       const body = req.method === "POST" ? await readBody(req) : Buffer.alloc(0);
       record({ dir: "request", seq: n, method: req.method, url: req.url,
