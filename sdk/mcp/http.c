@@ -49,6 +49,7 @@ static struct {
 	unsigned calls;       /* intercepted calls alive (their thread or their client) */
 	unsigned passing;     /* passed-through requests other than GET in flight */
 	unsigned open;        /* requests not yet completed, GET streams included */
+	struct call *live;    /* intercepted calls alive, for a cancellation to find */
 	atomic_bool draining; /* a signal came: no new connection, finish what runs */
 	atomic_bool stopping; /* drained: end the streams left (GET streams) */
 } srv = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -91,7 +92,9 @@ struct call {
 	size_t n_headers;
 	struct ledger_buf body; /* the client's bytes; msg borrows from them */
 	struct mcp_message msg;
-	char *id_key; /* mcp_message_id_key() of its id */
+	char *id_key;           /* mcp_message_id_key() of its id */
+	char *session;          /* the client's Mcp-Session-Id, or NULL */
+	struct call *next_live; /* srv.live, under srv.lock */
 	/* under lock */
 	enum call_phase phase;
 	bool framed;           /* the client's answer has the server's status and headers */
@@ -267,8 +270,17 @@ static void call_release(struct call *c)
 	mcp_message_free(&c->msg);
 	ledger_buf_free(&c->body);
 	ledger_buf_free(&c->out);
+	pthread_mutex_lock(&srv.lock);
+	for (struct call **pp = &srv.live; *pp != NULL; pp = &(*pp)->next_live) {
+		if (*pp == c) {
+			*pp = c->next_live;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&srv.lock);
 	free(c->url);
 	free(c->id_key);
+	free(c->session);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -420,6 +432,44 @@ static void call_response_free(void *cls)
 	call_release(cls);
 }
 
+/* The client's Mcp-Session-Id among @p n headers, copied; NULL if none. */
+static char *session_of(const struct mcp_header *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcasecmp(h[i].name, "Mcp-Session-Id") == 0)
+			return strdup(h[i].value);
+	return NULL;
+}
+
+/*
+ * notifications/cancelled of an intercepted call of the same session: the
+ * forward waits for the server's answer one lease more, then gives up (the
+ * claim stays: a cancellation is no proof that nothing ran).
+ */
+static void note_cancel(const struct exchange *x, const struct mcp_message *m)
+{
+	const struct ledger_json_value *params = ledger_json_get(m->root, "params");
+	char *key = mcp_message_id_key(ledger_json_get(params, "requestId"));
+	char *session = session_of(x->headers, x->n_headers);
+	uint64_t none = 0;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	pthread_mutex_lock(&srv.lock);
+	for (struct call *c = srv.live; c != NULL && key != NULL; c = c->next_live) {
+		if (c->id_key == NULL || strcmp(c->id_key, key) != 0 ||
+		    (c->session == NULL) != (session == NULL) ||
+		    (session != NULL && strcmp(c->session, session) != 0))
+			continue;
+		atomic_compare_exchange_strong(&c->fwd.cancelled_ms, &none,
+					       (uint64_t)ts.tv_sec * 1000 +
+						       (uint64_t)ts.tv_nsec / 1000000);
+	}
+	pthread_mutex_unlock(&srv.lock);
+	free(session);
+	free(key);
+}
+
 /* Moves the request's body, message and headers into a new call. */
 static struct call *call_new(struct exchange *x, struct mcp_message *msg)
 {
@@ -447,10 +497,16 @@ static struct call *call_new(struct exchange *x, struct mcp_message *msg)
 	c->url = x->url; /* x->uri, into it, is not read again */
 	x->url = NULL;
 	c->id_key = mcp_message_id_key(c->msg.id);
+	c->session = session_of(c->headers, c->n_headers);
 	c->fwd.req = (struct mcp_upstream_request){"POST",       c->url,       c->headers,
 						   c->n_headers, c->body.data, c->body.len};
 	c->fwd.id_key = c->id_key;
 	c->fwd.timeout_ms = srv.p->set->call_timeout_ms;
+	c->fwd.cancel_grace_ms = srv.p->set->lease_ms;
+	pthread_mutex_lock(&srv.lock);
+	c->next_live = srv.live;
+	srv.live = c;
+	pthread_mutex_unlock(&srv.lock);
 	c->fwd.sink = (struct mcp_upstream_sink){c, call_stream, call_queue};
 	return c;
 }
@@ -596,6 +652,9 @@ static enum MHD_Result serve_post(struct MHD_Connection *conn, struct exchange *
 		ret = serve_call(conn, x, &msg);
 		break;
 	default:
+		if (msg.kind == MCP_MSG_NOTIFICATION &&
+		    strcmp(msg.method, "notifications/cancelled") == 0)
+			note_cancel(x, &msg);
 		ret = pass(conn, "POST", x, is_tools_list(&msg));
 		break;
 	}

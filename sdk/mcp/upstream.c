@@ -599,9 +599,17 @@ void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out)
 		enum mcp_upstream_end end;
 		long status = 0;
 
+		uint64_t cancelled = atomic_load(&c->cancelled_ms);
+
 		if (deadline > 0 && left == 0) {
 			say(out, MCP_SENT_LOST, "no response within --call-timeout-ms (%u ms)",
 			    c->timeout_ms);
+			return;
+		}
+		/* A server need not answer a cancelled request: its claim must not live on. */
+		if (cancelled != 0 && now >= cancelled + c->cancel_grace_ms) {
+			say(out, MCP_SENT_LOST,
+			    "the client cancelled the call and the server did not answer it");
 			return;
 		}
 		mcp_upstream_pump(c->up, deadline > 0 && left < FORWARD_POLL_MS ? (int)left

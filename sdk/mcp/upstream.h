@@ -10,6 +10,7 @@
 #ifndef MCP_UPSTREAM_H
 #define MCP_UPSTREAM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -143,6 +144,8 @@ struct mcp_upstream_call {
 	struct mcp_upstream_request req; /* the client's request, sent byte for byte */
 	const char *id_key;              /* mcp_message_id_key() of its id; borrowed */
 	uint32_t timeout_ms;             /* --call-timeout-ms: 0, no bound */
+	uint32_t cancel_grace_ms;      /* how long a cancelled call's answer is still waited for */
+	_Atomic uint64_t cancelled_ms; /* when the client cancelled it (monotonic ms); 0: not */
 	struct mcp_upstream_sink sink;
 	/* set by mcp_upstream_forward(); freed by mcp_upstream_call_free() */
 	struct mcp_upstream *up; /* the transfer: a stream goes on past its response */
@@ -157,8 +160,8 @@ struct mcp_upstream_call {
  * the event of a 2xx event stream whose data is a response with the call's
  * id (every other event goes to the sink as it comes). A server never
  * reached, or one that answered 4xx, did not run it (MCP_SENT_REFUSED);
- * any other end (5xx, a cut, no response in @p c->timeout_ms) may have run
- * it (MCP_SENT_LOST).
+ * any other end (5xx, a cut, no response in @p c->timeout_ms, or none in
+ * @p c->cancel_grace_ms once cancelled) may have run it (MCP_SENT_LOST).
  * @param out zeroed; filled as mcp_forward_fn says
  */
 void mcp_upstream_forward(struct mcp_upstream_call *c, struct mcp_forward *out);
