@@ -159,6 +159,8 @@ static const char *kind_name(enum ledger_client_err rc, const struct ledger_outc
 		return "expired";
 	case LEDGER_OUTCOME_REFUSED:
 		return "refused";
+	case LEDGER_OUTCOME_ABANDONED: /* this agent's tool never reports UNKNOWN */
+		return "abandoned";
 	}
 	return "error";
 }
