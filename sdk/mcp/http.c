@@ -29,16 +29,15 @@
 #include "ledger/common/log.h"
 #include "sdk/mcp/intercept.h"
 #include "sdk/mcp/message.h"
-#include "sdk/mcp/sse.h"
+#include "sdk/mcp/call.h"
 #include "sdk/mcp/upstream.h"
 
-#define MAX_BODY (32u << 20)  /* a request body past this is refused: 413 */
-#define MAX_QUEUED (1u << 20) /* bytes queued for a slow client before a stream waits */
-#define POLL_MS 100           /* how often a waiting reader looks for the shutdown */
-#define IDLE_TIMEOUT_S 300u   /* a keep-alive connection without a request is closed */
-#define DRAIN_MS 10000u       /* how long passed-through requests may end once stopping */
-#define END_MS 2000u          /* how long the streams left may take to end cleanly */
-#define CHUNK (32u << 10)     /* the most written to the client at once */
+#define MAX_BODY (32u << 20) /* a request body past this is refused: 413 */
+#define POLL_MS 100          /* how often a waiting reader looks for the shutdown */
+#define IDLE_TIMEOUT_S 300u  /* a keep-alive connection without a request is closed */
+#define DRAIN_MS 10000u      /* how long passed-through requests may end once stopping */
+#define END_MS 2000u         /* how long the streams left may take to end cleanly */
+#define CHUNK (32u << 10)    /* the most written to the client at once */
 
 static struct {
 	struct mcp_proxy *p;  /* borrowed for the run */
@@ -46,10 +45,8 @@ static struct {
 	char *path;           /* the upstream URL's path: the POSTs to it are read */
 	pthread_mutex_t lock; /* guards the counts */
 	pthread_cond_t idle;  /* a count went down */
-	unsigned calls;       /* intercepted calls alive (their thread or their client) */
 	unsigned passing;     /* passed-through requests other than GET in flight */
 	unsigned open;        /* requests not yet completed, GET streams included */
-	struct call *live;    /* intercepted calls alive, for a cancellation to find */
 	atomic_bool draining; /* a signal came: no new connection, finish what runs */
 	atomic_bool stopping; /* drained: end the streams left (GET streams) */
 } srv = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -68,40 +65,7 @@ struct exchange {
 	struct mcp_upstream *up;     /* a passed-through request's transfer */
 	struct mcp_upstream_tap tap; /* a tools/list answer, read for hints */
 	long long length;            /* the answer's Content-Length, -1 if none */
-	struct call *call;           /* an intercepted call: one reference */
-};
-
-enum call_phase {
-	CALL_WAITING,   /* nothing for the client yet */
-	CALL_STREAMING, /* the server's event stream began: status and headers are set */
-	CALL_ANSWERED,  /* the whole answer is in out: status and headers are set */
-};
-
-/*
- * An intercepted call, shared by the connection that answers the client and
- * the thread that runs it; the last of them (or of the streamed response)
- * frees it.
- */
-struct call {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;          /* the phase moved, bytes were queued or read */
-	unsigned refs;                /* exchange, thread, streamed response */
-	struct mcp_upstream_call fwd; /* its forward, read by the thread; the head once in */
-	char *url;                    /* where it is forwarded */
-	struct mcp_header *headers;   /* the client's, sent with it */
-	size_t n_headers;
-	struct ledger_buf body; /* the client's bytes; msg borrows from them */
-	struct mcp_message msg;
-	char *id_key;           /* mcp_message_id_key() of its id */
-	char *session;          /* the client's Mcp-Session-Id, or NULL */
-	struct call *next_live; /* srv.live, under srv.lock */
-	/* under lock */
-	enum call_phase phase;
-	bool framed;           /* the client's answer has the server's status and headers */
-	struct ledger_buf out; /* bytes for the client; those before out_off are sent */
-	size_t out_off;
-	bool out_end;     /* nothing more will be queued */
-	bool client_gone; /* the request completed: queue nothing more */
+	struct mcp_call *call;       /* an intercepted call: one reference */
 };
 
 /* Adds @p n header fields to @p r but the hop-by-hop ones. */
@@ -254,321 +218,57 @@ static enum MHD_Result pass(struct MHD_Connection *conn, const char *method, str
 	return queue(conn, (unsigned)status, r);
 }
 
-/* --- an intercepted call --- */
+/* --- an intercepted call (call.c runs it) --- */
 
-static void call_release(struct call *c)
-{
-	bool last;
-
-	pthread_mutex_lock(&c->lock);
-	last = --c->refs == 0;
-	pthread_mutex_unlock(&c->lock);
-	if (!last)
-		return;
-	mcp_upstream_call_free(&c->fwd);
-	mcp_upstream_headers_free(c->headers, c->n_headers);
-	mcp_message_free(&c->msg);
-	ledger_buf_free(&c->body);
-	ledger_buf_free(&c->out);
-	pthread_mutex_lock(&srv.lock);
-	for (struct call **pp = &srv.live; *pp != NULL; pp = &(*pp)->next_live) {
-		if (*pp == c) {
-			*pp = c->next_live;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&srv.lock);
-	free(c->url);
-	free(c->id_key);
-	free(c->session);
-	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-	pthread_mutex_lock(&srv.lock);
-	srv.calls--;
-	pthread_cond_broadcast(&srv.idle);
-	pthread_mutex_unlock(&srv.lock);
-}
-
-/* mcp_upstream_sink.event: queues bytes for the client; none once it is gone. */
-static void call_queue(void *ctx, const char *bytes, size_t n)
-{
-	struct call *c = ctx;
-
-	pthread_mutex_lock(&c->lock);
-	if (!c->client_gone && n > 0) {
-		ledger_buf_append(&c->out, bytes, n);
-		pthread_cond_broadcast(&c->cond);
-	}
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* mcp_upstream_sink.stream: the server streams; so does the client's answer, at once. */
-static void call_stream(void *ctx)
-{
-	struct call *c = ctx;
-
-	pthread_mutex_lock(&c->lock);
-	c->phase = CALL_STREAMING;
-	c->framed = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-}
-
-static void forward(void *ctx, struct mcp_forward *out)
-{
-	struct call *c = ctx;
-
-	mcp_upstream_forward(&c->fwd, out);
-}
-
-/*
- * Puts what mcp_intercept_run() answered where the client gets it: as the
- * last event of a stream already begun, or as the whole answer, in the
- * server's framing when the server answered.
- */
-static void deliver(struct call *c, const struct mcp_answer *a)
-{
-	const char *text = a->text.data != NULL ? a->text.data : "";
-
-	pthread_mutex_lock(&c->lock);
-	if (c->phase == CALL_STREAMING && a->source == MCP_FROM_SERVER) {
-		mcp_sse_write(&c->out, c->fwd.event_head.data, c->fwd.event_head.len, text,
-			      a->text.len);
-	} else if (c->phase == CALL_STREAMING) {
-		mcp_sse_write(&c->out, "event: message\n", 15, text, a->text.len);
-		c->out_end = true;
-	} else if (a->source == MCP_FROM_REFUSAL && c->fwd.answer == MCP_UPSTREAM_ANSWER_REFUSAL) {
-		ledger_buf_append(&c->out, c->fwd.refusal.data, c->fwd.refusal.len);
-		c->framed = true;
-		c->phase = CALL_ANSWERED;
-	} else {
-		ledger_buf_append(&c->out, text, a->text.len);
-		c->framed =
-			a->source == MCP_FROM_SERVER && c->fwd.answer == MCP_UPSTREAM_ANSWER_JSON;
-		c->phase = CALL_ANSWERED;
-	}
-	if (c->phase == CALL_ANSWERED)
-		c->out_end = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* After the response event: the rest of the server's stream, as it comes. */
-static void pass_rest(struct call *c)
-{
-	size_t n = 0;
-	const char *bytes = mcp_sse_held(&c->fwd.events, &n);
-
-	call_queue(c, bytes, n);
-	for (;;) {
-		bool gone;
-
-		bytes = mcp_upstream_bytes(c->fwd.up, &n);
-		call_queue(c, bytes, n);
-		mcp_upstream_consume(c->fwd.up, n);
-		if (mcp_upstream_outcome(c->fwd.up, NULL, 0) != MCP_UPSTREAM_RUNNING)
-			return;
-		pthread_mutex_lock(&c->lock);
-		while (!c->client_gone && c->out.len - c->out_off > MAX_QUEUED)
-			pthread_cond_wait(&c->cond, &c->lock);
-		gone = c->client_gone;
-		pthread_mutex_unlock(&c->lock);
-		if (gone || atomic_load(&srv.draining))
-			return;
-		mcp_upstream_pump(c->fwd.up, POLL_MS);
-	}
-}
-
-static void *call_main(void *arg)
-{
-	struct call *c = arg;
-	struct mcp_answer a = {0};
-
-	if (mcp_intercept_run(srv.p, &c->msg, forward, c, &a) != LEDGER_OK || a.text.oom) {
-		ledger_buf_free(&a.text);
-		a.source = MCP_FROM_PROXY;
-		mcp_message_error(&a.text, c->msg.id, -32603, "ledger-mcp: out of memory", NULL);
-	}
-	deliver(c, &a);
-	if (c->phase == CALL_STREAMING && a.source == MCP_FROM_SERVER)
-		pass_rest(c);
-	pthread_mutex_lock(&c->lock);
-	c->out_end = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-	ledger_buf_free(&a.text);
-	call_release(c);
-	return NULL;
-}
-
-/* MHD_ContentReaderCallback of a streamed call: what the call thread queued. */
+/* MHD_ContentReaderCallback of a streamed call: what the call's thread queued. */
 static ssize_t call_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-	struct call *c = cls;
-	bool broken;
-	size_t n;
+	ssize_t n = mcp_call_read(cls, buf, max);
 
 	(void)pos;
-	pthread_mutex_lock(&c->lock);
-	while (c->out_off == c->out.len && !c->out_end)
-		pthread_cond_wait(&c->cond, &c->lock);
-	n = c->out.len - c->out_off < max ? c->out.len - c->out_off : max;
 	if (n > 0)
-		memcpy(buf, c->out.data + c->out_off, n);
-	c->out_off += n;
-	if (c->out_off == c->out.len)
-		c->out.len = c->out_off = 0;
-	broken = c->out.oom;
-	pthread_cond_broadcast(&c->cond); /* room for pass_rest() */
-	pthread_mutex_unlock(&c->lock);
-	if (n > 0)
-		return (ssize_t)n;
-	return broken ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+		return n;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 static void call_response_free(void *cls)
 {
-	call_release(cls);
-}
-
-/* The client's Mcp-Session-Id among @p n headers, copied; NULL if none. */
-static char *session_of(const struct mcp_header *h, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcasecmp(h[i].name, "Mcp-Session-Id") == 0)
-			return strdup(h[i].value);
-	return NULL;
-}
-
-/*
- * notifications/cancelled of an intercepted call of the same session: the
- * forward waits for the server's answer one lease more, then gives up (the
- * claim stays: a cancellation is no proof that nothing ran).
- */
-static void note_cancel(const struct exchange *x, const struct mcp_message *m)
-{
-	const struct ledger_json_value *params = ledger_json_get(m->root, "params");
-	char *key = mcp_message_id_key(ledger_json_get(params, "requestId"));
-	char *session = session_of(x->headers, x->n_headers);
-	uint64_t none = 0;
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	pthread_mutex_lock(&srv.lock);
-	for (struct call *c = srv.live; c != NULL && key != NULL; c = c->next_live) {
-		if (c->id_key == NULL || strcmp(c->id_key, key) != 0 ||
-		    (c->session == NULL) != (session == NULL) ||
-		    (session != NULL && strcmp(c->session, session) != 0))
-			continue;
-		atomic_compare_exchange_strong(&c->fwd.cancelled_ms, &none,
-					       (uint64_t)ts.tv_sec * 1000 +
-						       (uint64_t)ts.tv_nsec / 1000000);
-	}
-	pthread_mutex_unlock(&srv.lock);
-	free(session);
-	free(key);
-}
-
-/* Moves the request's body, message and headers into a new call. */
-static struct call *call_new(struct exchange *x, struct mcp_message *msg)
-{
-	struct call *c = calloc(1, sizeof(*c));
-
-	if (c == NULL)
-		return NULL;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
-	c->refs = 1;
-	pthread_mutex_lock(&srv.lock);
-	srv.calls++;
-	pthread_mutex_unlock(&srv.lock);
-	/* The message borrows the body's bytes, which move with it unchanged. */
-	c->body = x->body;
-	x->body = (struct ledger_buf)LEDGER_BUF_INIT;
-	c->msg = *msg;
-	memset(msg, 0, sizeof(*msg));
-	/* The answer is read: it must come uncompressed. */
-	x->n_headers = mcp_upstream_headers_drop(x->headers, x->n_headers, "Accept-Encoding");
-	c->headers = x->headers;
-	c->n_headers = x->n_headers;
-	x->headers = NULL;
-	x->n_headers = x->cap_headers = 0;
-	c->url = x->url; /* x->uri, into it, is not read again */
-	x->url = NULL;
-	c->id_key = mcp_message_id_key(c->msg.id);
-	c->session = session_of(c->headers, c->n_headers);
-	c->fwd.req = (struct mcp_upstream_request){"POST",       c->url,       c->headers,
-						   c->n_headers, c->body.data, c->body.len};
-	c->fwd.id_key = c->id_key;
-	c->fwd.timeout_ms = srv.p->set->call_timeout_ms;
-	c->fwd.cancel_grace_ms = srv.p->set->lease_ms;
-	pthread_mutex_lock(&srv.lock);
-	c->next_live = srv.live;
-	srv.live = c;
-	pthread_mutex_unlock(&srv.lock);
-	c->fwd.sink = (struct mcp_upstream_sink){c, call_stream, call_queue};
-	return c;
-}
-
-/* The answer's head: the server's when it frames the answer, else 200 and JSON. */
-static unsigned call_head(struct call *c, struct MHD_Response *r)
-{
-	const struct mcp_header *h;
-	long status = 200;
-	size_t n = 0;
-
-	if (!c->framed || !mcp_upstream_head(c->fwd.up, &status)) {
-		MHD_add_response_header(r, "Content-Type", "application/json");
-		return 200;
-	}
-	h = mcp_upstream_headers(c->fwd.up, &n);
-	add_headers(r, h, n);
-	return (unsigned)status;
+	mcp_call_release(cls);
 }
 
 /* Runs a keyed tools/call on its thread; answers once its first bytes are known. */
 static enum MHD_Result serve_call(struct MHD_Connection *conn, struct exchange *x,
 				  struct mcp_message *msg)
 {
-	struct call *c = call_new(x, msg);
+	struct mcp_call *c = mcp_call_start(srv.p, x->url, x->headers, x->n_headers, &x->body, msg);
 	struct MHD_Response *r = NULL;
-	pthread_attr_t attr;
-	pthread_t thread;
-	unsigned status = 500;
-	int rc;
+	struct mcp_call_head head;
 
+	x->url = NULL; /* the call's now; x->uri, into it, is not read again */
+	x->headers = NULL;
+	x->n_headers = x->cap_headers = 0;
 	if (c == NULL)
-		return reply_error(conn, 500, "internal", "out of memory");
-	c->refs++; /* the thread's */
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&thread, &attr, call_main, c);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
-		c->refs--;
-		call_release(c);
-		return reply_error(conn, 503, "internal", "no thread for the call");
-	}
+		return reply_error(conn, 503, "internal", "no memory or thread for the call");
 	x->call = c;
-	pthread_mutex_lock(&c->lock);
-	while (c->phase == CALL_WAITING)
-		pthread_cond_wait(&c->cond, &c->lock);
-	if (c->phase == CALL_ANSWERED && !c->out.oom) {
-		r = MHD_create_response_from_buffer(
-			c->out.len, c->out.data != NULL ? c->out.data : "", MHD_RESPMEM_MUST_COPY);
-	} else if (c->phase == CALL_STREAMING) {
+	if (!mcp_call_head(c, &head))
+		return reply_error(conn, 500, "internal", "out of memory");
+	if (!head.stream) {
+		r = MHD_create_response_from_buffer(head.len, (void *)head.body,
+						    MHD_RESPMEM_MUST_COPY);
+	} else {
+		mcp_call_hold(c); /* the response's, dropped by call_response_free() */
 		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, call_read, c,
 						      call_response_free);
-		if (r != NULL)
-			c->refs++; /* the response's, dropped by call_response_free() */
+		if (r == NULL)
+			mcp_call_release(c);
 	}
-	if (r != NULL)
-		status = call_head(c, r);
-	pthread_mutex_unlock(&c->lock);
 	if (r == NULL)
 		return reply_error(conn, 500, "internal", "out of memory");
-	return queue(conn, status, r);
+	if (head.headers != NULL)
+		add_headers(r, head.headers, head.n_headers);
+	else
+		MHD_add_response_header(r, "Content-Type", "application/json");
+	return queue(conn, (unsigned)head.status, r);
 }
 
 /* --- libmicrohttpd's callbacks --- */
@@ -654,7 +354,7 @@ static enum MHD_Result serve_post(struct MHD_Connection *conn, struct exchange *
 	default:
 		if (msg.kind == MCP_MSG_NOTIFICATION &&
 		    strcmp(msg.method, "notifications/cancelled") == 0)
-			note_cancel(x, &msg);
+			mcp_call_cancel(x->headers, x->n_headers, &msg);
 		ret = pass(conn, "POST", x, is_tools_list(&msg));
 		break;
 	}
@@ -712,11 +412,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, IDLE_TIMEOUT_S);
 	if (x->call != NULL) {
 		/* The call goes on: its thread still records what the server answers. */
-		pthread_mutex_lock(&x->call->lock);
-		x->call->client_gone = true;
-		pthread_cond_broadcast(&x->call->cond);
-		pthread_mutex_unlock(&x->call->lock);
-		call_release(x->call);
+		mcp_call_client_gone(x->call);
+		mcp_call_release(x->call);
 	}
 	mcp_upstream_close(x->up); /* a passed-through stream ends with its client */
 	mcp_upstream_tap_free(&x->tap);
@@ -840,9 +537,8 @@ static void drain(struct MHD_Daemon *d)
 	fd = MHD_quiesce_daemon(d);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
+	mcp_call_drain();
 	pthread_mutex_lock(&srv.lock);
-	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "stopping: %u call(s) in flight", srv.calls);
-	wait_zero(&srv.calls, 0);
 	wait_zero(&srv.passing, DRAIN_MS);
 	atomic_store(&srv.stopping, true); /* the readers left end their streams now */
 	wait_zero(&srv.open, END_MS);
