@@ -1,7 +1,8 @@
 /*
  * tests/sdk/test_c_client.h: what the files of the C SDK's live test share:
  * the ledgerd they talk to, helpers that set states up through raw HTTP,
- * and the tests of tests/sdk/test_c_client_review.c that main() runs.
+ * and the tests of tests/sdk/test_c_client_review.c and
+ * tests/sdk/test_c_client_router.c that main() runs.
  */
 #ifndef TEST_C_CLIENT_H
 #define TEST_C_CLIENT_H
@@ -41,6 +42,15 @@ struct tool {
 
 /** Runs the struct tool @p ctx: a ledger_tool_fn. */
 enum ledger_tool_status run_tool(void *ctx, const char *key, uint64_t token, char **result);
+
+/** A ledger_tool_fn that fails the test if it is ever called. */
+enum ledger_tool_status must_not_run(void *ctx, const char *key, uint64_t token, char **result);
+
+/* tests/sdk/test_c_client_router.c */
+void test_client_router_full_failover(void **state);
+void test_client_router_other_decisions(void **state);
+void test_client_heartbeat_keeps_the_attempt_live(void **state);
+void test_client_tool_calls_under_an_attempt(void **state);
 
 /* tests/sdk/test_c_client_review.c */
 void test_client_request_get_reads_every_page(void **state);

@@ -47,17 +47,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static enum ledger_tool_status must_not_run(void *ctx, const char *key, uint64_t token,
-					    char **result)
-{
-	(void)ctx;
-	(void)key;
-	(void)token;
-	(void)result;
-	fail_msg("the tool ran over a connection that failed verification");
-	return LEDGER_TOOL_NOT_EXECUTED;
-}
-
 /* Writes @p text to a new temporary file; its path into @p path. */
 static void temp_file(char *path, size_t size, const char *text)
 {
