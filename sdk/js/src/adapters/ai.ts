@@ -11,23 +11,46 @@
  * in the order the SDK starts them (the model's order). The model's
  * `toolCallId` is never used: it changes with every decode.
  *
- * Only types are imported from `ai`; the package has no runtime dependency on it.
+ * Nothing is imported from `ai`, not even its types (the package builds
+ * without it): the shapes below are the parts of its types the adapter reads.
  */
 
-import type { ModelMessage, StepResult, Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { claimCall, isLedgerError } from "./common.js";
 import type { LedgerToolOptions } from "./common.js";
 import type { LedgerError } from "../index.js";
 
-export { ReplayedToolError, isLedgerError } from "./common.js";
+export { ReplayedToolError, findLedgerError, isLedgerError } from "./common.js";
 export type { LedgerToolOptions } from "./common.js";
 
+/** A message the SDK hands `execute` (its ModelMessage). */
+export interface ModelMessageLike {
+  role: string;
+  content: unknown;
+}
+
+/** The options the SDK hands `execute` (its ToolExecutionOptions). */
+export interface ToolExecutionOptionsLike {
+  toolCallId: string;
+  messages: readonly ModelMessageLike[];
+  abortSignal?: AbortSignal;
+}
+
+/** A tool (the SDK's Tool); only `execute` is wrapped. */
+export interface ToolLike {
+  execute?: ((input: any, options: any) => unknown) | undefined;
+}
+
+/** A step of a run (the SDK's StepResult). */
+export interface StepLike {
+  content: ReadonlyArray<{ type: string; error?: unknown }>;
+}
+
 /** How many tool calls @messages hold: the calls of the request before this step. */
-export function countToolCalls(messages: readonly ModelMessage[]): number {
+export function countToolCalls(messages: readonly ModelMessageLike[]): number {
   let n = 0;
   for (const m of messages) {
-    if (m.role !== "assistant" || typeof m.content === "string") continue;
-    for (const part of m.content) if (part.type === "tool-call") n++;
+    if (m.role !== "assistant" || !Array.isArray(m.content)) continue;
+    for (const part of m.content) if ((part as { type?: unknown } | null)?.type === "tool-call") n++;
   }
   return n;
 }
@@ -40,7 +63,7 @@ export function countToolCalls(messages: readonly ModelMessage[]): number {
 class Ordinals {
   private readonly steps = new WeakMap<object, Map<string, number>>();
 
-  of(options: ToolExecutionOptions): number {
+  of(options: ToolExecutionOptionsLike): number {
     const messages = options.messages ?? [];
     let step = this.steps.get(messages);
     if (step === undefined) {
@@ -66,12 +89,12 @@ async function lastValue(value: unknown): Promise<unknown> {
   return v;
 }
 
-function wrap<T extends Tool>(o: LedgerToolOptions, ordinals: Ordinals, name: string, t: T): T {
+function wrap<T extends ToolLike>(o: LedgerToolOptions, ordinals: Ordinals, name: string, t: T): T {
   const execute = t.execute;
   if (typeof execute !== "function") return t;
-  const claimed = async (input: unknown, options: ToolExecutionOptions): Promise<unknown> =>
+  const claimed = async (input: unknown, options: ToolExecutionOptionsLike): Promise<unknown> =>
     claimCall(o, ordinals.of(options), name, input,
-              () => lastValue(execute.call(t, input as never, options)), options.abortSignal);
+              () => lastValue(execute.call(t, input, options)), options.abortSignal);
   return { ...t, execute: claimed } as T;
 }
 
@@ -82,15 +105,15 @@ function wrap<T extends Tool>(o: LedgerToolOptions, ordinals: Ordinals, name: st
  * calls of a step are numbered together. A tool without `execute` is
  * returned as it is.
  */
-export function ledgerTools<TOOLS extends ToolSet>(opts: LedgerToolOptions, tools: TOOLS): TOOLS {
+export function ledgerTools<TOOLS extends Record<string, ToolLike>>(opts: LedgerToolOptions, tools: TOOLS): TOOLS {
   const ordinals = new Ordinals();
-  const out: Record<string, Tool> = {};
-  for (const [name, t] of Object.entries(tools)) out[name] = wrap(opts, ordinals, name, t as Tool);
+  const out: Record<string, ToolLike> = {};
+  for (const [name, t] of Object.entries(tools)) out[name] = wrap(opts, ordinals, name, t);
   return out as TOOLS;
 }
 
 /** The first ledger refusal among the tool errors of @steps (an ArgsMismatch on a diverged rerun), or null. */
-export function ledgerErrorOf(steps: ReadonlyArray<StepResult<any>>): LedgerError | null {
+export function ledgerErrorOf(steps: ReadonlyArray<StepLike>): LedgerError | null {
   for (const step of steps) {
     for (const part of step.content) {
       if (part.type === "tool-error" && isLedgerError(part.error)) return part.error;
@@ -104,12 +127,12 @@ export function ledgerErrorOf(steps: ReadonlyArray<StepResult<any>>): LedgerErro
  * refused a call (the model would otherwise see the refusal as a tool error
  * and carry on). Combine it with the run's own: `stopWhen: [stepCountIs(10), stopOnLedgerError]`.
  */
-export function stopOnLedgerError({ steps }: { steps: ReadonlyArray<StepResult<any>> }): boolean {
+export function stopOnLedgerError({ steps }: { steps: ReadonlyArray<StepLike> }): boolean {
   return ledgerErrorOf(steps) !== null;
 }
 
 /** Throws the ledger refusal a run met (see ledgerErrorOf), if any. */
-export function throwIfLedgerError(result: { steps: ReadonlyArray<StepResult<any>> }): void {
+export function throwIfLedgerError(result: { steps: ReadonlyArray<StepLike> }): void {
   const e = ledgerErrorOf(result.steps);
   if (e !== null) throw e;
 }

@@ -83,3 +83,17 @@ export function parseArgs(input: unknown): unknown {
     return input;
   }
 }
+
+/**
+ * The ledger refusal @e is or wraps (a framework wraps a tool's error: the
+ * Agents SDK's ToolCallError in `.error`, LangChain's MiddlewareError in
+ * `.cause`), or null.
+ */
+export function findLedgerError(e: unknown): LedgerError | null {
+  for (let x: unknown = e, depth = 0; x !== null && typeof x === "object" && depth < 16; depth++) {
+    if (x instanceof LedgerError) return x;
+    const o = x as { error?: unknown; cause?: unknown };
+    x = o.error instanceof Error ? o.error : o.cause;
+  }
+  return null;
+}

@@ -10,17 +10,30 @@
  * It depends on nothing but the conversation; the model's tool-call id is
  * used only to find the call in its message, never as the key.
  *
- * Only types are imported from `langchain` and `@langchain/core`; a replay
- * builds its ToolMessage with `@langchain/core/messages`, loaded then.
+ * Nothing is imported from `langchain` (the package builds without it). A
+ * replay hands LangChain's own handler a stand-in tool that returns the
+ * recorded content, so LangChain builds the ToolMessage as it always does.
  */
 
-import type { AgentMiddleware, ToolCallRequest } from "langchain";
-import type { ToolMessage } from "@langchain/core/messages";
 import { LedgerError } from "../index.js";
 import { claimCall } from "./common.js";
 import type { LedgerToolOptions } from "./common.js";
 
-export { ReplayedToolError, isLedgerError } from "./common.js";
+export { ReplayedToolError, findLedgerError, isLedgerError } from "./common.js";
+
+/** The parts of LangChain's ToolCallRequest the middleware reads. */
+export interface ToolCallRequestLike {
+  toolCall: { id?: string; name: string; args: unknown };
+  tool?: unknown;
+  state?: { messages?: readonly unknown[] } & Record<string, unknown>;
+  runtime?: { context?: unknown; signal?: AbortSignal } & Record<string, unknown>;
+}
+
+/** The middleware, as `createAgent({middleware})` takes it. */
+export interface LedgerMiddleware {
+  name: string;
+  wrapToolCall: (request: any, handler: (request: any) => any) => Promise<any>;
+}
 
 /** The options of the middleware: the core's, with the request id fixed or read from each call. */
 export interface LedgerMiddlewareOptions extends Omit<LedgerToolOptions, "requestId"> {
@@ -29,7 +42,7 @@ export interface LedgerMiddlewareOptions extends Omit<LedgerToolOptions, "reques
    * of the call (an agent shared by requests), e.g.
    * `(r) => r.runtime.context.requestId`. Default: `runtime.context.requestId`.
    */
-  requestId?: string | ((request: ToolCallRequest<any, any>) => string);
+  requestId?: string | ((request: ToolCallRequestLike) => string);
 }
 
 interface CallLike { id?: string; name: string; args: unknown }
@@ -63,14 +76,17 @@ export function ordinalOf(messages: readonly unknown[], call: CallLike): number 
     message: `the tool call ${call.id ?? call.name} is in none of the agent's messages: no stable ordinal` } });
 }
 
-interface Recorded { content: unknown; status?: string; name?: string; artifact?: unknown }
+/** What is recorded of a ToolMessage. */
+interface Recorded { content: unknown }
 
-function isToolMessage(value: unknown): value is ToolMessage {
-  return value !== null && typeof value === "object" && (value as { type?: unknown }).type === "tool"
-    && "tool_call_id" in value;
+interface ToolMessageLike { content: unknown; tool_call_id: string }
+
+function isToolMessage(value: unknown): value is ToolMessageLike {
+  return value !== null && typeof value === "object" && "tool_call_id" in value && "content" in value
+    && typeof (value as { _getType?: unknown })._getType === "function";
 }
 
-function requestIdOf(o: LedgerMiddlewareOptions, request: ToolCallRequest<any, any>): string {
+function requestIdOf(o: LedgerMiddlewareOptions, request: ToolCallRequestLike): string {
   if (typeof o.requestId === "string") return o.requestId;
   if (typeof o.requestId === "function") return o.requestId(request);
   const id = (request.runtime?.context as { requestId?: unknown } | undefined)?.requestId;
@@ -85,12 +101,12 @@ function requestIdOf(o: LedgerMiddlewareOptions, request: ToolCallRequest<any, a
  * A ledger refusal (ArgsMismatch when a rerun's model diverged) is thrown
  * out of `agent.invoke()`, as LangChain does with every middleware error.
  */
-export function ledgerMiddleware(o: LedgerMiddlewareOptions): AgentMiddleware {
+export function ledgerMiddleware(o: LedgerMiddlewareOptions): LedgerMiddleware {
   const middleware = {
     [Symbol.for("AgentMiddleware")]: true,
     name: "LedgerdMiddleware",
-    wrapToolCall: async (request: ToolCallRequest<any, any>,
-                         handler: (r: ToolCallRequest<any, any>) => unknown) => {
+    wrapToolCall: async (request: ToolCallRequestLike,
+                         handler: (r: ToolCallRequestLike) => unknown): Promise<unknown> => {
       const call = request.toolCall as CallLike;
       const k = ordinalOf(request.state?.messages ?? [], call);
       let live: unknown;
@@ -101,19 +117,16 @@ export function ledgerMiddleware(o: LedgerMiddlewareOptions): AgentMiddleware {
             throw new TypeError("ledgerMiddleware: a tool that returns a Command cannot be replayed");
           }
           const recorded: Recorded = { content: live.content };
-          if (live.status !== undefined) recorded.status = live.status;
-          if (live.name !== undefined) recorded.name = live.name;
-          if (live.artifact !== undefined) recorded.artifact = live.artifact;
           return recorded;
         }, request.runtime?.signal);
       if (live !== undefined) return live;
-      const r = result as Recorded;
-      const { ToolMessage: Message } = await import("@langchain/core/messages");
-      return new Message({
-        content: r.content as string, tool_call_id: call.id ?? "", name: r.name ?? call.name,
-        status: r.status === "error" ? "error" : "success", artifact: r.artifact,
-      });
+      // The replay: LangChain's handler runs a stand-in that returns the
+      // recorded content (a string as the first run's ToolMessage had it)
+      // and wraps it in a ToolMessage as it wraps any tool's output.
+      const content = (result as Recorded | null)?.content;
+      const replay = { name: call.name, invoke: async () => content };
+      return handler({ ...request, tool: replay });
     },
   };
-  return middleware as unknown as AgentMiddleware;
+  return middleware;
 }

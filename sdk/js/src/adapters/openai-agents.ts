@@ -21,20 +21,51 @@
  * place among the turn's calls in the order the SDK starts them. The
  * model's `callId` is never used.
  *
- * Only types are imported from `@openai/agents`.
+ * Nothing is imported from `@openai/agents`, not even its types (the
+ * package builds without it): the shapes below are the parts of its types
+ * the adapter reads.
  */
 
-import type { AgentInputItem, CallModelInputFilter, MCPToolMetaContext, RunContext, ToolCallDetails }
-  from "@openai/agents";
 import { LedgerError, stableToolCallId } from "../index.js";
 import { claimCall, isLedgerError } from "./common.js";
 import type { LedgerToolOptions } from "./common.js";
 
-export { ReplayedToolError, isLedgerError } from "./common.js";
+export { ReplayedToolError, findLedgerError, isLedgerError } from "./common.js";
 export type { LedgerToolOptions } from "./common.js";
 
+/** An input item (the SDK's AgentInputItem). */
+export type AgentInputItemLike = unknown;
+
+/** The SDK's RunContext: `context` is the object given to run(). */
+export interface RunContextLike {
+  context: unknown;
+}
+
+/** The SDK's ToolCallDetails. */
+export interface ToolCallDetailsLike {
+  toolCall?: { callId?: string; name?: string };
+  signal?: AbortSignal;
+}
+
+/** The SDK's ModelInputData and CallModelInputFilter. */
+export interface ModelInputDataLike {
+  input: AgentInputItemLike[];
+  instructions?: string;
+}
+export type CallModelInputFilterLike = (args: {
+  modelData: ModelInputDataLike; agent: any; context: any;
+}) => ModelInputDataLike | Promise<ModelInputDataLike>;
+
+/** The SDK's MCPToolMetaContext. */
+export interface MCPToolMetaContextLike {
+  runContext: RunContextLike;
+  serverName: string;
+  toolName: string;
+  arguments: Record<string, unknown> | null;
+}
+
 /** The tool calls among @items: every item whose type ends in `_call` (function, computer, hosted, shell...). */
-export function countToolCalls(items: readonly AgentInputItem[]): number {
+export function countToolCalls(items: readonly AgentInputItemLike[]): number {
   let n = 0;
   for (const item of items) {
     const type = (item as { type?: unknown }).type;
@@ -51,7 +82,7 @@ class RunCalls {
   constructor(readonly opts: LedgerToolOptions) {}
 
   /** A model call is about to be made with @items as its input. */
-  turn(items: readonly AgentInputItem[]): void {
+  turn(items: readonly AgentInputItemLike[]): void {
     this.base = Math.max(countToolCalls(items), this.base + this.inTurn.size);
     this.inTurn = new Map();
   }
@@ -73,7 +104,7 @@ function refusal(message: string): LedgerError {
   return new LedgerError(null, { error: { code: "ledger_run_missing", message } });
 }
 
-function runOf(runContext: RunContext<unknown> | undefined): RunCalls {
+function runOf(runContext: RunContextLike | undefined): RunCalls {
   const context = runContext?.context;
   const calls = context !== null && typeof context === "object" ? runs.get(context) : undefined;
   if (calls === undefined) {
@@ -89,8 +120,8 @@ function runOf(runContext: RunContext<unknown> | undefined): RunCalls {
  * `callModelInputFilter` that counts the tool calls of each turn's input
  * before it calls yours. Make them anew for every run; a rerun makes its own.
  */
-export function ledgerRun<O extends { context?: unknown; callModelInputFilter?: CallModelInputFilter<any> }>(
-  opts: LedgerToolOptions, runOptions?: O): O & { context: object; callModelInputFilter: CallModelInputFilter<any> } {
+export function ledgerRun<O extends { context?: unknown; callModelInputFilter?: CallModelInputFilterLike }>(
+  opts: LedgerToolOptions, runOptions?: O): O & { context: object; callModelInputFilter: CallModelInputFilterLike } {
   const given = runOptions?.context;
   if (given !== undefined && (given === null || typeof given !== "object")) {
     throw new TypeError("ledgerRun: the run's context must be an object");
@@ -99,30 +130,29 @@ export function ledgerRun<O extends { context?: unknown; callModelInputFilter?: 
   const calls = new RunCalls(opts);
   runs.set(context, calls);
   const inner = runOptions?.callModelInputFilter;
-  const callModelInputFilter: CallModelInputFilter<any> = async (args) => {
+  const callModelInputFilter: CallModelInputFilterLike = async (args) => {
     calls.turn(args.modelData.input);
     return inner ? await inner(args) : args.modelData;
   };
   return { ...(runOptions ?? {}), context, callModelInputFilter } as O & {
-    context: object; callModelInputFilter: CallModelInputFilter<any> };
+    context: object; callModelInputFilter: CallModelInputFilterLike };
 }
-
-type Execute<I, C, R> = (input: I, context?: RunContext<C>, details?: ToolCallDetails) => R | Promise<R>;
 
 /**
  * @fn, a function tool's `execute`, claimed in ledgerd: it runs only when
  * the ledger says so; a rerun gets the recorded result. The tool's name in
  * the ledger is the name the model called it by.
  */
-export function ledgerExecute<I, C, R>(fn: Execute<I, C, R>): Execute<I, C, R> {
-  return async (input, context, details) => {
-    const calls = runOf(context as RunContext<unknown> | undefined);
+export function ledgerExecute<F extends (input: any, context?: any, details?: any) => unknown>(fn: F): F {
+  const claimed = async (input: unknown, context?: RunContextLike, details?: ToolCallDetailsLike) => {
+    const calls = runOf(context);
     const call = details?.toolCall;
     const k = calls.ordinal(call?.callId ?? Symbol("call"));
     const result = await claimCall(calls.opts, k, call?.name ?? fn.name, input,
                                    () => fn(input, context, details), details?.signal);
-    return result as R;
+    return result;
   };
+  return claimed as unknown as F;
 }
 
 /**
@@ -130,7 +160,7 @@ export function ledgerExecute<I, C, R>(fn: Execute<I, C, R>): Execute<I, C, R> {
  * OutcomeUnknown, ...) is thrown out of `run()`; any other error is handed
  * to the model as the SDK's default does.
  */
-export function ledgerErrorFunction(_context: RunContext<any>, error: unknown): string {
+export function ledgerErrorFunction(_context: unknown, error: unknown): string {
   if (isLedgerError(error)) throw error;
   return "An error occurred while running the tool. Please try again.";
 }
@@ -139,7 +169,7 @@ export function ledgerErrorFunction(_context: RunContext<any>, error: unknown): 
  * An MCP server's `toolMetaResolver` (MCPServerStdio, MCPServerStreamableHttp,
  * MCPServerSSE): the `_meta` that names the call for a `ledger-mcp` proxy.
  */
-export function ledgerToolMetaResolver(ctx: MCPToolMetaContext<any>): Record<string, unknown> {
+export function ledgerToolMetaResolver(ctx: MCPToolMetaContextLike): Record<string, unknown> {
   const calls = runOf(ctx.runContext);
   const meta: Record<string, unknown> = {
     "io.ledgerd/request_id": calls.opts.requestId,
