@@ -1,12 +1,12 @@
 // What the adapter tests share: the client of the live ledgerd the pytest
-// wrapper started (LEDGERD_URL, LEDGERD_TOKEN), fresh ids, and a tool's
+// wrapper started (LEDGER_URL, LEDGER_TOKEN), fresh ids, and a tool's
 // side effect that counts its executions.
 import { randomBytes } from "node:crypto";
 import { Ledger } from "ledgerd";
 
 export function ledger() {
-  const url = process.env.LEDGERD_URL, token = process.env.LEDGERD_TOKEN;
-  if (!url || !token) throw new Error("LEDGERD_URL and LEDGERD_TOKEN must name a live ledgerd");
+  const url = process.env.LEDGER_URL, token = process.env.LEDGER_TOKEN;
+  if (!url || !token) throw new Error("LEDGER_URL and LEDGER_TOKEN must name a live ledgerd");
   return new Ledger({ url, token });
 }
 
