@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""make bench: what ledger-mcp adds to a tool call, against the same call made directly.
+"""make bench: what ledger-mcp and the TypeScript client add to a tool call.
+
+ledger-mcp against the same call made directly:
 
 One MCP stdio server (a minimal line server below, so that the figure is the
 proxy's and ledgerd's, not the server's), spoken to in the same run:
@@ -10,7 +12,9 @@ replay, which never reaches the server). Calls go one at a time, each timed
 from the line written to the answer read; medians and p99 of MCP_CALLS
 calls (default 500) each, interleaved in rounds so the machine's noise
 falls on all three alike. Prints a table and writes
-build/bench/mcp_latency.json.
+build/bench/mcp_latency.json. Then, on the same ledgerd, the TypeScript
+client's toolCall against the bare function (tests/bench/js_toolcall_latency.mjs,
+sdk/js built first).
 """
 
 import json
@@ -23,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "js"))
+import js_build  # noqa: E402
 from pgcluster import Cluster, free_port  # noqa: E402
 
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd"))
@@ -110,6 +116,12 @@ def main():
                 raise RuntimeError("the repeat was not a replay: %s" % again)
         direct.close()
         proxied.close()
+        with js_build.locked():
+            js_build.build_core()
+        js = subprocess.run(["node", str(ROOT / "tests" / "bench" / "js_toolcall_latency.mjs")],
+                            env=dict(env, JS_CALLS=str(CALLS)), capture_output=True, text=True,
+                            timeout=600)
+        js_table = js.stdout if js.returncode == 0 else "js_toolcall_latency failed: " + js.stderr
     finally:
         if ledgerd is not None:
             ledgerd.terminate()
@@ -127,6 +139,7 @@ def main():
         print("| %s | %.3f | %.3f | %.3f |" % (name, 1000 * p50, ms(values, 0.99),
                                                1000 * (p50 - base)))
     (OUT / "mcp_latency.json").write_text(json.dumps(results, indent=2) + "\n")
+    print("\nThe TypeScript client's toolCall, on the same ledgerd:\n" + js_table)
 
 
 if __name__ == "__main__":

@@ -11,73 +11,29 @@ needed: a failed-over rerun replays and runs no side effect twice; a
 diverged rerun gets ArgsMismatch and runs nothing.
 
 Several pytest workers, and the core's own tests (tests/js/test_js_client.py),
-build sdk/js: the builds and installs run under an exclusive lock on
-build/js.lock.
+build sdk/js: js_build.py does it once, under one lock.
 """
 
-import fcntl
-import json
 import os
-import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+import js_build
+
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "sdk" / "js"
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
-LOCK = ROOT / "build" / "js.lock"
 PINNED = ("ai", "@openai/agents", "langchain", "@langchain/core", "zod")
 NODE_TESTS = sorted(p.name for p in ADAPTERS.glob("*.test.mjs"))
-NPM_CI = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--ignore-scripts"]
-
-
-@contextmanager
-def locked(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def run(cmd, cwd, timeout, env=None):
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, "%s failed (%d):\n%s\n%s" % (
-        " ".join(map(str, cmd)), done.returncode, done.stdout[-6000:], done.stderr[-6000:])
-    return done
-
-
-def installed_version(package_dir, name):
-    try:
-        return json.loads((package_dir / "node_modules" / name / "package.json").read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def locked_versions(package_dir, names=None):
-    lock = json.loads((package_dir / "package-lock.json").read_text())
-    return {path[len("node_modules/"):]: entry["version"]
-            for path, entry in lock["packages"].items()
-            if path.startswith("node_modules/") and "version" in entry
-            and "/node_modules/" not in path[len("node_modules/"):]
-            and (names is None or path[len("node_modules/"):] in names)}
 
 
 def install_and_build():
-    # build/js.lock is the lock both wrappers agree on; the core's own
-    # sdk/js/.install.lock is taken too (after it, so never a deadlock)
-    # while sdk/js is installed and built.
-    with locked(LOCK), locked(CORE / ".install.lock"):
-        if any(installed_version(CORE, n) != v for n, v in locked_versions(CORE).items()):
-            run(NPM_CI, CORE, 300)
-        run([str(CORE / "node_modules" / ".bin" / "tsc"), "-p", "."], CORE, 300)
-        if (any(installed_version(ADAPTERS, n) != v for n, v in locked_versions(ADAPTERS, PINNED).items())
+    with js_build.locked():
+        js_build.build_core()
+        if (js_build.needs_install(ADAPTERS, PINNED)
                 or not (ADAPTERS / "node_modules" / "ledgerd").exists()):
-            run(NPM_CI, ADAPTERS, 600)
+            js_build.run(js_build.NPM_CI + ["--ignore-scripts"], ADAPTERS, 600)
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +60,5 @@ def test_node(built, service, name):
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": str(service.tmp),
            "LEDGER_URL": "http://%s:%d" % (service.ledgerd.host, service.ledgerd.port),
            "LEDGER_TOKEN": service.token("agent")}
-    run(["node", "--test", "--test-reporter=spec", str(ADAPTERS / name)], ADAPTERS, 300, env=env)
+    js_build.run(["node", "--test", "--test-reporter=spec", str(ADAPTERS / name)], ADAPTERS, 300,
+                 env=env)

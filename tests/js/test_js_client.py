@@ -11,7 +11,6 @@ Control): tokens, stopping and starting ledgerd on its port, a tombstone as
 retention leaves it, and the answer thief of tests/sdk in front of ledgerd.
 """
 
-import fcntl
 import json
 import subprocess
 import sys
@@ -29,30 +28,15 @@ sys.path.insert(0, str(ROOT / "tests" / "sdk"))
 
 from answer_thief import AnswerThief  # noqa: E402
 
+import js_build  # noqa: E402
+
 NODE_TESTS = sorted(p.name for p in HERE.glob("test_*.mjs"))
 
 
 def install_and_build():
-    """`npm ci` the pinned devDependencies unless installed, then tsc; under a lock,
-    since several pytest workers (and the adapters' tests) share sdk/js."""
-    lock = json.loads((PACKAGE / "package-lock.json").read_text())
-    pinned = {path[len("node_modules/"):]: entry["version"]
-              for path, entry in lock["packages"].items() if path.startswith("node_modules/")}
-    with open(PACKAGE / ".install.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            if any(installed_version(name) != version for name, version in pinned.items()):
-                run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], timeout=300)
-            run([str(PACKAGE / "node_modules" / ".bin" / "tsc"), "-p", "."], timeout=300)
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def installed_version(name):
-    try:
-        return json.loads((PACKAGE / "node_modules" / name / "package.json").read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
+    """sdk/js at its pinned devDependencies and built, once for every worker."""
+    with js_build.locked():
+        js_build.build_core()
 
 
 def run(cmd, timeout, cwd=PACKAGE, env=None):
