@@ -52,6 +52,12 @@ missing=()
 for p in $want; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# The tests' npm packages (the MCP SDK, the TypeScript client's frameworks)
+# need npm: Debian ships it apart from nodejs, which other builds of nodejs
+# (NodeSource's) include, so it is asked for only when the command is missing.
+if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
+	missing+=(npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
 	prefetch "${1:-run}"
 	exit 0
