@@ -10,16 +10,24 @@ its framework with the framework's scripted test model, so no network is
 needed: a failed-over rerun replays and runs no side effect twice; a
 diverged rerun gets ArgsMismatch and runs nothing.
 
+openai-agents-mcp.test.mjs also launches build/ledger-mcp (LEDGER_MCP) in
+front of the MCP test server of tests/mcp (MCP_TEST_SERVER), whose pinned
+packages tests/mcp's own installer puts in place.
+
 Several pytest workers, and the core's own tests (tests/js/test_js_client.py),
 build sdk/js: js_build.py does it once, under one lock.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 import js_build
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
+import mcp_helpers  # noqa: E402  (tests/mcp: the proxy's path and the test server's install)
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "sdk" / "js"
@@ -34,6 +42,7 @@ def install_and_build():
         if (js_build.needs_install(ADAPTERS, PINNED)
                 or not (ADAPTERS / "node_modules" / "ledgerd").exists()):
             js_build.run(js_build.NPM_CI + ["--ignore-scripts"], ADAPTERS, 600)
+    mcp_helpers.install_node_packages()
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +68,9 @@ def test_no_framework_is_imported_at_run_time(built):
 def test_node(built, service, name):
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": str(service.tmp),
            "LEDGER_URL": "http://%s:%d" % (service.ledgerd.host, service.ledgerd.port),
-           "LEDGER_TOKEN": service.token("agent")}
+           "LEDGER_TOKEN": service.token("agent"),
+           "LEDGER_MCP": str(mcp_helpers.LEDGER_MCP), "MCP_TEST_SERVER": str(mcp_helpers.SERVER)}
+    if name == "openai-agents-mcp.test.mjs":
+        mcp_helpers.require_built()
     js_build.run(["node", "--test", "--test-reporter=spec", str(ADAPTERS / name)], ADAPTERS, 300,
                  env=env)
