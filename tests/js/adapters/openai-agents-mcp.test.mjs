@@ -12,24 +12,11 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { Agent, MCPServerStdio, Runner, Usage } from "@openai/agents";
+import { Agent, MCPServerStdio, Runner } from "@openai/agents";
 import { ledgerRun, ledgerToolMetaResolver } from "ledgerd/openai-agents";
-import { decodeId, ledger, newId } from "./helpers.mjs";
+import { ledger, newId } from "./helpers.mjs";
+import { ScriptedModel } from "./agents_model.mjs";
 
-/** A Model that plays @script, one turn per call: a list of tool calls, or a final message. */
-class ScriptedModel {
-  constructor(script) { this.script = script; this.turn = 0; }
-  async getResponse() {
-    const calls = this.script[this.turn++];
-    const output = calls
-      ? calls.map(([name, args]) => ({ type: "function_call", callId: decodeId(), name,
-                                        arguments: JSON.stringify(args), status: "completed" }))
-      : [{ type: "message", role: "assistant", status: "completed",
-           content: [{ type: "output_text", text: "done" }] }];
-    return { usage: new Usage(), output, responseId: decodeId() };
-  }
-  async *getStreamedResponse() { throw new Error("not scripted"); }
-}
 
 function env(name) {
   const value = process.env[name];

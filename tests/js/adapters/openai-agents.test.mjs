@@ -3,26 +3,13 @@
 // and an MCP server's toolMetaResolver names the call for ledger-mcp.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Agent, Runner, Usage, tool } from "@openai/agents";
+import { Agent, Runner, tool } from "@openai/agents";
 import { z } from "zod";
 import { ArgsMismatch } from "ledgerd";
 import { findLedgerError, ledgerErrorFunction, ledgerExecute, ledgerRun, ledgerToolMetaResolver } from "ledgerd/openai-agents";
-import { decodeId, findCause, ledger, newId, SideEffects } from "./helpers.mjs";
+import { findCause, ledger, newId, SideEffects } from "./helpers.mjs";
+import { ScriptedModel } from "./agents_model.mjs";
 
-/** A Model that plays @script, one turn per call: a list of tool calls, or a final message. */
-class ScriptedModel {
-  constructor(script) { this.script = script; this.turn = 0; }
-  async getResponse() {
-    const calls = this.script[this.turn++];
-    const output = calls
-      ? calls.map(([name, args]) => ({ type: "function_call", callId: decodeId(), name,
-                                        arguments: JSON.stringify(args), status: "completed" }))
-      : [{ type: "message", role: "assistant", status: "completed",
-           content: [{ type: "output_text", text: "done" }] }];
-    return { usage: new Usage(), output, responseId: decodeId() };
-  }
-  async *getStreamedResponse() { throw new Error("not scripted"); }
-}
 
 function appAgent(effects, script) {
   const fnTool = (name, parameters) => tool({
