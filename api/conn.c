@@ -468,6 +468,11 @@ void api_conn_hold(struct api_net_conn *c)
 	c->held = true;
 }
 
+bool api_conn_held(const struct api_net_conn *c)
+{
+	return c->held;
+}
+
 void api_conn_wake(struct api_net_conn *c)
 {
 	struct loop *l = c->loop;

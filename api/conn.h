@@ -29,6 +29,13 @@ void api_conn_reply(struct api_net_conn *conn, unsigned status, const char *head
 /** The call will be woken by api_conn_wake(); its connection waits for it. */
 void api_conn_hold(struct api_net_conn *conn);
 
+/**
+ * Whether the call is held: handed to a worker or an offload thread that
+ * may be writing it now. On the connection's thread; until the wake the
+ * call is not to be read or answered.
+ */
+bool api_conn_held(const struct api_net_conn *conn);
+
 /** From any thread, once per api_conn_hold(): resume() follows on the connection's thread. */
 void api_conn_wake(struct api_net_conn *conn);
 

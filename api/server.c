@@ -401,6 +401,14 @@ static void drive_and_reply(struct api_request *req)
 	ledger_log_context_set(&req->job.ids);
 	drive(req);
 	ledger_log_context_set(NULL);
+	/*
+	 * Handed off, the call is its worker's or offload thread's until the
+	 * wake: a parse there may be writing its refusal into req->reply right
+	 * now, and the wake answers it. Answered here as well, the call would be
+	 * freed under the thread and woken after.
+	 */
+	if (api_conn_held(req->conn))
+		return;
 	if (req->reply.status != 0 && req->stage != API_STAGE_ANSWERED)
 		send_reply(req);
 }

@@ -280,6 +280,18 @@ def test_deep_nesting_is_invalid_json(service):
     assert_alive(service)
 
 
+def test_a_large_body_its_parse_refuses_is_answered_once(service):
+    """A body past the inline limit is parsed on an offload thread, and a
+    refusal made there must wait for the call's wake: answered at once by
+    the polling thread as well, the call was freed before the wake and
+    ledgerd crashed (about one such request in ten did)."""
+    too_deep = ('{"args": %s}' % ("[" * 100000)).encode()
+    for _ in range(100):
+        rid, cid = key()
+        assert_only_error(claim_raw(service, rid, cid, too_deep), 400, "invalid_json")
+    assert_alive(service)
+
+
 def test_sixty_levels_of_args_are_fine(service):
     rid, cid = key()
     raw = ('{"claim_id": "%s", "args": %s}' % (claim_id(), nested(60))).encode()
