@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "sdk" / "js"
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests" / "sdk"))
+sys.path.insert(0, str(ROOT / "tests" / "faults"))
 
 from answer_thief import AnswerThief  # noqa: E402
+from jsonhttp import JsonHandler  # noqa: E402
 
 import js_build  # noqa: E402
 
@@ -98,23 +100,16 @@ class Control(ThreadingHTTPServer):
             thief.close()
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     def do_POST(self):
         parts = urlsplit(self.path)
         params = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        self.read_body()  # a keep-alive connection: nothing of it may be left unread
         try:
             status, body = 200, self.server.act(parts.path.strip("/"), params)
         except Exception as e:  # the node test shows it: the assertion is there
             status, body = 500, {"error": "%s: %s" % (type(e).__name__, e)}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.reply(status, body)
 
 
 @pytest.fixture(scope="module")
