@@ -28,6 +28,8 @@ LEDGER_SRC := $(wildcard ledger/*/*.c)
 API_SRC    := $(wildcard api/*.c)
 CTL_SRC    := $(wildcard sdk/ledgerctl/*.c)
 SQL        := $(sort $(wildcard sql/*.sql))
+# The incident-review page: every file of ui/ but its README, served at /ui/.
+UI_FILES   := $(sort $(filter-out ui/README.md,$(wildcard ui/*)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 # The C SDK carries ledgerd's generic code (ledger/common/: JSON, JCS,
 # hashes), so the fingerprint a client computes is the server's by construction.
@@ -43,7 +45,7 @@ CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
-API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o)
+API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -67,6 +69,13 @@ $(BUILD)/gen/migrations.c: $(SQL) scripts/embed-sql.sh
 
 $(BUILD)/gen/migrations.o: $(BUILD)/gen/migrations.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/ui_files.c: $(UI_FILES) scripts/embed-ui.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-ui.sh $(UI_FILES) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/ui_files.o: $(BUILD)/gen/ui_files.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
 $(BUILD)/libledger.a: $(LEDGER_OBJ)
 	$(AR) rcs $@ $^
@@ -184,7 +193,7 @@ FUZZ_LINK_sdk_answer := $(SDK_SRC)
 FUZZ_LINK_mcp_message := sdk/mcp/message.c $(COMMON_SRC)
 # The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
 FUZZ_LINK_http       := $(filter-out api/main.c,$(API_SRC)) $(COMMON_SRC) $(wildcard ledger/core/*.c) \
-			tests/fuzz/store_stub.c
+			tests/fuzz/store_stub.c $(BUILD)/gen/ui_files.c
 
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(or $(FUZZ_LINK_$(1)),$(COMMON_SRC)))
 

@@ -21,6 +21,15 @@ static void reset(struct api_request *req, unsigned status)
 	req->reply.replayed = false;
 	req->reply.allow = NULL;
 	req->reply.content_type = NULL;
+	req->reply.headers = NULL;
+}
+
+void api_reply_bytes(struct api_request *req, unsigned status, const char *content_type,
+		     const void *bytes, size_t len)
+{
+	reset(req, status);
+	ledger_buf_append(&req->reply.body, bytes, len);
+	req->reply.content_type = content_type;
 }
 
 void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status)

@@ -51,6 +51,10 @@ int64_t api_reply_time_left(const struct ledger_store_result *res, int64_t ms);
 /** Replies for a store error: 503 for UNAVAILABLE or CONFLICT, else 500. */
 void api_reply_store_error(struct api_request *req, enum ledger_err rc);
 
+/** Replies @p status with @p len bytes of @p content_type (a static string). */
+void api_reply_bytes(struct api_request *req, unsigned status, const char *content_type,
+		     const void *bytes, size_t len);
+
 /** Starts a success body: the caller writes one JSON object with @p w. */
 void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status);
 

@@ -55,6 +55,7 @@ struct api_reply {
 	bool replayed;            /* Idempotent-Replayed: true */
 	const char *allow;        /* an Allow header (static string) */
 	const char *content_type; /* NULL: application/json */
+	const char *headers;      /* more header lines, each ending "\r\n" (a static string) */
 };
 
 /* Where a call is in its life (api/server.c, drive()). */

@@ -38,6 +38,7 @@
 #include "api/reply.h"
 #include "api/tls.h"
 #include "api/tokens.h"
+#include "api/ui.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 
@@ -123,7 +124,7 @@ static void log_reply(const struct api_request *req)
 static void send_reply(struct api_request *req)
 {
 	struct api_reply *r = &req->reply;
-	char headers[512];
+	char headers[1024];
 	size_t len = 0, n;
 	char *body = NULL;
 
@@ -142,7 +143,9 @@ static void send_reply(struct api_request *req)
 		n += (size_t)snprintf(headers + n, sizeof(headers) - n,
 				      "Idempotent-Replayed: true\r\n");
 	if (r->allow != NULL)
-		snprintf(headers + n, sizeof(headers) - n, "Allow: %s\r\n", r->allow);
+		n += (size_t)snprintf(headers + n, sizeof(headers) - n, "Allow: %s\r\n", r->allow);
+	if (r->headers != NULL)
+		snprintf(headers + n, sizeof(headers) - n, "%s", r->headers);
 	api_conn_reply(req->conn, r->status, headers, body, len);
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
 			 r->status, (double)(monotonic_ns() - req->started_ns) / 1e9);
@@ -442,6 +445,10 @@ static void route(struct api_request *req)
 
 	if (path == NULL) {
 		api_reply_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	if (req->listener == API_LISTENER_API && req->settings->ui && api_ui_answer(req, path)) {
+		free(path);
 		return;
 	}
 	m = api_routes_match(req->head->method, path, &req->route, req->params, &allow, &bad);

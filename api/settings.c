@@ -43,6 +43,8 @@ static const struct setting settings[] = {
 	{"ops-listen", "LEDGER_OPS_LISTEN", K_STRING, NULL, 0, 0, OFF(ops_listen),
 	 "HOST:PORT or unix:/path for /healthz, /readyz and /metrics alone (then not on "
 	 "--listen's /metrics)"},
+	{"ui", "LEDGER_UI", K_SWITCH, "on", 0, 1, OFF(ui),
+	 "the incident-review page at /ui/ on --listen (off: /ui/ is 404)"},
 	{"tls-cert", "LEDGER_TLS_CERT", K_STRING, NULL, 0, 0, OFF(tls_cert),
 	 "PEM certificate chain: --listen serves HTTPS (with --tls-key; SIGHUP reloads both)"},
 	{"tls-key", "LEDGER_TLS_KEY", K_STRING, NULL, 0, 0, OFF(tls_key),

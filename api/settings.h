@@ -17,6 +17,7 @@ struct api_settings {
 	char *database_url;         /* libpq connection string or URI; NULL: unset */
 	char *listen;               /* "host:port", "[v6]:port" or "unix:/path" */
 	char *ops_listen;           /* NULL: /healthz, /readyz and /metrics on listen */
+	int64_t ui;                 /* 1: the incident-review page at /ui/ on listen */
 	char *tls_cert, *tls_key;   /* NULL: plaintext */
 	char *policy_path;          /* NULL: the built-in policy */
 	int64_t workers;            /* store workers, one connection each */
