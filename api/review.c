@@ -237,6 +237,7 @@ static enum ledger_err list_parse(struct api_request *req)
 	const char *status = api_input_query(req, "status");
 	const char *since = api_input_query(req, "since");
 	const char *cursor = api_input_query(req, "cursor");
+	const char *attention = api_input_query(req, "attention");
 	struct list_input *in = api_input_alloc_or_reply(req, sizeof(*in));
 	enum ledger_request_status parsed;
 
@@ -261,6 +262,13 @@ static enum ledger_err list_parse(struct api_request *req)
 		}
 		snprintf(in->since, sizeof(in->since), "%s", since);
 		in->filter.since = in->since;
+	}
+	if (attention != NULL) {
+		if (strcmp(attention, "true") != 0 && strcmp(attention, "false") != 0) {
+			api_reply_invalid_field(req, "attention", "must be true or false");
+			return LEDGER_ERR_INVALID;
+		}
+		in->filter.attention_only = strcmp(attention, "true") == 0;
 	}
 	if (cursor != NULL) {
 		char raw[LEDGER_ID_MAX + 32];
@@ -291,6 +299,33 @@ static enum ledger_err list_parse(struct api_request *req)
 	return LEDGER_OK;
 }
 
+/* The API's names of enum ledger_attention's bits, in its order. */
+static const struct {
+	unsigned bit;
+	const char *name;
+} attention_names[] = {
+	{LEDGER_ATTENTION_OUTCOME_UNKNOWN, "outcome_unknown"},
+	{LEDGER_ATTENTION_ZOMBIE_REFUSED, "zombie_refused"},
+	{LEDGER_ATTENTION_TERMINATED, "terminated"},
+	{LEDGER_ATTENTION_DIVERGENCE, "divergence"},
+	{LEDGER_ATTENTION_DUPLICATE_EXECUTION, "duplicate_execution"},
+};
+
+/* A request of the list: the request object and why it needs attention. */
+static void write_listed(struct ledger_jsonw *w, const struct ledger_listed_request *item)
+{
+	ledger_jsonw_object_begin(w);
+	ledger_render_request_members(w, item->request_id, &item->request, item->client_error);
+	ledger_jsonw_key(w, "attention");
+	ledger_jsonw_array_begin(w);
+	for (size_t i = 0; i < sizeof(attention_names) / sizeof(attention_names[0]); i++) {
+		if (item->attention & attention_names[i].bit)
+			ledger_jsonw_string(w, attention_names[i].name);
+	}
+	ledger_jsonw_array_end(w);
+	ledger_jsonw_object_end(w);
+}
+
 static void list_answer(struct api_request *req, const struct ledger_store_result *res)
 {
 	const struct list_input *in = req->input;
@@ -304,8 +339,7 @@ static void list_answer(struct api_request *req, const struct ledger_store_resul
 	ledger_jsonw_key(&w, "items");
 	ledger_jsonw_array_begin(&w);
 	for (size_t i = 0; i < n && i < limit; i++)
-		ledger_render_request(&w, items[i].request_id, &items[i].request,
-				      items[i].client_error);
+		write_listed(&w, &items[i]);
 	ledger_jsonw_array_end(&w);
 	ledger_jsonw_key(&w, "next_cursor");
 	if (n > limit) {

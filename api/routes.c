@@ -14,6 +14,7 @@
 #include "api/ops.h"
 #include "api/review.h"
 #include "api/toolcalls.h"
+#include "api/whoami.h"
 #include "ledger/core/call.h"
 #include "ledger/core/role.h"
 
@@ -39,8 +40,9 @@ const struct api_route api_routes[] = {
 	{"POST", "/v1/requests/{rid}/tool-calls/{cid}/resolve",  &api_toolcalls_resolve,  ADMIN,    "tool_call_resolve",  {NULL}},
 	{"GET",  "/v1/requests/{rid}/tool-calls/{cid}",          &api_toolcalls_get,      READERS,  "tool_call_get",      {NULL}},
 	{"GET",  "/v1/requests/{rid}",                           &api_review_request,     LISTERS,  "request_get",        {"events_cursor", NULL}},
-	{"GET",  "/v1/requests",                                 &api_review_list,        LISTERS,  "request_list",       {"status", "since", "limit", "cursor", NULL}},
+	{"GET",  "/v1/requests",                                 &api_review_list,        LISTERS,  "request_list",       {"status", "since", "attention", "limit", "cursor", NULL}},
 	{"GET",  "/v1/tool-calls",                               &api_toolcalls_list,     LISTERS,  "tool_call_list",     {"state", "limit", "cursor", NULL}},
+	{"GET",  "/v1/whoami",                                   &api_whoami,             READERS,  "whoami",             {NULL}},
 	{"POST", "/v1/requests/{rid}/attempts",                  &api_attempts_create,    ROUTERS,  "attempt_create",     {NULL}},
 	{"POST", "/v1/requests/{rid}/attempts/{aid}/renew",      &api_attempts_renew,     ROUTERS,  "attempt_renew",      {NULL}},
 	{"POST", "/v1/requests/{rid}/attempts/{aid}/deliver",    &api_attempts_deliver,   ROUTERS,  "attempt_deliver",    {NULL}},

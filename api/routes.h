@@ -11,7 +11,7 @@
 struct api_handler;
 
 #define API_MAX_PARAMS 3
-#define API_MAX_QUERY 4
+#define API_MAX_QUERY 5
 
 struct api_route {
 	const char *method;

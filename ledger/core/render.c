@@ -66,6 +66,13 @@ void ledger_render_request(struct ledger_jsonw *w, const char *request_id,
 			   const struct ledger_request *r, const char *client_error)
 {
 	ledger_jsonw_object_begin(w);
+	ledger_render_request_members(w, request_id, r, client_error);
+	ledger_jsonw_object_end(w);
+}
+
+void ledger_render_request_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_request *r, const char *client_error)
+{
 	ledger_jsonw_key(w, "request_id");
 	ledger_jsonw_string(w, request_id);
 	ledger_jsonw_key(w, "status");
@@ -88,7 +95,6 @@ void ledger_render_request(struct ledger_jsonw *w, const char *request_id,
 	}
 	ledger_jsonw_key(w, "created_at");
 	ledger_jsonw_string(w, r->created_at);
-	ledger_jsonw_object_end(w);
 }
 
 void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,

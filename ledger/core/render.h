@@ -33,6 +33,10 @@ void ledger_render_client_error(struct ledger_buf *out, const char *code, const 
 void ledger_render_request(struct ledger_jsonw *w, const char *request_id,
 			   const struct ledger_request *r, const char *client_error);
 
+/** The members of the request object, into an object the caller opened (and closes). */
+void ledger_render_request_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_request *r, const char *client_error);
+
 /**
  * Writes the attempt as POST attempts answers it: {"attempt_id", "epoch",
  * "attempt_number", "lease_ms", "request": {...}}.

@@ -68,20 +68,42 @@ static const struct store_stmt view_events = {
 };
 
 /*
+ * Why a request needs a person (the bits of enum ledger_attention): a call
+ * whose outcome is unknown, a zombie refused (a fenced attempt, or a
+ * holder that lost its key, acted), a stream terminated, a rerun that
+ * diverged, a side effect that may have run twice.
+ */
+#define ATTENTION                                                                                 \
+	"(CASE WHEN EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"                 \
+	"   AND c.request_id = r.request_id AND c.state = 'in_progress'"                           \
+	"   AND c.lease_until <= clock_timestamp()) THEN 1 ELSE 0 END"                             \
+	" | CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.tenant = r.tenant"                   \
+	"   AND e.request_id = r.request_id AND e.type = 'refused'"                                \
+	"   AND e.detail->>'code' IN ('attempt_fenced', 'stale_token')) THEN 2 ELSE 0 END"         \
+	" | CASE WHEN r.status = 'terminated' THEN 4 ELSE 0 END"                                   \
+	" | CASE WHEN r.client_error::jsonb->'error'->>'code' = 'tool_call_divergence'"          \
+	"   THEN 8 ELSE 0 END"                                                                     \
+	" | CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.tenant = r.tenant"                   \
+	"   AND e.request_id = r.request_id AND e.type = 'duplicate_execution')"                   \
+	"   THEN 16 ELSE 0 END)"
+
+/*
  * $2 status, $3 since (NULL: any); $4, $5 the last of the previous page
- * (NULL: the first page); $6 limit. Newest first.
+ * (NULL: the first page); $6 limit; $7 true: only those needing attention.
+ * Newest first.
  */
 static const struct store_stmt list_requests = {
 	"list_requests",
 	"SELECT " STORE_REQUEST_COLUMNS ", request_id,"
-	"  ((extract(epoch FROM created_at) * 1000000)::numeric)::bigint"
-	" FROM requests WHERE tenant = $1"
+	"  ((extract(epoch FROM created_at) * 1000000)::numeric)::bigint, " ATTENTION
+	" FROM requests r WHERE tenant = $1"
 	"  AND ($2::text IS NULL OR status = $2::text)"
 	"  AND ($3::timestamptz IS NULL OR created_at >= $3::timestamptz)"
 	"  AND ($4::bigint IS NULL OR (created_at, request_id) <"
 	"       (timestamptz 'epoch' + $4::bigint * interval '1 microsecond', $5::text))"
+	"  AND (NOT $7::boolean OR " ATTENTION " <> 0)"
 	" ORDER BY created_at DESC, request_id DESC LIMIT $6::integer",
-	6,
+	7,
 };
 /* clang-format on */
 
@@ -282,13 +304,14 @@ enum ledger_err ledger_store_list_requests(struct ledger_store_conn *conn, const
 	if (!store_conn_ready(conn))
 		return LEDGER_ERR_UNAVAILABLE;
 	store_step_begin(&st, conn);
-	const char *params[6] = {
+	const char *params[7] = {
 		tenant,
 		f->status,
 		f->since,
 		f->has_cursor ? store_step_int(&st, f->cursor_created_us) : NULL,
 		f->has_cursor ? f->cursor_request_id : NULL,
 		store_step_int(&st, f->limit),
+		f->attention_only ? "true" : "false",
 	};
 	store_step_add(&st, &list_requests, params);
 	rc = store_step_run(&st);
@@ -303,6 +326,7 @@ enum ledger_err ledger_store_list_requests(struct ledger_store_conn *conn, const
 		store_step_get_text(st.res[0], i, 8, items[i].request_id,
 				    sizeof(items[i].request_id));
 		items[i].created_us = store_step_get_int(st.res[0], i, 9);
+		items[i].attention = (unsigned)store_step_get_int(st.res[0], i, 10);
 		n++;
 		rc = store_rows_parse_request(st.res[0], i, &items[i].request,
 					      &items[i].client_error);

@@ -423,9 +423,19 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_request_view(struct ledger_store_c
 							   struct ledger_request_view *out);
 
 /* One listed request. */
+/* Why a listed request needs a person's attention; bits, in the order the API lists them. */
+enum ledger_attention {
+	LEDGER_ATTENTION_OUTCOME_UNKNOWN = 1u << 0,     /* a call's outcome is unknown */
+	LEDGER_ATTENTION_ZOMBIE_REFUSED = 1u << 1,      /* attempt_fenced or stale_token refused */
+	LEDGER_ATTENTION_TERMINATED = 1u << 2,          /* the stream was cut after its first delta */
+	LEDGER_ATTENTION_DIVERGENCE = 1u << 3,          /* failed with tool_call_divergence */
+	LEDGER_ATTENTION_DUPLICATE_EXECUTION = 1u << 4, /* a side effect may have run twice */
+};
+
 struct ledger_listed_request {
 	char request_id[LEDGER_ID_MAX + 1];
 	int64_t created_us; /* created_at in microseconds: the page cursor */
+	unsigned attention; /* enum ledger_attention bits */
 	struct ledger_request request;
 	char *client_error; /* owned, or NULL */
 };
@@ -438,6 +448,7 @@ struct ledger_request_filter {
 	int64_t cursor_created_us;
 	const char *cursor_request_id;
 	unsigned limit;
+	bool attention_only; /* only requests with an enum ledger_attention reason */
 };
 
 /**

@@ -378,3 +378,17 @@ def test_tokens_are_stored_only_as_sha256(service):
         digest = hashlib.sha256(token.encode()).hexdigest()
         assert [digest, role] in rows, (role, rows)
         assert service.ledgerd.get(path("r", "c"), token=token).status in (404,)
+
+
+@pytest.mark.parametrize("role", ["agent", "router", "reviewer", "admin"])
+def test_whoami_names_the_tokens_own_tenant_and_role(service, role):
+    tenant = new_id("tenant")
+    r = service.ledgerd.get("/v1/whoami", token=service.token(role, tenant=tenant))
+    assert r.status == 200, r
+    assert r.json == {"tenant": tenant, "role": role}
+
+
+def test_whoami_without_a_valid_token_is_401(service):
+    assert service.ledgerd.get("/v1/whoami").code == "unauthorized"
+    assert service.ledgerd.get("/v1/whoami", token="ldg_" + "A" * 43).code == "unauthorized"
+    assert service.ledgerd.post("/v1/whoami", {}, token=service.token("admin")).status == 405

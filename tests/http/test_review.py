@@ -222,3 +222,104 @@ def test_a_crafted_cursor_is_400_not_500(service, raw):
                             token=service.token("reviewer"))
     assert r.status in (400, 404), r
     assert '"level":"error"' not in service.ledgerd.log_text()
+
+
+def attention_scenarios(led, router):
+    """One request per reason a request needs a person, and one that needs none.
+    @return {name: request_id}, created in this order"""
+    ids = {}
+
+    def claim(rid, cid, **body):
+        body.setdefault("claim_id", claim_id())
+        return led.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid), body, token=router)
+
+    def complete(rid, cid, token, **body):
+        body.update(fencing_token=token)
+        body.setdefault("outcome", "succeeded")
+        return led.post("/v1/requests/%s/tool-calls/%s/complete" % (rid, cid), body,
+                        token=router)
+
+    ids["plain"] = rid = new_id("plain")
+    assert claim(rid, "c1").status == 201
+    assert complete(rid, "c1", 1).status == 200
+
+    # A holder that vanished: its lease runs out below.
+    ids["unknown"] = rid = new_id("unknown")
+    assert claim(rid, "c1", lease_ms=100).status == 201
+
+    # A failed-over attempt that wakes up and claims: refused.
+    ids["zombie"] = rid = new_id("zombie")
+    assert attempt(led, router, rid, "a1").status == 201
+    fo = led.post("/v1/requests/%s/failover" % rid,
+                  {"attempt_id": "a1", "signal": "pod_lost",
+                   "next_attempt": {"attempt_id": "a2"}}, token=router)
+    assert fo.json["action"] == "retry_prefill", fo
+    assert claim(rid, "c1", attempt_id="a1").code == "attempt_fenced"
+
+    ids["terminated"] = rid = new_id("terminated")
+    assert attempt(led, router, rid, "a1").status == 201
+    assert led.post("/v1/requests/%s/attempts/a1/deliver" % rid,
+                    {"delivered_output_tokens": 3}, token=router).status == 200
+    fo = led.post("/v1/requests/%s/failover" % rid,
+                  {"attempt_id": "a1", "signal": "client_disconnected"}, token=router)
+    assert fo.json["request_status"] == "terminated", fo
+
+    # The rerun asks for another call under the same ordinal.
+    ids["divergence"] = rid = new_id("divergence")
+    assert attempt(led, router, rid, "a1", max_attempts=3).status == 201
+    assert claim(rid, "c1", attempt_id="a1", args={"to": "ana"}).status == 201
+    assert complete(rid, "c1", 1).status == 200
+    fo = led.post("/v1/requests/%s/failover" % rid,
+                  {"attempt_id": "a1", "signal": "pod_lost",
+                   "next_attempt": {"attempt_id": "a2"}}, token=router)
+    assert fo.json["action"] == "retry_prefill", fo
+    assert claim(rid, "c1", attempt_id="a2", args={"to": "bob"}).code == "args_mismatch"
+
+    # Resolved as not executed, run again, and then the first holder says it did run.
+    ids["duplicate"] = rid = new_id("duplicate")
+    assert claim(rid, "c1", lease_ms=100).status == 201
+    time.sleep(0.15)
+    return ids
+
+
+def test_request_list_says_why_a_request_needs_attention(service):
+    led = service.ledgerd
+    tenant = new_id("tenant")
+    router = service.token("router", tenant=tenant)
+    admin = service.token("admin", tenant=tenant)
+    ids = attention_scenarios(led, router)
+    dup = ids["duplicate"]
+    assert led.post("/v1/requests/%s/tool-calls/c1/resolve" % dup,
+                    {"resolution": "not_executed"}, token=admin).status == 200
+    again = led.post("/v1/requests/%s/tool-calls/c1/claim" % dup, {"claim_id": claim_id()},
+                     token=router)
+    assert again.status == 201, again
+    assert led.post("/v1/requests/%s/tool-calls/c1/complete" % dup,
+                    {"fencing_token": 1, "outcome": "succeeded"}, token=router).status == 200
+    expected = {"plain": [], "unknown": ["outcome_unknown"], "zombie": ["zombie_refused"],
+                "terminated": ["terminated"], "divergence": ["divergence"],
+                "duplicate": ["duplicate_execution"]}
+
+    listed = {i["request_id"]: i["attention"]
+              for i in led.get("/v1/requests", token=router).json["items"]}
+    assert listed == {ids[k]: v for k, v in expected.items()}
+
+    # Only those needing a person, still newest first, paged like any list.
+    needing = [ids[k] for k in reversed(list(expected)) if expected[k]]
+    assert [i["request_id"] for i in page_all(led, router, "/v1/requests?attention=true", 2)] \
+        == needing
+    assert [i["request_id"] for i in page_all(led, router, "/v1/requests?attention=false", 2)] \
+        == [ids[k] for k in reversed(list(expected))]
+    both = led.get("/v1/requests?status=terminated&attention=true", token=router).json["items"]
+    assert [i["request_id"] for i in both] == [ids["terminated"]]
+
+    # Settling the unknown call takes its request off the list.
+    assert led.post("/v1/requests/%s/tool-calls/c1/resolve" % ids["unknown"],
+                    {"resolution": "failed", "note": "bounced"}, token=admin).status == 200
+    assert ids["unknown"] not in [
+        i["request_id"] for i in led.get("/v1/requests?attention=true", token=router).json["items"]]
+
+    for value in ("yes", "1", "TRUE", ""):
+        bad = led.get("/v1/requests?attention=" + value, token=router)
+        assert bad.status == 400 and bad.code == "invalid_field", (value, bad)
+        assert bad.json["error"]["field"] == "attention"
