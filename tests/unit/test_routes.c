@@ -21,6 +21,7 @@
 #include "api/ops.h"
 #include "api/review.h"
 #include "api/toolcalls.h"
+#include "api/whoami.h"
 #include "api/routes.h"
 #include "ledger/core/call.h"
 #include "ledger/core/role.h"
@@ -176,6 +177,7 @@ static const struct row route_rows[] = {
 	OK("GET", "/v1/requests/r1", "request_get", "r1"),
 	OK("GET", "/v1/requests", "request_list", NULL),
 	OK("GET", "/v1/tool-calls", "tool_call_list", NULL),
+	OK("GET", "/v1/whoami", "whoami", NULL),
 	OK("POST", "/v1/requests/r1/attempts", "attempt_create", "r1"),
 	OK("POST", "/v1/requests/r1/attempts/a1/renew", "attempt_renew", "r1", "a1"),
 	OK("POST", "/v1/requests/r1/attempts/a1/deliver", "attempt_deliver", "r1", "a1"),
@@ -222,6 +224,7 @@ static const struct {
 	{"request_get", ROUTER | REVIEWER | ADMIN, &api_review_request},
 	{"request_list", ROUTER | REVIEWER | ADMIN, &api_review_list},
 	{"tool_call_list", ROUTER | REVIEWER | ADMIN, &api_toolcalls_list},
+	{"whoami", AGENT | ROUTER | REVIEWER | ADMIN, &api_whoami},
 	{"attempt_create", ROUTER | ADMIN, &api_attempts_create},
 	{"attempt_renew", ROUTER | ADMIN, &api_attempts_renew},
 	{"attempt_deliver", ROUTER | ADMIN, &api_attempts_deliver},
@@ -256,7 +259,7 @@ static const struct {
 	const char *keys[API_MAX_QUERY + 1];
 } query_rows[] = {
 	{"request_get", {"events_cursor", NULL}},
-	{"request_list", {"status", "since", "limit", "cursor", NULL}},
+	{"request_list", {"status", "since", "attention", "limit", "cursor", NULL}},
 	{"tool_call_list", {"state", "limit", "cursor", NULL}},
 };
 
