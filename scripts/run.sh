@@ -99,5 +99,7 @@ ledgerd: try:
       -d '{"claim_id":"7f3c9a0b1d2e4f5a6b7c8d9e0f1a2b3c","tool":"send_email","args":{"to":"ana@example.com"}}' \\
       http://$LEDGER_LISTEN/v1/requests/req-1/tool-calls/call_01/claim
 
+ledgerd: the incident-review page (paste the token above): http://$LEDGER_LISTEN/ui/
+
 EOF
 "$ledgerd" serve
