@@ -1,0 +1,425 @@
+// timeline.js: draws a request's timeline model (timeline-model.js) as SVG.
+//
+// Time runs left to right in UTC; one lane per attempt, in epoch order, and
+// one for calls held by no attempt. When the request is still open long
+// after its last event, the stretch up to now is drawn as a short break at
+// the right edge, so the seconds that matter are not squeezed into a pixel.
+// Every bar and mark carries a <title> (the browser's tooltip) saying what
+// it is and when, and data-event-seq naming the event it comes from.
+
+import {clear, clockTime, compactJson, duration, isoTime, svgEl} from "./dom.js";
+import {stateWord} from "./badges.js";
+
+const GUTTER = 196;    // lane labels
+const RIGHT = 24;
+const AXIS_H = 34;     // tick labels and their offsets
+const STRIP_H = 26;    // the request's own strip
+const MARK_ROW = 18;   // refusals, failovers, contradictions, above the bars
+const TRACK_H = 18;    // one row of tool-call bars
+const BAR_H = 13;
+const LANE_MIN_H = 50; // two lines of label
+const BREAK_W = 64;    // the width of "... now" when the axis is broken
+const CHAR_W = 6.4;    // average width of a character at the labels' size
+
+const STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5,
+  6e5, 9e5, 18e5, 36e5, 72e5, 108e5, 216e5, 432e5, 864e5];
+
+/**
+ * Draws @model into @svg, @width pixels wide, showing the window @zoom
+ * ({lo, hi} in ms) or everything when it is null. Returns the scale, whose
+ * invert(px) turns a position back into a time (for the zoom brush).
+ */
+export function drawTimeline(svg, model, width, zoom) {
+  clear(svg);
+  const x = makeScale(model, GUTTER, width - RIGHT, zoom);
+  const lanes = layoutLanes(model, x);
+  const height = lanes.length ? lanes[lanes.length - 1].top + lanes[lanes.length - 1].height + 8
+    : AXIS_H + STRIP_H + 8;
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+
+  svg.appendChild(defs(x, height));
+  svg.appendChild(laneBackgrounds(lanes, width));
+  svg.appendChild(axis(model, x, height));
+  svg.appendChild(requestStrip(model, x));
+  for (const lane of lanes) svg.appendChild(drawLane(model, lane, x));
+  const over = svgEl("g", {class: "overlays", "clip-path": "url(#tl-clip)"});
+  over.appendChild(links(model, lanes, x));
+  if (model.firstDelta) over.appendChild(firstDelta(model.firstDelta, x, height));
+  if (model.open) over.appendChild(nowLine(model, x, height));
+  svg.appendChild(over);
+  return x;
+}
+
+// --- scale and axis ---
+
+// The axis is broken only when the history has a shape worth seeing (more
+// than a burst of a few ms) and now is far past it; a burst followed by a
+// long wait reads better on one linear axis up to now.
+function makeScale(m, x0, x1, zoom) {
+  const span = Math.max(m.tLast - m.tMin, 10);
+  const pad = span * 0.02;
+  const broken = !zoom && span >= 50 && m.tEnd - m.tLast > Math.max(span * 0.35, 2000);
+  const lo = zoom ? zoom.lo : m.tMin - pad;
+  const hi = zoom ? zoom.hi : (broken ? m.tLast : m.tEnd) + pad;
+  const linear = x1 - x0 - (broken ? BREAK_W : 0);
+  const tailMs = Math.max(m.tEnd - hi, 1);
+  const f = (t) => {
+    if (!broken || t <= hi) return x0 + ((t - lo) / (hi - lo)) * linear;
+    return x0 + linear + Math.min(1, (t - hi) / tailMs) * BREAK_W;
+  };
+  const invert = (px) => {
+    if (!broken || px <= x0 + linear) return lo + ((px - x0) / linear) * (hi - lo);
+    return hi + ((px - x0 - linear) / BREAK_W) * tailMs;
+  };
+  Object.assign(f, {lo, hi, x0, x1, linear, broken, invert, breakX: broken ? x0 + linear : null});
+  return f;
+}
+
+function tickStep(x) {
+  const perMs = x.linear / (x.hi - x.lo);
+  return STEPS.find((s) => s * perMs >= 112) || STEPS[STEPS.length - 1];
+}
+
+function axis(m, x, height) {
+  const g = svgEl("g", {class: "axis"});
+  const step = tickStep(x);
+  const long = m.tEnd - m.tMin > 20 * 3600e3;
+  const last = x.broken ? x.x1 - 130 : x.x1 + 1; // the "now" label takes the right end
+  for (let t = Math.ceil(x.lo / step) * step; t <= x.hi; t += step) {
+    const px = x(t);
+    if (px > last) break; // would run into the "now" label
+    if (px < x.x0 + 30 && t !== Math.ceil(x.lo / step) * step) continue;
+    g.appendChild(svgEl("line", {class: "grid-line", x1: px, x2: px, y1: AXIS_H - 4, y2: height - 4}));
+    const label = long ? isoTime(t).slice(5, 23).replace("T", " ") : clockTime(t);
+    g.appendChild(svgEl("text", {class: "axis-label", x: px, y: 13, "text-anchor": "middle"}, label));
+    g.appendChild(svgEl("text", {class: "axis-offset", x: px, y: 26, "text-anchor": "middle"},
+      offset(t - m.tMin)));
+  }
+  g.appendChild(svgEl("text", {class: "axis-unit", x: 12, y: 13}, "UTC"));
+  g.appendChild(svgEl("text", {class: "axis-unit muted", x: 12, y: 26}, "since first event"));
+  if (x.broken) {
+    const bx = x.breakX;
+    g.appendChild(svgEl("path", {class: "axis-break",
+      d: "M" + (bx + 4) + "," + (AXIS_H - 4) + " l6,-6 l6,12 l6,-12 l6,12 l6,-6"}));
+    g.appendChild(svgEl("text", {class: "axis-label axis-now", x: x.x1, y: 13, "text-anchor": "end"},
+      clockTime(m.tEnd)));
+    g.appendChild(svgEl("text", {class: "axis-offset", x: x.x1, y: 26, "text-anchor": "end"},
+      "now, +" + duration(m.tEnd - m.tLast)));
+  }
+  return g;
+}
+
+// --- lanes ---
+
+// Gives each lane its tracks (calls that overlap on screen go on separate
+// rows) and its place from the top.
+function layoutLanes(m, x) {
+  let top = AXIS_H + STRIP_H;
+  return m.lanes.map((lane, i) => {
+    const tracks = [];
+    const sorted = lane.holdings.slice().sort((a, b) => a.start - b.start);
+    for (const h of sorted) {
+      const x0 = x(h.start);
+      let k = tracks.findIndex((end) => end + 3 <= x0);
+      if (k < 0) {
+        k = tracks.length;
+        tracks.push(0);
+      }
+      // The row stays taken up to the holding's last mark, so a late
+      // completion never seems to sit on the next holder's bar.
+      const lastMark = h.late.reduce((t, mk) => Math.max(t, mk.t), h.end);
+      tracks[k] = Math.max(x(lastMark) + 6, x0 + 4);
+      h.track = k;
+    }
+    const height = Math.max(LANE_MIN_H, 4 + MARK_ROW + Math.max(1, tracks.length) * TRACK_H + 6);
+    const laid = {lane, index: i, top, height};
+    top += height;
+    return laid;
+  });
+}
+
+function laneBackgrounds(lanes, width) {
+  const g = svgEl("g", {class: "lane-backgrounds"});
+  for (const l of lanes) {
+    g.appendChild(svgEl("rect", {class: "lane-bg" + (l.index % 2 ? " odd" : ""), x: 0, y: l.top,
+      width, height: l.height}));
+  }
+  return g;
+}
+
+function drawLane(m, l, x) {
+  const {lane, top, height} = l;
+  const lanes = svgEl("g", {class: "lane", "data-attempt-id": lane.id});
+  lanes.appendChild(laneLabel(lane, top));
+  const g = svgEl("g", {class: "lane-plot", "clip-path": "url(#tl-clip)"});
+  lanes.appendChild(g);
+  if (lane.lease) g.appendChild(leaseRect(lane, top, height, x));
+  if (lane.tail) g.appendChild(tailRect(lane, top, height, x));
+  for (const h of lane.holdings) g.appendChild(holdingBar(h, top, x));
+  for (const f of lane.fences) g.appendChild(fenceMark(lane, f, top, height, x));
+  const markY = top + 4 + MARK_ROW / 2;
+  for (const mark of lane.marks) g.appendChild(laneMark(lane, mark, markY, x));
+  for (const h of lane.holdings) {
+    for (const mark of h.late) g.appendChild(holdingMark(h, mark, top, x));
+  }
+  return lanes;
+}
+
+function laneLabel(lane, top) {
+  const a = lane.attempt;
+  const label = svgEl("text", {class: "lane-label", x: 12, y: top + 19});
+  if (a) {
+    label.appendChild(svgEl("tspan", {class: "lane-id"}, clip(lane.id, 26)));
+    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: 15},
+      clip(a.replica === null || a.replica === undefined ? "no replica" : String(a.replica), 18) +
+      " · epoch " + a.epoch));
+    label.appendChild(svgEl("title", {}, "attempt " + lane.id + " on " + (a.replica ?? "no replica") +
+      ", epoch " + a.epoch + ", " + a.state + (a.model_revision ? "\nmodel revision " + a.model_revision : "")));
+  } else {
+    label.appendChild(svgEl("tspan", {class: "lane-id"}, "no attempt"));
+    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: 15}, "calls claimed without one"));
+  }
+  return label;
+}
+
+function leaseRect(lane, top, height, x) {
+  const {start, end, state} = lane.lease;
+  const a = lane.attempt;
+  const r = svgEl("rect", {class: "lease", "data-state": state, x: x(start), y: top + 3,
+    width: Math.max(x(end) - x(start), 2), height: height - 6, rx: 4});
+  r.appendChild(svgEl("title", {}, "attempt " + lane.id + " on " + (a.replica ?? "no replica") +
+    ", epoch " + a.epoch + ": " + state + "\nrights from " + isoTime(start) + " to " + isoTime(end) +
+    " (" + duration(end - start) + ")" + (a.ended_at ? "" : ", still running") +
+    "\ndelivered output tokens " + a.delivered_output_tokens + (a.retry ? ", a retry" : "")));
+  return r;
+}
+
+function tailRect(lane, top, height, x) {
+  const {start, end, until} = lane.tail;
+  const r = svgEl("rect", {class: "lease-fenced", x: x(start), y: top + 3,
+    width: Math.max(x(end) - x(start), 1), height: height - 6, rx: 4});
+  r.appendChild(svgEl("title", {}, "attempt " + lane.id + " revoked but not acknowledged: it still blocks " +
+    "the next attempt\nfrom " + isoTime(start) + " to " + isoTime(end) +
+    (until ? " (" + until.type + ")" : " (now)")));
+  return r;
+}
+
+function holdingBar(h, laneTop, x) {
+  const g = svgEl("g", {class: "holding"});
+  const y = laneTop + 4 + MARK_ROW + h.track * TRACK_H;
+  const x0 = x(h.start);
+  const w = Math.max(x(h.end) - x0, 3);
+  const bar = svgEl("rect", {class: "tool-call", "data-tool-call-id": h.cid, "data-attempt-id": h.aid,
+    "data-state": h.state, "data-event-seq": h.startEvent.seq, x: x0, y, width: w, height: BAR_H, rx: 2});
+  bar.appendChild(svgEl("title", {}, holdingTitle(h)));
+  g.appendChild(bar);
+  if (h.lapseAt !== null && h.lapseAt !== undefined) {
+    const lx = x(h.lapseAt);
+    g.appendChild(svgEl("rect", {class: "call-lapsed", x: lx, y, width: Math.max(x0 + w - lx, 1),
+      height: BAR_H, rx: 2}));
+  }
+  const text = clip(h.cid + (h.tool ? " · " + h.tool : ""), Math.floor((w - 8) / CHAR_W));
+  if (text.length >= 4) {
+    g.appendChild(svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
+      y: y + BAR_H - 3}, text));
+  }
+  return g;
+}
+
+function holdingTitle(h) {
+  const how = {
+    completed: "completed",
+    released: "released",
+    late_completion: "completed late",
+    resolved: "taken away by a resolution",
+    claimed: "lease ran out; claimed again by a newer holder",
+    completed_by_older: "completed by an older holder's late report",
+    now: "still held",
+    unrecorded: "no closing event on record",
+  }[h.endedBy] || h.endedBy;
+  const lines = [
+    "tool call " + h.cid + (h.tool ? " (" + h.tool + ")" : "") + ", fencing token " + h.token,
+    "held by " + (h.aid ? "attempt " + h.aid : "no attempt") + (h.owner ? ", owner " + h.owner : ""),
+    "claimed " + isoTime(h.start) + (Number.isFinite(h.leaseMs) ? ", lease " + duration(h.leaseMs) : ""),
+    how + " " + isoTime(h.end) + ": " + h.state + " (" + duration(h.end - h.start) + ")",
+  ];
+  if (h.lapseAt) lines.push("lease ran out about " + isoTime(h.lapseAt) + " (renewals are not recorded)");
+  return lines.join("\n");
+}
+
+function fenceMark(lane, f, top, height, x) {
+  const px = x(f.t);
+  const line = svgEl("line", {class: "mark-fenced", "data-attempt-id": lane.id, "data-cause": f.cause,
+    "data-event-seq": f.ev.seq, x1: px, x2: px, y1: top + 1, y2: top + height - 1});
+  line.appendChild(svgEl("title", {}, "attempt " + lane.id + " " +
+    (f.ev.type === "attempt_cancel_requested" ? "cancel requested" : "revoked") + " at " + isoTime(f.t) +
+    ": " + f.cause + (f.state ? " → " + f.state : "")));
+  return line;
+}
+
+function laneMark(lane, mark, y, x) {
+  const px = x(mark.t);
+  const d = detailOf(mark.ev);
+  if (mark.kind === "refused") {
+    const c = svgEl("circle", {class: "mark-refused", "data-operation": d.operation ?? "",
+      "data-code": d.code ?? "", "data-event-seq": mark.ev.seq, cx: px, cy: y, r: 5});
+    c.appendChild(svgEl("title", {}, "refused " + (d.operation ?? "call") +
+      (mark.ev.tool_call_id ? " of " + mark.ev.tool_call_id : "") + " at " + isoTime(mark.t) + ": " +
+      (d.code ?? "") + "\n" + compactJson(d)));
+    return c;
+  }
+  if (mark.kind === "failover") {
+    const p = svgEl("path", {class: "mark-failover", "data-signal": d.signal ?? "", "data-action": d.action ?? "",
+      "data-event-seq": mark.ev.seq, d: "M" + px + "," + (y - 7) + " l7,7 l-7,7 l-7,-7 z"});
+    p.appendChild(svgEl("title", {}, failoverTitle(mark, d)));
+    return p;
+  }
+  if (mark.kind === "contradiction") {
+    const p = svgEl("path", {class: "mark-contradiction", "data-type": mark.ev.type, "data-event-seq": mark.ev.seq,
+      d: "M" + px + "," + (y - 7) + " l7,13 l-14,0 z"});
+    p.appendChild(svgEl("title", {}, mark.ev.type.replace("_", " ") + " of " + mark.cid + " at " +
+      isoTime(mark.t) + ": the not_executed resolution was wrong" +
+      (mark.ev.type === "duplicate_execution" ? "; the side effect may have run twice: check the tool" : "") +
+      "\n" + compactJson(d)));
+    return p;
+  }
+  return holdingMark(null, mark, y - 4 - MARK_ROW / 2, x, y);
+}
+
+function failoverTitle(mark, d) {
+  const lines = ["failover decision at " + isoTime(mark.t) + ": " + (d.signal ?? "?") + " → " + (d.action ?? "?")];
+  if (d.source_state_after) lines.push("source attempt now " + d.source_state_after);
+  if (d.request_status_after) lines.push("request " + d.request_status_after);
+  if (d.client_error) lines.push("client error " + (typeof d.client_error === "string" ? d.client_error : compactJson(d.client_error)));
+  if (d.retry_after_ms !== undefined && d.retry_after_ms !== null) lines.push("retry after " + duration(d.retry_after_ms));
+  if (d.next_attempt_id) lines.push("next attempt " + d.next_attempt_id);
+  if (d.reason) lines.push("reason " + d.reason);
+  if (d.inputs !== undefined) lines.push("inputs " + compactJson(d.inputs));
+  return lines.join("\n");
+}
+
+// A late completion or a resolution, on the bar of the holding it concerns
+// (@h), or on the mark row at @rowY when there is none.
+function holdingMark(h, mark, laneTop, x, rowY) {
+  const px = x(mark.t);
+  const y = h ? laneTop + 4 + MARK_ROW + h.track * TRACK_H + BAR_H / 2 : rowY;
+  const d = detailOf(mark.ev);
+  if (mark.kind === "late") {
+    const c = svgEl("circle", {class: "mark-late-completion", "data-tool-call-id": mark.cid,
+      "data-event-seq": mark.ev.seq, cx: px, cy: y, r: 5});
+    c.appendChild(svgEl("title", {}, "late completion of " + mark.cid + " at " + isoTime(mark.t) + ": " +
+      (d.outcome ?? "?") + " from fencing token " + d.fencing_token +
+      (d.current_token !== undefined ? " (current token " + d.current_token + ")" : "") +
+      (d.previous_state ? ", was " + d.previous_state : "")));
+    return c;
+  }
+  const r = svgEl("rect", {class: "mark-resolved", "data-tool-call-id": mark.cid, "data-event-seq": mark.ev.seq,
+    x: px - 4.5, y: y - 4.5, width: 9, height: 9, rx: 1.5});
+  r.appendChild(svgEl("title", {}, "resolved " + mark.cid + " as " + (d.resolution ?? "?") + " at " +
+    isoTime(mark.t) + (d.previous_state ? " (was " + d.previous_state + ")" : "") +
+    (d.note ? "\nnote: " + d.note : "")));
+  return r;
+}
+
+// --- the request strip and the marks across lanes ---
+
+function requestStrip(m, x) {
+  const strip = svgEl("g", {class: "request-strip"});
+  const top = AXIS_H;
+  strip.appendChild(svgEl("text", {class: "strip-label", x: 12, y: top + 17}, "request"));
+  const g = svgEl("g", {"clip-path": "url(#tl-clip)"});
+  strip.appendChild(g);
+  const closing = m.statusMarks.filter((s) => s.status !== "open");
+  const last = closing.length ? closing[closing.length - 1] : null;
+  const status = m.request.status || "";
+  const end = status === "open" || !last ? m.tEnd : last.t;
+  const bar = svgEl("rect", {class: "request-bar", "data-status": status, x: x(m.tMin), y: top + 8,
+    width: Math.max(x(end) - x(m.tMin), 2), height: 10, rx: 5});
+  bar.appendChild(svgEl("title", {}, "request " + (m.request.request_id ?? "") + ": " + status +
+    " (" + duration(end - m.tMin) + " from its first event)"));
+  g.appendChild(bar);
+  for (const s of m.statusMarks) {
+    const px = x(s.t);
+    const d = detailOf(s.ev);
+    const flag = svgEl("path", {class: "mark-status", "data-status": s.status, "data-event-seq": s.ev.seq,
+      d: "M" + px + "," + (top + 22) + " v-18 l9,4 l-9,4"});
+    flag.appendChild(svgEl("title", {}, "request " + s.status + " at " + isoTime(s.t) +
+      (d.client_error ? "\nclient error " + (typeof d.client_error === "string" ? d.client_error : compactJson(d.client_error)) : "")));
+    g.appendChild(flag);
+  }
+  return strip;
+}
+
+function firstDelta(fd, x, height) {
+  const g = svgEl("g", {class: "first-delta"});
+  const px = x(fd.t);
+  const tokens = fd.tokens ?? 0;
+  const line = svgEl("line", {class: "mark-first-delta", "data-attempt-id": fd.aid, "data-tokens": tokens,
+    "data-event-seq": fd.ev.seq, x1: px, x2: px, y1: AXIS_H, y2: height - 4});
+  line.appendChild(svgEl("title", {}, "first delta at " + isoTime(fd.t) + " by attempt " + fd.aid +
+    ", " + tokens + " delivered output tokens: the point of no retry"));
+  g.appendChild(line);
+  const label = "point of no retry · " + tokens + " tok";
+  const right = px + 6 + label.length * CHAR_W < x.x1;
+  g.appendChild(svgEl("text", {class: "first-delta-label", x: right ? px + 6 : px - 6, y: AXIS_H + 12,
+    "text-anchor": right ? "start" : "end"}, label));
+  return g;
+}
+
+function nowLine(m, x, height) {
+  const px = x(m.tEnd);
+  const line = svgEl("line", {class: "now-line", x1: px, x2: px, y1: AXIS_H - 4, y2: height - 4});
+  line.appendChild(svgEl("title", {}, "now: " + isoTime(m.tEnd)));
+  return line;
+}
+
+// A retry_prefill decision's arrow from the failed attempt to the one it created.
+function links(m, lanes, x) {
+  const g = svgEl("g", {class: "failover-links"});
+  const laneY = new Map(lanes.map((l) => [l.lane.id, l.top + 4 + MARK_ROW / 2]));
+  for (const link of m.links) {
+    const target = m.laneById.get(link.to);
+    if (!laneY.has(link.from) || !target || !target.lease) continue;
+    const x0 = x(link.t), y0 = laneY.get(link.from) + 7;
+    const x1 = Math.max(x(target.lease.start), x0 + 1), y1 = laneY.get(link.to);
+    const mid = (y0 + y1) / 2;
+    g.appendChild(svgEl("path", {class: "failover-link", "marker-end": "url(#tl-arrow)",
+      d: "M" + x0 + "," + y0 + " C" + x0 + "," + mid + " " + x1 + "," + mid + " " + x1 + "," + (y1 - 2)}));
+  }
+  return g;
+}
+
+function defs(x, height) {
+  const d = svgEl("defs", {});
+  const clip = svgEl("clipPath", {id: "tl-clip"});
+  clip.appendChild(svgEl("rect", {x: x.x0 - 8, y: 0, width: x.x1 - x.x0 + 16, height}));
+  d.appendChild(clip);
+  for (const [id, cls] of [["tl-hatch-fenced", "hatch-fenced"], ["tl-hatch-lapsed", "hatch-lapsed"]]) {
+    const p = svgEl("pattern", {id, width: 6, height: 6, patternUnits: "userSpaceOnUse",
+      patternTransform: "rotate(45)"});
+    p.appendChild(svgEl("rect", {class: cls + "-bg", width: 6, height: 6}));
+    p.appendChild(svgEl("line", {class: cls, x1: 0, y1: 0, x2: 0, y2: 6}));
+    d.appendChild(p);
+  }
+  const marker = svgEl("marker", {id: "tl-arrow", viewBox: "0 0 8 8", refX: 7, refY: 4, markerWidth: 7,
+    markerHeight: 7, orient: "auto-start-reverse"});
+  marker.appendChild(svgEl("path", {class: "arrow-head", d: "M0,0 L8,4 L0,8 z"}));
+  d.appendChild(marker);
+  return d;
+}
+
+function offset(ms) {
+  return (ms < 0 ? "−" : "+") + duration(Math.abs(ms));
+}
+
+function detailOf(ev) {
+  return ev && ev.detail && typeof ev.detail === "object" ? ev.detail : {};
+}
+
+function clip(s, n) {
+  s = String(s);
+  if (n <= 1) return "";
+  return s.length <= n ? s : s.slice(0, Math.max(n - 1, 1)) + "…";
+}
