@@ -18,6 +18,7 @@ let current = null; // {rid, view}: what is on screen, for redraws on resize
 let loading = 0;
 let zoom = null;    // {lo, hi}: the window of time the timeline shows, or null for all
 let scale = null;   // the scale of the timeline on screen (timeline.js)
+let linear = false; // true proportions: no idle gap drawn short
 
 export function setupRequest() {
   document.getElementById("request-reload").addEventListener("click", () => {
@@ -31,6 +32,10 @@ export function setupRequest() {
   });
   setupBrush(svg);
   document.getElementById("timeline-reset").addEventListener("click", () => setZoom(null));
+  document.getElementById("timeline-linear").addEventListener("change", (e) => {
+    linear = e.target.checked;
+    redraw();
+  });
   let pending = 0;
   window.addEventListener("resize", () => {
     clearTimeout(pending);
@@ -120,7 +125,7 @@ function redraw() {
   const wrap = document.getElementById("timeline-wrap");
   const width = Math.max(wrap.clientWidth, 900);
   const model = buildModel(view, serverNow());
-  scale = drawTimeline(svg, model, width, zoom);
+  scale = drawTimeline(svg, model, width, zoom, linear);
   const range = document.getElementById("timeline-range");
   if (zoom) {
     range.textContent = "zoomed to " + isoTime(zoom.lo) + " → " + isoTime(zoom.hi) + " · " + duration(zoom.hi - zoom.lo);

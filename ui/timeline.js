@@ -1,14 +1,14 @@
 // timeline.js: draws a request's timeline model (timeline-model.js) as SVG.
 //
-// Time runs left to right in UTC; one lane per attempt, in epoch order, and
-// one for calls held by no attempt. When the request is still open long
-// after its last event, the stretch up to now is drawn as a short break at
-// the right edge, so the seconds that matter are not squeezed into a pixel.
+// Time runs left to right in UTC (timescale.js: long idle gaps drawn as
+// short, labelled breaks); one lane per attempt, in epoch order, and one
+// for calls held by no attempt, under the request's own strip.
 // Every bar and mark carries a <title> (the browser's tooltip) saying what
 // it is and when, and data-event-seq naming the event it comes from.
 
 import {clear, clockTime, compactJson, duration, isoTime, svgEl} from "./dom.js";
 import {stateWord} from "./badges.js";
+import {makeScale} from "./timescale.js";
 
 const GUTTER = 196;    // lane labels
 const RIGHT = 24;
@@ -18,20 +18,23 @@ const MARK_ROW = 18;   // refusals, failovers, contradictions, above the bars
 const TRACK_H = 18;    // one row of tool-call bars
 const BAR_H = 13;
 const LANE_MIN_H = 50; // two lines of label
-const BREAK_W = 64;    // the width of "... now" when the axis is broken
 const CHAR_W = 6.4;    // average width of a character at the labels' size
+const ID_CHARS = 24;   // characters of an attempt id per line of its label
+const LABEL_LINE = 15;
 
 const STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5,
   6e5, 9e5, 18e5, 36e5, 72e5, 108e5, 216e5, 432e5, 864e5];
 
 /**
  * Draws @model into @svg, @width pixels wide, showing the window @zoom
- * ({lo, hi} in ms) or everything when it is null. Returns the scale, whose
- * invert(px) turns a position back into a time (for the zoom brush).
+ * ({lo, hi} in ms) or everything when it is null, with long idle gaps
+ * drawn short unless @linear. Returns the scale, whose invert(px) turns a
+ * position back into a time (for the zoom brush).
  */
-export function drawTimeline(svg, model, width, zoom) {
+export function drawTimeline(svg, model, width, zoom, linear) {
   clear(svg);
-  const x = makeScale(model, GUTTER, width - RIGHT, zoom);
+  const x = makeScale({points: moments(model), tMin: model.tMin, tEnd: model.tEnd, x0: GUTTER,
+    x1: width - RIGHT, zoom, linear, openEnd: model.open});
   const lanes = layoutLanes(model, x);
   const height = lanes.length ? lanes[lanes.length - 1].top + lanes[lanes.length - 1].height + 8
     : AXIS_H + STRIP_H + 8;
@@ -44,6 +47,7 @@ export function drawTimeline(svg, model, width, zoom) {
   svg.appendChild(axis(model, x, height));
   svg.appendChild(requestStrip(model, x));
   for (const lane of lanes) svg.appendChild(drawLane(model, lane, x));
+  svg.appendChild(timeBreaks(x, height));
   const over = svgEl("g", {class: "overlays", "clip-path": "url(#tl-clip)"});
   over.appendChild(links(model, lanes, x));
   if (model.firstDelta) over.appendChild(firstDelta(model.firstDelta, x, height));
@@ -54,59 +58,82 @@ export function drawTimeline(svg, model, width, zoom) {
 
 // --- scale and axis ---
 
-// The axis is broken only when the history has a shape worth seeing (more
-// than a burst of a few ms) and now is far past it; a burst followed by a
-// long wait reads better on one linear axis up to now.
-function makeScale(m, x0, x1, zoom) {
-  const span = Math.max(m.tLast - m.tMin, 10);
-  const pad = span * 0.02;
-  const broken = !zoom && span >= 50 && m.tEnd - m.tLast > Math.max(span * 0.35, 2000);
-  const lo = zoom ? zoom.lo : m.tMin - pad;
-  const hi = zoom ? zoom.hi : (broken ? m.tLast : m.tEnd) + pad;
-  const linear = x1 - x0 - (broken ? BREAK_W : 0);
-  const tailMs = Math.max(m.tEnd - hi, 1);
-  const f = (t) => {
-    if (!broken || t <= hi) return x0 + ((t - lo) / (hi - lo)) * linear;
-    return x0 + linear + Math.min(1, (t - hi) / tailMs) * BREAK_W;
-  };
-  const invert = (px) => {
-    if (!broken || px <= x0 + linear) return lo + ((px - x0) / linear) * (hi - lo);
-    return hi + ((px - x0 - linear) / BREAK_W) * tailMs;
-  };
-  Object.assign(f, {lo, hi, x0, x1, linear, broken, invert, breakX: broken ? x0 + linear : null});
-  return f;
+// The moments the scale must show apart: every event, and every start and
+// end the bars and leases are drawn from.
+function moments(m) {
+  const pts = m.events.map((e) => Date.parse(e.at));
+  for (const lane of m.lanes) {
+    if (lane.lease) pts.push(lane.lease.start, lane.lease.end);
+    if (lane.tail) pts.push(lane.tail.end);
+    for (const h of lane.holdings) pts.push(h.start, h.end, h.lapseAt ?? NaN);
+  }
+  return pts;
 }
 
 function tickStep(x) {
-  const perMs = x.linear / (x.hi - x.lo);
-  return STEPS.find((s) => s * perMs >= 112) || STEPS[STEPS.length - 1];
+  return STEPS.find((s) => s * x.perMs >= 112) || STEPS[STEPS.length - 1];
 }
 
+// Ticks at round times within each linear stretch, labels kept apart from
+// each other and from the breaks' own labels; a stretch too short for a
+// round time gets its first moment labelled instead.
 function axis(m, x, height) {
   const g = svgEl("g", {class: "axis"});
   const step = tickStep(x);
   const long = m.tEnd - m.tMin > 20 * 3600e3;
-  const last = x.broken ? x.x1 - 130 : x.x1 + 1; // the "now" label takes the right end
-  for (let t = Math.ceil(x.lo / step) * step; t <= x.hi; t += step) {
-    const px = x(t);
-    if (px > last) break; // would run into the "now" label
-    if (px < x.x0 + 30 && t !== Math.ceil(x.lo / step) * step) continue;
+  const last = x.segments[x.segments.length - 1];
+  const nowLabel = m.open && !x.zoomed && !last.gap; // a break to the end says "now" itself
+  const taken = []; // centres of the labels placed so far
+  const free = (px) => taken.every((c) => Math.abs(c - px) >= 96) &&
+    (!nowLabel || px <= x.x1 - 130) && px >= x.x0 - 4 && px <= x.x1 + 4;
+  const tick = (t, px) => {
+    taken.push(px);
     g.appendChild(svgEl("line", {class: "grid-line", x1: px, x2: px, y1: AXIS_H - 4, y2: height - 4}));
-    const label = long ? isoTime(t).slice(5, 23).replace("T", " ") : clockTime(t);
-    g.appendChild(svgEl("text", {class: "axis-label", x: px, y: 13, "text-anchor": "middle"}, label));
-    g.appendChild(svgEl("text", {class: "axis-offset", x: px, y: 26, "text-anchor": "middle"},
-      offset(t - m.tMin)));
+    g.appendChild(svgEl("text", {class: "axis-label", x: px, y: 13, "text-anchor": "middle"},
+      long ? isoTime(t).slice(5, 23).replace("T", " ") : clockTime(t)));
+    g.appendChild(svgEl("text", {class: "axis-offset", x: px, y: 26, "text-anchor": "middle"}, offset(t - m.tMin)));
+  };
+  for (const seg of x.segments.filter((sg) => sg.gap)) taken.push(seg.toEnd ? seg.x1 - 40 : (seg.x0 + seg.x1) / 2);
+  const pts = moments(m).filter(Number.isFinite).sort((a, b) => a - b);
+  for (const seg of x.segments.filter((sg) => !sg.gap)) {
+    let placed = 0;
+    for (let t = Math.ceil(seg.t0 / step) * step; t <= seg.t1; t += step) {
+      const px = x(t);
+      if (free(px)) {
+        tick(t, px);
+        placed++;
+      }
+    }
+    const firstMoment = pts.find((t) => t >= seg.t0 && t <= seg.t1);
+    if (placed === 0 && firstMoment !== undefined && free(x(firstMoment))) tick(firstMoment, x(firstMoment));
   }
   g.appendChild(svgEl("text", {class: "axis-unit", x: 12, y: 13}, "UTC"));
   g.appendChild(svgEl("text", {class: "axis-unit muted", x: 12, y: 26}, "since first event"));
-  if (x.broken) {
-    const bx = x.breakX;
-    g.appendChild(svgEl("path", {class: "axis-break",
-      d: "M" + (bx + 4) + "," + (AXIS_H - 4) + " l6,-6 l6,12 l6,-12 l6,12 l6,-6"}));
+  if (nowLabel) {
     g.appendChild(svgEl("text", {class: "axis-label axis-now", x: x.x1, y: 13, "text-anchor": "end"},
       clockTime(m.tEnd)));
-    g.appendChild(svgEl("text", {class: "axis-offset", x: x.x1, y: 26, "text-anchor": "end"},
-      "now, +" + duration(m.tEnd - m.tLast)));
+    g.appendChild(svgEl("text", {class: "axis-offset", x: x.x1, y: 26, "text-anchor": "end"}, "now"));
+  }
+  return g;
+}
+
+// Each break: a band across the lanes, a zigzag on the axis, and how long
+// the gap it stands for lasted.
+function timeBreaks(x, height) {
+  const g = svgEl("g", {class: "time-breaks"});
+  for (const seg of x.segments.filter((sg) => sg.gap)) {
+    const mid = (seg.x0 + seg.x1) / 2;
+    // The band lies over the lanes, see-through and deaf to the pointer, so
+    // what crosses the gap stays visible and hoverable under it.
+    g.appendChild(svgEl("rect", {class: "time-break", x: seg.x0, y: AXIS_H - 4, width: seg.x1 - seg.x0,
+      height: height - AXIS_H}));
+    const zigzag = svgEl("path", {class: "axis-break",
+      d: "M" + (mid - 15) + "," + (AXIS_H - 4) + " l5,-5 l5,10 l5,-10 l5,10 l5,-10 l5,5"});
+    zigzag.appendChild(svgEl("title", {}, "nothing happened from " + isoTime(seg.t0) + " to " + isoTime(seg.t1) +
+      " (" + duration(seg.t1 - seg.t0) + "): drawn short; tick \"linear time\" for true proportions"));
+    g.appendChild(zigzag);
+    g.appendChild(svgEl("text", {class: "axis-gap", x: seg.toEnd ? seg.x1 : mid, y: 17,
+      "text-anchor": seg.toEnd ? "end" : "middle"}, duration(seg.t1 - seg.t0) + (seg.toEnd ? " → now" : "")));
   }
   return g;
 }
@@ -119,6 +146,7 @@ function layoutLanes(m, x) {
   let top = AXIS_H + STRIP_H;
   return m.lanes.map((lane, i) => {
     const tracks = [];
+    const lastOnTrack = []; // the holding last put on each track, whose label may use the room after it
     const sorted = lane.holdings.slice().sort((a, b) => a.start - b.start);
     for (const h of sorted) {
       const x0 = x(h.start);
@@ -131,9 +159,13 @@ function layoutLanes(m, x) {
       // completion never seems to sit on the next holder's bar.
       const lastMark = h.late.reduce((t, mk) => Math.max(t, mk.t), h.end);
       tracks[k] = Math.max(x(lastMark) + 6, x0 + 4);
+      if (lastOnTrack[k]) lastOnTrack[k].roomTo = x0;
+      lastOnTrack[k] = h;
       h.track = k;
+      h.roomTo = x.x1;
     }
-    const height = Math.max(LANE_MIN_H, 4 + MARK_ROW + Math.max(1, tracks.length) * TRACK_H + 6);
+    const labelH = 24 + idLines(lane.id).length * LABEL_LINE;
+    const height = Math.max(LANE_MIN_H, labelH, 4 + MARK_ROW + Math.max(1, tracks.length) * TRACK_H + 6);
     const laid = {lane, index: i, top, height};
     top += height;
     return laid;
@@ -171,8 +203,14 @@ function laneLabel(lane, top) {
   const a = lane.attempt;
   const label = svgEl("text", {class: "lane-label", x: 12, y: top + 19});
   if (a) {
-    label.appendChild(svgEl("tspan", {class: "lane-id"}, clip(lane.id, 26)));
-    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: 15},
+    // The id is shown whole (ids are what operators search for), wrapped
+    // over lines of its own; the replica may be cut, its tooltip is not.
+    const id = svgEl("tspan", {class: "lane-id"});
+    idLines(lane.id).forEach((part, i) => {
+      id.appendChild(i === 0 ? svgEl("tspan", {}, part) : svgEl("tspan", {x: 12, dy: LABEL_LINE}, part));
+    });
+    label.appendChild(id);
+    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: LABEL_LINE},
       clip(a.replica === null || a.replica === undefined ? "no replica" : String(a.replica), 18) +
       " · epoch " + a.epoch));
     label.appendChild(svgEl("title", {}, "attempt " + lane.id + " on " + (a.replica ?? "no replica") +
@@ -220,10 +258,20 @@ function holdingBar(h, laneTop, x) {
     g.appendChild(svgEl("rect", {class: "call-lapsed", x: lx, y, width: Math.max(x0 + w - lx, 1),
       height: BAR_H, rx: 2}));
   }
-  const text = clip(h.cid + (h.tool ? " · " + h.tool : ""), Math.floor((w - 8) / CHAR_W));
-  if (text.length >= 4) {
+  // The label goes inside the bar when it fits, else after it when the
+  // track is free there (a call of a few ms is a sliver at most scales).
+  const full = h.cid + (h.tool ? " · " + h.tool : "");
+  const inside = clip(full, Math.floor((w - 8) / CHAR_W));
+  const after = x0 + w + (h.late.length ? 10 : 5);
+  const outside = clip(full, Math.floor((h.roomTo - after - 6) / CHAR_W));
+  if (inside.length >= Math.min(full.length, 10)) {
     g.appendChild(svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
-      y: y + BAR_H - 3}, text));
+      y: y + BAR_H - 3}, inside));
+  } else if (outside.length >= Math.min(full.length, 8)) {
+    g.appendChild(svgEl("text", {class: "call-label-outside", x: after, y: y + BAR_H - 3}, outside));
+  } else if (inside.length >= 4) {
+    g.appendChild(svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
+      y: y + BAR_H - 3}, inside));
   }
   return g;
 }
@@ -245,13 +293,22 @@ function holdingTitle(h) {
     "claimed " + isoTime(h.start) + (Number.isFinite(h.leaseMs) ? ", lease " + duration(h.leaseMs) : ""),
     how + " " + isoTime(h.end) + ": " + h.state + " (" + duration(h.end - h.start) + ")",
   ];
+  const end = detailOf(h.endEvent);
+  if (h.endedBy === "released" && (end.reason || end.outcome)) {
+    lines.push(end.reason ? "reason: " + end.reason : "retryable " + end.outcome);
+  }
   if (h.lapseAt) lines.push("lease ran out about " + isoTime(h.lapseAt) + " (renewals are not recorded)");
   return lines.join("\n");
 }
 
+// A cancel is a fence of its own only when no revocation tells the attempt's
+// story: data-cause is always a cause the history gives for a revocation.
 function fenceMark(lane, f, top, height, x) {
   const px = x(f.t);
-  const line = svgEl("line", {class: "mark-fenced", "data-attempt-id": lane.id, "data-cause": f.cause,
+  const cancel = f.ev.type === "attempt_cancel_requested";
+  const revoked = lane.fences.some((o) => o.ev.type === "attempt_revoked");
+  const line = svgEl("line", {class: cancel && revoked ? "mark-cancel" : "mark-fenced",
+    "data-attempt-id": lane.id, "data-cause": f.cause,
     "data-event-seq": f.ev.seq, x1: px, x2: px, y1: top + 1, y2: top + height - 1});
   line.appendChild(svgEl("title", {}, "attempt " + lane.id + " " +
     (f.ev.type === "attempt_cancel_requested" ? "cancel requested" : "revoked") + " at " + isoTime(f.t) +
@@ -396,7 +453,8 @@ function defs(x, height) {
   const clip = svgEl("clipPath", {id: "tl-clip"});
   clip.appendChild(svgEl("rect", {x: x.x0 - 8, y: 0, width: x.x1 - x.x0 + 16, height}));
   d.appendChild(clip);
-  for (const [id, cls] of [["tl-hatch-fenced", "hatch-fenced"], ["tl-hatch-lapsed", "hatch-lapsed"]]) {
+  for (const [id, cls] of [["tl-hatch-fenced", "hatch-fenced"], ["tl-hatch-lapsed", "hatch-lapsed"],
+    ["tl-hatch-break", "hatch-break"]]) {
     const p = svgEl("pattern", {id, width: 6, height: 6, patternUnits: "userSpaceOnUse",
       patternTransform: "rotate(45)"});
     p.appendChild(svgEl("rect", {class: cls + "-bg", width: 6, height: 6}));
@@ -416,6 +474,12 @@ function offset(ms) {
 
 function detailOf(ev) {
   return ev && ev.detail && typeof ev.detail === "object" ? ev.detail : {};
+}
+
+function idLines(id) {
+  const lines = [];
+  for (let i = 0; i < id.length; i += ID_CHARS) lines.push(id.slice(i, i + ID_CHARS));
+  return lines.length ? lines : [""];
 }
 
 function clip(s, n) {
