@@ -18,6 +18,9 @@ from conftest import claim_id, new_id
 # prefixed with the field's name so the tests can tell where it went.
 HOSTILE = '<script>window.__xss=1</script><img src=x onerror="window.__xss=1">'
 
+# The stalled replica's lease and its call's, the longest the fill waits for.
+ZOMBIE_LEASE_MS = 700
+
 # More requests than one page of the list (the API's default limit is 50).
 EXTRA_REQUESTS = 55
 
@@ -139,15 +142,16 @@ def fill(service):
     f.claim(rid, "call_02", "att-1", hostile("tool"), 150, owner=hostile("owner"))
 
     # (d) a partition: gpu-e stalls holding a call; the router fences it and
-    # waits for its lease.
+    # waits for its lease. (The lease must outlast the two calls before the
+    # failover even on a loaded machine: wait_for_fence needs it running.)
     rid = s["zombie"]
-    f.attempt(rid, "att-1", "gpu-e/1", 300, model_revision="m@1")
-    f.claim(rid, "call_01", "att-1", "send_email", 300)
+    f.attempt(rid, "att-1", "gpu-e/1", ZOMBIE_LEASE_MS, model_revision="m@1")
+    f.claim(rid, "call_01", "att-1", "send_email", ZOMBIE_LEASE_MS)
     f.failover(rid, "att-1", "heartbeat_timeout", "wait_for_fence",
                {"attempt_id": "att-2", "replica": "gpu-f/1", "lease_ms": 30000})
 
     # One wait for every lease above.
-    time.sleep(0.45)
+    time.sleep(ZOMBIE_LEASE_MS / 1000 + 0.05)
 
     # (d) continued: the stalled replica reports its email, late; the rerun
     # starts; the zombie then tries another side effect and is refused.
