@@ -5,7 +5,7 @@
 // keyset cursor that only goes forward; "previous" is a stack of the
 // cursors that led here, dropped whenever the filters change.
 
-import {get, query} from "./api.js";
+import {get, query, serverNow} from "./api.js";
 import {attentionBadges, clientErrorCode, clientErrorMessage, pill} from "./badges.js";
 import {ago, cell, clear, el, isId, parseTime, requestHref} from "./dom.js";
 
@@ -100,7 +100,7 @@ function setPager(prev, next, info) {
 
 function renderRows(items) {
   const tbody = clear(document.querySelector("#requests tbody"));
-  const now = Date.now();
+  const now = serverNow();
   for (const r of items) tbody.appendChild(row(r, now));
   document.getElementById("requests-empty").hidden = items.length !== 0;
 }

@@ -247,7 +247,9 @@ function finishLeases(m, attempts, events) {
     const start = Number.isFinite(lane.createdAt) ? lane.createdAt : m.tMin;
     let end = parseTime(a.ended_at);
     if (!Number.isFinite(end) && endEvent) end = parseTime(endEvent.at);
-    if (!Number.isFinite(end)) end = STILL_RUNNING.has(a.state) ? Math.max(m.now, start) : m.tLast;
+    // Still running (or expired, which is never stored): up to now while
+    // the request is open; a closed request's history ends with its last event.
+    if (!Number.isFinite(end)) end = STILL_RUNNING.has(a.state) && m.open ? Math.max(m.now, start) : m.tLast;
     lane.lease = {start, end: Math.max(end, start), state: str(a.state)};
 
     const cancelled = own.find((e) => (e.type === "attempt_revoked" && e.detail && e.detail.state === "cancel_requested") ||

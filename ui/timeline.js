@@ -46,7 +46,7 @@ export function drawTimeline(svg, model, width, zoom, linear) {
   svg.appendChild(laneBackgrounds(lanes, width));
   svg.appendChild(axis(model, x, height));
   svg.appendChild(requestStrip(model, x));
-  for (const lane of lanes) svg.appendChild(drawLane(model, lane, x));
+  for (const lane of lanes) svg.appendChild(drawLane(lane, x));
   svg.appendChild(timeBreaks(x, height));
   const over = svgEl("g", {class: "overlays", "clip-path": "url(#tl-clip)"});
   over.appendChild(links(model, lanes, x));
@@ -181,7 +181,7 @@ function laneBackgrounds(lanes, width) {
   return g;
 }
 
-function drawLane(m, l, x) {
+function drawLane(l, x) {
   const {lane, top, height} = l;
   const lanes = svgEl("g", {class: "lane", "data-attempt-id": lane.id});
   lanes.appendChild(laneLabel(lane, top));
@@ -192,7 +192,7 @@ function drawLane(m, l, x) {
   for (const h of lane.holdings) g.appendChild(holdingBar(h, top, x));
   for (const f of lane.fences) g.appendChild(fenceMark(lane, f, top, height, x));
   const markY = top + 4 + MARK_ROW / 2;
-  for (const mark of lane.marks) g.appendChild(laneMark(lane, mark, markY, x));
+  for (const mark of lane.marks) g.appendChild(laneMark(mark, markY, x));
   for (const h of lane.holdings) {
     for (const mark of h.late) g.appendChild(holdingMark(h, mark, top, x));
   }
@@ -217,7 +217,7 @@ function laneLabel(lane, top) {
       ", epoch " + a.epoch + ", " + a.state + (a.model_revision ? "\nmodel revision " + a.model_revision : "")));
   } else {
     label.appendChild(svgEl("tspan", {class: "lane-id"}, "no attempt"));
-    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: 15}, "calls claimed without one"));
+    label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: LABEL_LINE}, "calls claimed without one"));
   }
   return label;
 }
@@ -316,7 +316,7 @@ function fenceMark(lane, f, top, height, x) {
   return line;
 }
 
-function laneMark(lane, mark, y, x) {
+function laneMark(mark, y, x) {
   const px = x(mark.t);
   const d = detailOf(mark.ev);
   if (mark.kind === "refused") {

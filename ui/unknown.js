@@ -7,8 +7,8 @@
 // other: a role that may not resolve never sees a control that would only
 // answer 403.
 
-import {get, query, requestPath, send} from "./api.js";
-import {ago, cell, clear, el, isId, parseTime, requestHref} from "./dom.js";
+import {get, query, requestPath, send, serverNow} from "./api.js";
+import {cell, clear, duration, el, isId, parseTime, requestHref} from "./dom.js";
 
 const PAGE = 500;
 const MAX_PAGES = 100;
@@ -62,7 +62,7 @@ export async function showUnknown() {
 
 function renderRows(items) {
   const tbody = clear(document.querySelector("#unknown tbody"));
-  const now = Date.now();
+  const now = serverNow();
   for (const c of items) tbody.appendChild(row(c, now));
   document.getElementById("unknown-empty").hidden = items.length !== 0;
   document.getElementById("unknown-count").textContent =
@@ -85,7 +85,10 @@ function row(c, now) {
     cell("attempt mono", holder.attempt_id),
     cell("owner mono", holder.owner),
     cell("fencing-token num", c.fencing_token),
-    cell("created-at mono", c.created_at, {title: ago(parseTime(c.created_at), now)}),
+    cell("created-at mono", c.created_at),
+    // How long the key has been held back: the oldest wait comes first to mind.
+    cell("age num", Number.isFinite(parseTime(c.created_at)) ? duration(now - parseTime(c.created_at)) : "",
+      {title: "since the claim; the lease ran out some time after it"}),
   );
   if (isAdmin) {
     const button = el("button", {type: "button", class: "resolve-open"}, "Resolve…");
@@ -110,12 +113,12 @@ function buildForm() {
   f.append(
     el("h3", {}, "Resolve a call"),
     el("p", {class: "muted small"}, "Settle it only after checking the tool's own records. Its holder, if any, is revoked."),
-    el("div", {class: "field"}, el("span", {class: "label"}, "Call"),
+    el("div", {class: "field field-target"}, el("span", {class: "label"}, "Call"),
       el("output", {id: "resolve-target", class: "mono"}, "choose one in the list")),
-    el("div", {class: "field"}, el("label", {for: "resolve-resolution"}, "Resolution"), resolution),
-    el("div", {class: "field"}, el("label", {for: "resolve-result"}, "Result (JSON, optional)"), result,
+    el("div", {class: "field field-resolution"}, el("label", {for: "resolve-resolution"}, "Resolution"), resolution),
+    el("div", {class: "field field-result"}, el("label", {for: "resolve-result"}, "Result (JSON, optional)"), result,
       el("div", {id: "resolve-result-error", class: "field-error", hidden: true})),
-    el("div", {class: "field"}, el("label", {for: "resolve-note"}, "Note"), note),
+    el("div", {class: "field field-note"}, el("label", {for: "resolve-note"}, "Note"), note),
     el("div", {class: "form-actions"}, el("button", {type: "submit", class: "primary"}, "Resolve")),
     el("div", {id: "resolve-answer", class: "answer", "aria-live": "polite"}),
   );
@@ -149,7 +152,8 @@ function choose(rid, cid, tool) {
   form.querySelector("#resolve-target").textContent = rid + ":" + cid + (tool ? " (" + tool + ")" : "");
   clear(form.querySelector("#resolve-answer"));
   markTarget();
-  form.elements.resolution.focus();
+  form.scrollIntoView({block: "nearest", behavior: "smooth"});
+  form.elements.resolution.focus({preventScroll: true});
 }
 
 function markTarget() {
