@@ -264,15 +264,14 @@ function holdingBar(h, laneTop, x) {
   const inside = clip(full, Math.floor((w - 8) / CHAR_W));
   const after = x0 + w + (h.late.length ? 10 : 5);
   const outside = clip(full, Math.floor((h.roomTo - after - 6) / CHAR_W));
-  if (inside.length >= Math.min(full.length, 10)) {
-    g.appendChild(svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
-      y: y + BAR_H - 3}, inside));
-  } else if (outside.length >= Math.min(full.length, 8)) {
-    g.appendChild(svgEl("text", {class: "call-label-outside", x: after, y: y + BAR_H - 3}, outside));
-  } else if (inside.length >= 4) {
-    g.appendChild(svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
-      y: y + BAR_H - 3}, inside));
-  }
+  const inLabel = () => svgEl("text", {class: "call-label call-label-" + stateWord(h.state), x: x0 + 4,
+    y: y + BAR_H - 3}, inside);
+  const outLabel = () => svgEl("text", {class: "call-label-outside", x: after, y: y + BAR_H - 3}, outside);
+  if (inside === full) g.appendChild(inLabel());
+  else if (outside === full) g.appendChild(outLabel());
+  else if (inside.length >= 10) g.appendChild(inLabel());
+  else if (outside.length >= 8) g.appendChild(outLabel());
+  else if (inside.length >= 4) g.appendChild(inLabel());
   return g;
 }
 
