@@ -58,7 +58,7 @@ export function setupRequests() {
 
 /** Shows the view for @f: the first page again when the filters changed. */
 export function showRequests(f) {
-  if (f.status !== filters.status || f.attention !== filters.attention || cursors.length === 0) {
+  if (f.status !== filters.status || f.attention !== filters.attention) {
     filters = f;
     cursors = [null];
   }

@@ -452,8 +452,7 @@ function defs(x, height) {
   const clip = svgEl("clipPath", {id: "tl-clip"});
   clip.appendChild(svgEl("rect", {x: x.x0 - 8, y: 0, width: x.x1 - x.x0 + 16, height}));
   d.appendChild(clip);
-  for (const [id, cls] of [["tl-hatch-fenced", "hatch-fenced"], ["tl-hatch-lapsed", "hatch-lapsed"],
-    ["tl-hatch-break", "hatch-break"]]) {
+  for (const [id, cls] of [["tl-hatch-fenced", "hatch-fenced"], ["tl-hatch-lapsed", "hatch-lapsed"]]) {
     const p = svgEl("pattern", {id, width: 6, height: 6, patternUnits: "userSpaceOnUse",
       patternTransform: "rotate(45)"});
     p.appendChild(svgEl("rect", {class: cls + "-bg", width: 6, height: 6}));
