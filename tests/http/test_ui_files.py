@@ -27,7 +27,7 @@ def assert_guarded(r):
 def test_every_file_of_ui_is_served_as_it_is_in_the_tree(service):
     assert "index.html" in SERVED
     types = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-             ".css": "text/css; charset=utf-8"}
+             ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
     for name in SERVED:
         r = service.ledgerd.request("GET", "/ui/" + name)
         assert r.status == 200, (name, r)
