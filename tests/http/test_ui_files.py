@@ -22,6 +22,7 @@ def assert_guarded(r):
     assert r.header("X-Content-Type-Options") == "nosniff"
     assert r.header("Referrer-Policy") == "no-referrer"
     assert r.header("X-Frame-Options") == "DENY"
+    assert r.header("Cache-Control") == "no-cache"
 
 
 def test_every_file_of_ui_is_served_as_it_is_in_the_tree(service):
@@ -59,10 +60,11 @@ def test_ui_takes_get_and_head_only(service):
     head = service.ledgerd.request("HEAD", "/ui/")
     assert head.status == 200 and head.body == "", head
     assert int(head.header("Content-Length")) == len((ROOT / "ui" / "index.html").read_bytes())
-    r = service.ledgerd.post("/ui/", {})
-    assert r.status == 405 and r.code == "method_not_allowed"
-    assert r.header("Allow") == "GET, HEAD"
-    assert_guarded(r)
+    for method in ("POST", "PUT", "DELETE", "OPTIONS"):
+        r = service.ledgerd.request(method, "/ui/app.js")
+        assert r.status == 405 and r.code == "method_not_allowed", (method, r)
+        assert r.header("Allow") == "GET, HEAD"
+        assert_guarded(r)
 
 
 def test_the_api_is_not_under_the_page_headers(service):

@@ -7,8 +7,8 @@ more requests than one page). Then each node test file (tests/ui/test_*.mjs,
 node's own test runner) drives Debian's chromium through playwright-core,
 pinned in tests/ui/node, and reads the page by the hooks ui/README.md
 names. What needs no browser (the headers of every /ui answer, the
-redirect, the files served as they are in ui/, `--ui off`) is checked
-here over plain HTTP.
+redirect, the files served as they are in ui/, `--ui off`) is checked over
+plain HTTP in tests/http/test_ui_files.py.
 
 The node files run one after another (one pytest test each): the resolve
 flow settles a call the others would otherwise see change under them.
@@ -21,12 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Ledgerd
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 NODE = HERE / "node"
-UI = ROOT / "ui"
 SHOTS = ROOT / "build" / "ui"
 sys.path.insert(0, str(ROOT / "tests" / "js"))
 
@@ -34,25 +31,6 @@ import js_build  # noqa: E402  (tests/js: the install lock and npm ci)
 import ui_fill  # noqa: E402
 
 NODE_TESTS = sorted(p.name for p in HERE.glob("test_*.mjs"))
-
-# The headers ledgerd sends with every /ui answer (ui/README.md).
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-UI_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-              "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
-              "Cache-Control": "no-cache"}
-CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
-                 ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/"}
-
-
-def ui_files():
-    return sorted(p for p in UI.iterdir() if p.is_file() and p.name != "README.md")
-
-
-def assert_ui_headers(r):
-    for name, value in UI_HEADERS.items():
-        assert r.header(name) == value, (name, r.header(name), r)
-
 
 @pytest.fixture(scope="module")
 def installed():
@@ -121,61 +99,6 @@ def test_the_fill_reads_back_through_the_api(service, scenarios):
     assert terminated["client_error"]["error"]["code"] == "upstream_decode_interrupted"
     assert all(by_id[rid]["attention"] == [] for rid in scenarios["extra"])
     assert len(by_id) == len(scenarios) - 1 + len(scenarios["extra"])
-
-
-def test_every_ui_answer_carries_the_headers(service):
-    led = service.ledgerd
-    files = ui_files()
-    assert [p.name for p in files if p.name == "index.html"] == ["index.html"]
-    for path in ["/ui/"] + ["/ui/" + p.name for p in files]:
-        r = led.get(path)
-        assert r.status == 200, (path, r)
-        assert_ui_headers(r)
-    for method, path, status in (("GET", "/ui/no-such-file.js", 404),
-                                 ("GET", "/ui/../v1/requests", 404),
-                                 ("POST", "/ui/", 405), ("DELETE", "/ui/app.js", 405)):
-        r = led.request(method, path)
-        assert r.status == status, (method, path, r)
-        assert_ui_headers(r)
-    head = led.request("HEAD", "/ui/")
-    assert head.status == 200 and head.body == ""
-    assert_ui_headers(head)
-
-
-def test_ui_redirects_to_ui_slash(service):
-    r = service.ledgerd.get("/ui")
-    assert r.status in (301, 308), r
-    assert r.header("Location") == "/ui/"
-    assert_ui_headers(r)
-
-
-def test_the_files_are_served_as_they_are_in_ui(service):
-    """Byte for byte, with their types, and no token needed to load the page."""
-    for path in ui_files():
-        r = service.ledgerd.request("GET", "/ui/" + path.name)
-        assert r.status == 200
-        assert r.body.encode() == path.read_bytes(), path.name
-        want = CONTENT_TYPES.get(path.suffix)
-        assert want is not None and r.header("Content-Type").startswith(want), (
-            path.name, r.header("Content-Type"))
-    index = service.ledgerd.get("/ui/")
-    assert index.body.encode() == (UI / "index.html").read_bytes()
-
-
-def test_ui_off_answers_404(service, tmp_path):
-    off = Ledgerd(service.database_url, tmp_path / "ledgerd-ui-off.log",
-                  extra_args=["--ui", "off"])
-    try:
-        for path in ("/ui/", "/ui", "/ui/index.html", "/ui/app.js"):
-            r = off.get(path)
-            assert r.status == 404, (path, r)
-            assert r.code == "not_found"
-        # The API itself is untouched.
-        assert off.get("/healthz").status == 200
-        assert off.get("/v1/whoami", token=service.token("reviewer")).json == {
-            "tenant": "t1", "role": "reviewer"}
-    finally:
-        off.stop()
 
 
 @pytest.mark.parametrize("name", NODE_TESTS)
