@@ -44,10 +44,11 @@ export function drawTimeline(svg, model, width, zoom, linear) {
 
   svg.appendChild(defs(x, height));
   svg.appendChild(laneBackgrounds(lanes, width));
+  svg.appendChild(timeBreakBands(x, height));
   svg.appendChild(axis(model, x, height));
   svg.appendChild(requestStrip(model, x));
   for (const lane of lanes) svg.appendChild(drawLane(lane, x));
-  svg.appendChild(timeBreaks(x, height));
+  svg.appendChild(timeBreakMarks(x));
   const over = svgEl("g", {class: "overlays", "clip-path": "url(#tl-clip)"});
   over.appendChild(links(model, lanes, x));
   if (model.firstDelta) over.appendChild(firstDelta(model.firstDelta, x, height));
@@ -117,16 +118,22 @@ function axis(m, x, height) {
   return g;
 }
 
-// Each break: a band across the lanes, a zigzag on the axis, and how long
-// the gap it stands for lasted.
-function timeBreaks(x, height) {
+// Each break: a band across the lanes, drawn beneath them so that what
+// crosses the gap (a long bar, its label) stays whole over it.
+function timeBreakBands(x, height) {
   const g = svgEl("g", {class: "time-breaks"});
   for (const seg of x.segments.filter((sg) => sg.gap)) {
-    const mid = (seg.x0 + seg.x1) / 2;
-    // The band lies over the lanes, see-through and deaf to the pointer, so
-    // what crosses the gap stays visible and hoverable under it.
     g.appendChild(svgEl("rect", {class: "time-break", x: seg.x0, y: AXIS_H - 4, width: seg.x1 - seg.x0,
       height: height - AXIS_H}));
+  }
+  return g;
+}
+
+// And on the axis, a zigzag and how long the gap it stands for lasted.
+function timeBreakMarks(x) {
+  const g = svgEl("g", {class: "time-break-marks"});
+  for (const seg of x.segments.filter((sg) => sg.gap)) {
+    const mid = (seg.x0 + seg.x1) / 2;
     const zigzag = svgEl("path", {class: "axis-break",
       d: "M" + (mid - 15) + "," + (AXIS_H - 4) + " l5,-5 l5,10 l5,-10 l5,10 l5,-10 l5,5"});
     zigzag.appendChild(svgEl("title", {}, "nothing happened from " + isoTime(seg.t0) + " to " + isoTime(seg.t1) +
