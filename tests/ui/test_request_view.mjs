@@ -251,6 +251,8 @@ for (const name of ['plain', 'failover', 'terminated', 'zombie', 'unknown', 'res
     checkView(name, S[name], shown);
     if (name === 'failover' || name === 'zombie') {
       await tab.page.screenshot({ path: shot(`request-${name}.png`), fullPage: true });
+      // What the README shows: the first screen of the view, its timeline whole.
+      await tab.page.screenshot({ path: shot(`request-${name}-top.png`) });
     }
   });
 }

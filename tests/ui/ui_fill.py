@@ -113,7 +113,7 @@ def fill(service):
     assert f.claim(rid, "call_01", "att-2", "lookup_order", 30000, status=200).json["replayed"]
     tok = f.claim(rid, "call_02", "att-2", "refund", 30000).json["fencing_token"]
     f.complete(rid, "call_02", tok)
-    f.attempt_call(rid, "att-2", "deliver", {"delivered_output_tokens": 0})
+    f.attempt_call(rid, "att-2", "deliver", {"delivered_output_tokens": 4})
     f.attempt_call(rid, "att-2", "finish", {"outcome": "completed", "delivered_output_tokens": 25})
 
     # (c) the replica dies after the first delta: the stream is terminated.
@@ -163,7 +163,7 @@ def fill(service):
     assert f.claim(rid, "call_01", "att-2", "send_email", 30000, status=200).json["replayed"]
     tok = f.claim(rid, "call_02", "att-2", "refund", 30000).json["fencing_token"]
     f.complete(rid, "call_02", tok)
-    f.attempt_call(rid, "att-2", "deliver", {"delivered_output_tokens": 0})
+    f.attempt_call(rid, "att-2", "deliver", {"delivered_output_tokens": 2})
     f.attempt_call(rid, "att-2", "finish", {"outcome": "completed", "delivered_output_tokens": 12})
 
     # (f) continued: the attempt is cancelled with a hostile reason.
