@@ -15,6 +15,7 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # pytest-xdist: make test runs its test files in parallel.
 # openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
 # clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
+# chromium: tests/ui drives the page at /ui/ in it, through playwright-core.
 FUZZ_PKGS="clang libclang-rt-14-dev"
 TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs chromium $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
