@@ -17,6 +17,7 @@
 #include "api/review.h"
 #include "api/routes.h"
 #include "api/toolcalls.h"
+#include "api/whoami.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -42,6 +43,7 @@ const struct api_handler api_toolcalls_get = {0};
 const struct api_handler api_toolcalls_list = {0};
 const struct api_handler api_review_request = {0};
 const struct api_handler api_review_list = {0};
+const struct api_handler api_whoami = {0};
 const struct api_handler api_attempts_create = {0};
 const struct api_handler api_attempts_renew = {0};
 const struct api_handler api_attempts_deliver = {0};
