@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { after, before } from 'node:test';
 
 const require = createRequire(new URL('./node/package.json', import.meta.url));
 const { chromium } = require('playwright-core');
@@ -128,6 +129,21 @@ export async function login(page, token, role) {
   await page.fill('input#token', token);
   await page.locator('#token-form [type=submit], #token-form button:not([type=button])').first().click();
   await poll(async () => assert.equal(await page.textContent('#whoami'), `tenant ${config.tenant} · role ${role}`));
+}
+
+// A test file's browser and one tab signed in as @role, opened before its
+// tests and closed after them: use the returned object's .tab once they run.
+export function signedInTab(role) {
+  const held = { browser: null, tab: null };
+  before(async () => {
+    held.browser = await launch();
+    held.tab = await openPage(held.browser);
+    await login(held.tab.page, config.tokens[role], role);
+  });
+  after(async () => {
+    await held.browser?.close();
+  });
+  return held;
 }
 
 // Goes to a hash route and waits for @ready (a selector) to be visible.

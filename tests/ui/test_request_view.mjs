@@ -3,23 +3,12 @@
 // against GET /v1/requests/{id} and what the fill did.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 
-import { S, TIME, TIME_IN, api, checkWatch, config, isEmpty, launch, login, openPage, poll, route, shot } from './helpers.mjs';
+import { S, TIME, TIME_IN, api, checkWatch, config, isEmpty, poll, route, shot, signedInTab } from './helpers.mjs';
 
 const token = config.tokens.reviewer;
-let browser;
-let tab;
-
-before(async () => {
-  browser = await launch();
-  tab = await openPage(browser);
-  await login(tab.page, token, 'reviewer');
-});
-
-after(async () => {
-  await browser?.close();
-});
+const held = signedInTab('reviewer');
 
 // Everything the view shows, read in the page.
 function readView() {
@@ -247,26 +236,26 @@ function checkView(name, want, { history, view }) {
 
 for (const name of ['plain', 'failover', 'terminated', 'zombie', 'unknown', 'resolve', 'hostile']) {
   test(`the request view of ${name}`, async () => {
-    const shown = await openRequest(tab.page, S[name].rid);
+    const shown = await openRequest(held.tab.page, S[name].rid);
     checkView(name, S[name], shown);
     if (name === 'failover' || name === 'zombie') {
-      await tab.page.screenshot({ path: shot(`request-${name}.png`), fullPage: true });
+      await held.tab.page.screenshot({ path: shot(`request-${name}.png`), fullPage: true });
       // What the README shows: the first screen of the view, its timeline whole.
-      await tab.page.screenshot({ path: shot(`request-${name}-top.png`) });
+      await held.tab.page.screenshot({ path: shot(`request-${name}-top.png`) });
     }
   });
 }
 
 test('the request view of a request made by a claim alone: the no-attempt lane', async () => {
   const rid = S.extra[0];
-  const shown = await openRequest(tab.page, rid);
+  const shown = await openRequest(held.tab.page, rid);
   checkView('extra', { lanes: [''], first_delta: null, fenced: [], calls: { call_01: '' } }, shown);
   const [lane] = shown.view.lanes;
   assert.ok(lane.label && lane.label.trim().length > 0);
 });
 
 test('a request that does not exist shows the API error', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/request/no-such-request');
   await poll(async () => assert.match(await page.textContent('#error'), /^404 not_found: /));
   assert.equal(await page.isVisible('#error'), true);
@@ -274,5 +263,5 @@ test('a request that does not exist shows the API error', async () => {
 
 test('nothing went wrong on the page', async () => {
   // The 404 above is the one failed load the browser reports.
-  await checkWatch(tab, { error: true, console: [/^error: Failed to load resource: the server responded with a status of 404 \(Not Found\) @ http:\/\/[^/]+\/v1\/requests\/no-such-request$/] });
+  await checkWatch(held.tab, { error: true, console: [/^error: Failed to load resource: the server responded with a status of 404 \(Not Found\) @ http:\/\/[^/]+\/v1\/requests\/no-such-request$/] });
 });

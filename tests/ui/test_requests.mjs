@@ -3,24 +3,13 @@
 // against GET /v1/requests.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 
-import { S, TIME, apiAll, checkWatch, config, launch, login, openPage, poll, route, shot } from './helpers.mjs';
+import { S, TIME, apiAll, checkWatch, config, poll, route, shot, signedInTab } from './helpers.mjs';
 
 const SCENARIOS = ['plain', 'failover', 'terminated', 'zombie', 'unknown', 'hostile'];
 const token = config.tokens.reviewer;
-let browser;
-let tab;
-
-before(async () => {
-  browser = await launch();
-  tab = await openPage(browser);
-  await login(tab.page, token, 'reviewer');
-});
-
-after(async () => {
-  await browser?.close();
-});
+const held = signedInTab('reviewer');
 
 // The rows of table#requests as the page shows them.
 async function rows(page) {
@@ -77,7 +66,7 @@ function sameRow(row, item) {
 }
 
 test('the first page lists the newest requests with status and attention, as the API does', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/requests', 'table#requests tr[data-request-id]');
   const got = await showsFirstPage(page, await apiAll('/v1/requests', token));
   // Each scenario (the newest requests) is on it, with the status and badges the fill gave it.
@@ -92,7 +81,7 @@ test('the first page lists the newest requests with status and attention, as the
 });
 
 test('a row links to its request view', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await page.click(`table#requests tr[data-request-id="${S.zombie.rid}"] .request-id a`);
   await poll(async () => assert.equal(await page.textContent('h2#request-title'), S.zombie.rid));
   assert.equal(new URL(page.url()).hash, '#/request/' + S.zombie.rid);
@@ -103,7 +92,7 @@ test('a row links to its request view', async () => {
 });
 
 test('paging walks every request once, newest first, and back', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/requests', 'table#requests tr[data-request-id]');
   const all = (await apiAll('/v1/requests', token)).map((i) => i.request_id);
   assert.ok(all.length > 60);
@@ -138,7 +127,7 @@ test('paging walks every request once, newest first, and back', async () => {
 });
 
 test('the status filter narrows the list to that status', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/requests', 'table#requests tr[data-request-id]');
   const options = await page.$$eval('select#status-filter option', (os) => os.map((o) => o.value));
   assert.deepEqual(options, ['', 'open', 'completed', 'failed', 'terminated', 'abandoned']);
@@ -158,7 +147,7 @@ test('the status filter narrows the list to that status', async () => {
 });
 
 test('the attention filter lists only the requests that need someone', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/requests', 'table#requests tr[data-request-id]');
   await page.check('input#attention-filter');
   const want = await apiAll('/v1/requests?attention=true', token);
@@ -182,7 +171,7 @@ test('the attention filter lists only the requests that need someone', async () 
 });
 
 test('the route sets the filters: a link to #/requests?status=open&attention=1', async () => {
-  const { page } = tab;
+  const { page } = held.tab;
   await route(page, '#/requests?status=open&attention=1');
   const want = await apiAll('/v1/requests?status=open&attention=true', token);
   await showsFirstPage(page, want);
@@ -196,5 +185,5 @@ test('the route sets the filters: a link to #/requests?status=open&attention=1',
 });
 
 test('nothing went wrong on the page', async () => {
-  await checkWatch(tab);
+  await checkWatch(held.tab);
 });
