@@ -800,6 +800,27 @@ def test_build_stage_makes_exactly_the_copied_programs_which_make_all_also_build
     assert set(targets) <= all_outputs
 
 
+def read_by_build(text):
+    """The top-level entries of the tree that the commands of @text name."""
+    names = set()
+    for word in re.findall(r"[\w./-]+", text):
+        top = word.split("/")[0]
+        if top and "/" in word and (ROOT / word).exists() and top != "build":
+            names.add(top)
+    return names
+
+
+def test_build_stage_copies_every_tree_its_make_reads():
+    """A tree the programs are made from (sql/ and ui/ are built into ledgerd)
+    must be in the stage: make would fail there on a file it never got."""
+    build = stage(dockerfile(), "build")
+    copied = {src.rstrip("/").split("/")[0] for flags, srcs, _ in copies(build)
+              if "from" not in flags for src in srcs}
+    _, text = make_outputs(make_targets(build))
+    assert {"api", "ledger", "sql", "ui"} <= read_by_build(text)
+    assert read_by_build(text) - copied == set()
+
+
 def test_packages_come_only_from_deps_sh():
     stages = dockerfile()
     assert check_packages(stages, *build_and_final(stages)) == []
