@@ -27,7 +27,15 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ledgerd [serve | migrate | token create --tenant T --role R [--from-env VAR] | gc | "
-		"version | help] [flags]\n\n"
+		"sql [NAME] | version | help] [flags]\n\n"
+		"  serve          serve the API until SIGTERM (the default)\n"
+		"  migrate        apply the schema's migrations\n"
+		"  token create   create a token and print it (--from-env: store the one given)\n"
+		"  gc             run retention once and say what it removed\n"
+		"  sql [NAME]     the names of ledgerd's SQL statements, or one's text (benchmarks, "
+		"reviews)\n"
+		"  version        the version and the schema it expects\n"
+		"  help, --help   this\n\n"
 		"flags (each also an environment variable; the flag wins):\n");
 	api_settings_usage(f);
 }
@@ -325,6 +333,13 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	/* Asked for help, a command answers with it, whatever else its line holds. */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		}
+	}
 	if (api_settings_load(&cfg, argc, argv, words, 3, &nwords, err, sizeof(err)) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: %s\n", err);
 		api_settings_free(&cfg);
@@ -350,12 +365,12 @@ int main(int argc, char **argv)
 		if (rc == 0)
 			rc = cmd_gc(&cfg);
 	} else if (strcmp(words[0], "sql") == 0 && nwords == 1) {
-		/* Undocumented in help, as below: the names of every statement, one a line. */
+		/* The names of every statement, one a line. */
 		for (size_t i = 0; ledger_store_sql_name(i) != NULL; i++)
 			printf("%s\n", ledger_store_sql_name(i));
 		rc = 0;
 	} else if (strcmp(words[0], "sql") == 0 && nwords == 2) {
-		/* Undocumented in help: for benchmarks, which must run ledgerd's own SQL. */
+		/* For benchmarks, which must run ledgerd's own SQL. */
 		const char *sql = ledger_store_sql(words[1]);
 
 		rc = sql != NULL ? 0 : 1;

@@ -717,10 +717,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 
 /* --- start-up --- */
 
-static void usage_exit(const char *why)
+static void usage(FILE *f)
 {
-	fprintf(stderr,
-		"gateway: %s\n"
+	fprintf(f,
 		"usage: gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
 		"               [--ledger-ca-file FILE] --replica NAME=URL [--replica NAME=URL ...]\n"
 		"               [--lease-ms N] [--soft-timeout-ms N] [--stall-timeout-ms N]"
@@ -728,8 +727,13 @@ static void usage_exit(const char *why)
 		"--ledger-ca-file: the PEM file of the CAs that may sign the ledger's certificate,\n"
 		"               for an https URL (else the system's trust store); always verified\n"
 		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, LEDGER_CA_FILE,"
-		" GATEWAY_REPLICAS (NAME=URL,NAME=URL)\n",
-		why);
+		" GATEWAY_REPLICAS (NAME=URL,NAME=URL)\n");
+}
+
+static void usage_exit(const char *why)
+{
+	fprintf(stderr, "gateway: %s\n", why);
+	usage(stderr);
 	exit(2);
 }
 
@@ -770,6 +774,12 @@ static void configure(int argc, char **argv)
 	gw.ledger_ca_file = getenv("LEDGER_CA_FILE");
 	if (gw.ledger_ca_file != NULL && gw.ledger_ca_file[0] == '\0')
 		gw.ledger_ca_file = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+	}
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
 

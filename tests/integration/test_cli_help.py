@@ -1,0 +1,55 @@
+"""Asking ledgerd and the reference gateway for help: the usage on standard
+output and exit status 0, whatever else the line holds, and a usage that
+names every command ledgerd takes. (ledgerctl and ledger-mcp have theirs in
+test_ledgerctl.py and tests/mcp/test_mcp_cli.py.)"""
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import LEDGERD
+
+GATEWAY = LEDGERD.parent / "gateway"
+
+
+def run(*args):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("args", [["help"], ["--help"], ["-h"], ["serve", "--help"],
+                                  ["migrate", "--workers", "0", "--help"]])
+def test_ledgerd_help_is_the_usage_on_stdout_and_exit_0(args):
+    r = run(LEDGERD, *args)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith("usage: ledgerd ") and r.stderr == ""
+    assert "--database-url" in r.stdout and "LEDGER_UI" in r.stdout
+
+
+def test_ledgerd_help_names_every_command_it_takes():
+    usage = run(LEDGERD, "help").stdout
+    for command in ("serve", "migrate", "token create", "gc", "sql [NAME]", "version", "help"):
+        assert re.search(r"\n  %s[ ,]" % re.escape(command), usage), command
+    # And each one it names is taken (sql and version need no database).
+    names = run(LEDGERD, "sql")
+    assert names.returncode == 0 and "list_requests" in names.stdout.split()
+    assert run(LEDGERD, "sql", "list_requests").stdout.startswith("SELECT ")
+    assert run(LEDGERD, "version").stdout.startswith("ledgerd ")
+
+
+def test_ledgerd_without_help_still_refuses_what_it_does_not_know():
+    r = run(LEDGERD, "--no-such-flag")
+    assert r.returncode == 2 and r.stdout == "" and "no-such-flag" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--listen", "127.0.0.1:1", "--help"]])
+def test_gateway_help_is_the_usage_on_stdout_and_exit_0(args):
+    r = run(GATEWAY, *args)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith("usage: gateway ") and r.stderr == ""
+
+
+def test_gateway_misuse_is_exit_2_with_the_usage_on_stderr():
+    r = run(GATEWAY, "--no-such-flag", "x")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("gateway: unknown flag\nusage: gateway ")
