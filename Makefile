@@ -119,14 +119,16 @@ $(BUILD)/libledger_client.a: $(SDK_OBJ)
 	objcopy --localize-hidden $(BUILD)/pic/ledger_client.o
 	rm -f $@ && $(AR) rcs $@ $(BUILD)/pic/ledger_client.o
 
+# The .pc of a prefix, include and library directory, to standard output.
+write_pc = sed -e 's|@PREFIX@|$(1)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@INCLUDEDIR@|$(2)|' -e 's|@LIBDIR@|$(3)|' scripts/ledger_client.pc.in
+
 $(BUILD)/ledger_client.pc: scripts/ledger_client.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
-		-e 's|@INCLUDEDIR@|$${prefix}/include|' -e 's|@LIBDIR@|$${prefix}/lib|' $< > $@
+	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) > $@
 
 # pkg-config prefers NAME-uninstalled.pc when it is on PKG_CONFIG_PATH: the build tree.
 $(BUILD)/ledger_client-uninstalled.pc: scripts/ledger_client.pc.in Makefile
-	sed -e 's|@PREFIX@|$(CURDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-		-e 's|@INCLUDEDIR@|$(CURDIR)/sdk/c|' -e 's|@LIBDIR@|$(CURDIR)/$(BUILD)|' $< > $@
+	$(call write_pc,$(CURDIR),$(CURDIR)/sdk/c,$(CURDIR)/$(BUILD)) > $@
 
 # The SDK's own test links the static library; the example, like a user's
 # program, the shared one through pkg-config.
@@ -141,9 +143,8 @@ $(SDK_TEST): tests/sdk/test_c_client.c tests/sdk/test_c_client_review.c \
 $(SDK_EXAMPLE): sdk/examples/send_email.c $(BUILD)/libledger_client.so \
 		$(BUILD)/ledger_client-uninstalled.pc
 	@mkdir -p $(dir $@)
-	$(CC) -D_GNU_SOURCE $(CFLAGS) $$(PKG_CONFIG_PATH=$(BUILD) pkg-config --cflags ledger_client) -o $@ $< \
-		$$(PKG_CONFIG_PATH=$(BUILD) pkg-config --libs ledger_client) \
-		-Wl,-rpath,$(CURDIR)/$(BUILD) $(LDFLAGS)
+	$(CC) $(CFLAGS) $$(PKG_CONFIG_PATH=$(BUILD) pkg-config --cflags ledger_client) -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(BUILD) pkg-config --libs ledger_client) $(LDFLAGS)
 
 # The chaos campaign's agent on the C SDK (tests/chaos/): the static library, like the SDK test.
 $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
@@ -161,13 +162,15 @@ $(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
 $(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd) $(SDK_LIBS)
 
-install-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc
+# The .pc is written here, for the PREFIX of this install (build/'s is for make's own).
+install-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libledger_client.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(BUILD)/ledger_client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ledger_client.pc
 
 # The failover rows are data the tests read; they must be what their generator writes.
 unit: $(UNIT_BIN)

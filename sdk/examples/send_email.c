@@ -6,6 +6,7 @@
  *
  *   LEDGER_URL=http://127.0.0.1:8080 LEDGER_TOKEN=... send_email REQUEST_ID [TO]
  */
+#define _GNU_SOURCE /* asprintf */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -219,3 +219,37 @@ def test_c_pkg_config_names_the_library():
     assert "-I%s" % (ROOT / "sdk" / "c") in out and "-lledger_client" in out, out
     installed = (BUILD / "ledger_client.pc").read_text()
     assert "Requires.private: libcurl libcrypto" in installed
+
+
+def build_and_start_example(out_dir, pkg_config_path):
+    """sdk/README's build line, as a user types it (no -D_GNU_SOURCE, with
+    implicit declarations an error as newer compilers make them), then the
+    program started from where it was built: its usage, exit 2."""
+    e = dict(os.environ, PKG_CONFIG_PATH=str(pkg_config_path))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "ledger_client"], env=e,
+                           capture_output=True, text=True, check=True).stdout.split()
+    program = out_dir / "send_email"
+    cc = subprocess.run(["cc", "-Werror=implicit-function-declaration",
+                         str(ROOT / "sdk" / "examples" / "send_email.c")] + flags
+                        + ["-o", str(program)], capture_output=True, text=True)
+    assert cc.returncode == 0 and cc.stderr == "", cc.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LEDGER_URL")}
+    run = subprocess.run([str(program)], env=env, capture_output=True, text=True, timeout=10)
+    assert run.returncode == 2 and run.stderr.startswith("usage: "), run.stderr
+    return program
+
+
+def test_the_documented_build_line_works_from_the_build_tree(tmp_path):
+    build_and_start_example(tmp_path, BUILD)
+
+
+def test_install_sdk_follows_prefix_and_the_example_builds_against_it(tmp_path):
+    prefix = tmp_path / "opt" / "ledgerd"
+    done = subprocess.run(["make", "-C", str(ROOT), "--no-print-directory", "install-sdk",
+                           "PREFIX=%s" % prefix], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pc = (prefix / "lib" / "pkgconfig" / "ledger_client.pc").read_text()
+    assert pc.startswith("prefix=%s\n" % prefix), pc
+    program = build_and_start_example(tmp_path, prefix / "lib" / "pkgconfig")
+    ldd = subprocess.run(["ldd", str(program)], capture_output=True, text=True).stdout
+    assert "libledger_client.so => %s" % (prefix / "lib" / "libledger_client.so") in ldd, ldd
