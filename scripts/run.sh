@@ -2,10 +2,12 @@
 # `make run`: ledgerd on 127.0.0.1:8080 over an embedded PostgreSQL 15 kept
 # under ./var/ (created on the first run), or over LEDGER_DATABASE_URL when
 # that is set. Ctrl-C stops ledgerd, which drains its calls, then the cluster.
+# LEDGER_LISTEN picks another address; LEDGER_RUN_DIR another place than
+# ./var/ for the cluster and the token.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-var=$root/var
+var=${LEDGER_RUN_DIR:-$root/var}
 ledgerd=${LEDGERD:-$root/build/ledgerd}
 pgbin=/usr/lib/postgresql/15/bin
 pgdir=$var/pg
@@ -82,20 +84,33 @@ fi
 
 "$ledgerd" migrate >&2
 
-# The development token lives with the cluster it was created in.
-if [ "$embedded" = 0 ] || [ ! -s "$var/dev-token" ]; then
+# One development token, kept in var/dev-token and stored again in whatever
+# database this run uses (--from-env succeeds when it is there already), so
+# restarting never mints another while the old one stays valid.
+token=""
+if [ -s "$var/dev-token" ] && LEDGER_DEV_TOKEN=$(cat "$var/dev-token") \
+	"$ledgerd" token create --tenant dev --role admin --from-env LEDGER_DEV_TOKEN 2>/dev/null; then
+	token=$(cat "$var/dev-token")
+fi
+if [ -z "$token" ]; then
 	"$ledgerd" token create --tenant dev --role admin >"$var/dev-token.new"
 	mv "$var/dev-token.new" "$var/dev-token"
+	token=$(cat "$var/dev-token")
 fi
-token=$(cat "$var/dev-token")
+printf '%s\n' "$LEDGER_DATABASE_URL" >"$var/database-url"
 
 cat >&2 <<EOF
-ledgerd: development admin token (tenant "dev", saved in var/dev-token):
+ledgerd: development admin token (tenant "dev", saved in $var/dev-token):
 
     $token
 
-ledgerd: try:
-    curl -s -X POST -H "Authorization: Bearer \$(cat var/dev-token)" \\
+ledgerd: the database (saved in $var/database-url), for ledgerd's own commands while this runs:
+
+    LEDGER_DATABASE_URL="$LEDGER_DATABASE_URL"
+    e.g. LEDGER_DATABASE_URL="\$(cat $var/database-url)" build/ledgerd token create --tenant dev --role agent
+
+ledgerd: listening on http://$LEDGER_LISTEN (another address: LEDGER_LISTEN=127.0.0.1:8081 make run); try:
+    curl -s -X POST -H "Authorization: Bearer \$(cat $var/dev-token)" \\
       -d '{"claim_id":"7f3c9a0b1d2e4f5a6b7c8d9e0f1a2b3c","tool":"send_email","args":{"to":"ana@example.com"}}' \\
       http://$LEDGER_LISTEN/v1/requests/req-1/tool-calls/call_01/claim
 
