@@ -816,6 +816,84 @@ def test_failover_from_a_dead_replica_to_a_terminated_stream(service):
     assert led.get_request(rid)["request"]["status"] == "terminated"
 
 
+def heartbeat_alive(attempt):
+    """Whether the heartbeat thread of @attempt still runs."""
+    name = "heartbeat %s/%s" % (attempt.request_id, attempt.attempt_id)
+    return any(t.name == name and t.is_alive() for t in threading.enumerate())
+
+
+def refusals(led, rid, aid):
+    """The calls of attempt @aid that ledgerd refused, from the request's history."""
+    return [e for e in led.get_request(rid)["events"]
+            if e["type"] == "refused" and e.get("attempt_id") == aid]
+
+
+def test_failover_revokes_the_attempt_handle_it_is_given(service):
+    led = router(service)
+    rid = new_id("r")
+    a1 = led.begin_attempt(rid, new_id("a"), replica="gpu-1", lease_ms=3000)
+    a1.start_heartbeat(interval_s=0.1)
+    assert heartbeat_alive(a1)
+
+    # As the C SDK does: a decision other than keep_waiting revokes the handle
+    # it names, whose heartbeat then ends.
+    a2_id = new_id("a")
+    try:
+        d = led.failover(rid, a1, "pod_lost",
+                         next_attempt={"attempt_id": a2_id, "replica": "gpu-2"})
+    finally:
+        alive = heartbeat_alive(a1)
+        a1.stop_heartbeat()
+    assert d.action == "retry_prefill" and d.body["source_state"] == "dead"
+    assert d.attempt.attempt_id == a2_id and not d.attempt.revoked
+    assert a1.revoked
+    assert not alive
+    seen = len(refusals(led, rid, a1.attempt_id))
+
+    # A revoked handle refuses to renew, deliver or finish without asking ledgerd.
+    for call in (a1.renew, lambda: a1.deliver(1), lambda: a1.finish("completed")):
+        with pytest.raises(AttemptFenced) as e:
+            call()
+        assert e.value.status == 409 and e.value.code == "attempt_fenced"
+    assert len(refusals(led, rid, a1.attempt_id)) == seen
+    assert attempt_state(led, rid, a1.attempt_id) == "dead"
+
+    # A handle of another request is a mistake, not a failover.
+    with pytest.raises(ValueError):
+        led.failover(new_id("r"), d.attempt, "pod_lost")
+    assert not d.attempt.revoked
+
+    # keep_waiting leaves the handle its rights, and its heartbeat.
+    d.attempt.start_heartbeat(interval_s=0.1)
+    try:
+        assert led.failover(rid, d.attempt, "overloaded").action == "keep_waiting"
+        assert not d.attempt.revoked and heartbeat_alive(d.attempt)
+    finally:
+        d.attempt.stop_heartbeat()
+
+
+def test_failover_refused_as_fenced_or_closed_revokes_the_handle(service):
+    led = router(service)
+    rid = new_id("r")
+    a1 = led.begin_attempt(rid, new_id("a"))
+    stale = led.begin_attempt(rid, a1.attempt_id)  # the same attempt, another handle
+    d = led.failover(rid, a1.attempt_id, "replica_exited",
+                     next_attempt={"attempt_id": new_id("a")})
+    assert d.action == "retry_prefill" and not a1.revoked  # by id: no handle to revoke
+    # The other router's handle: not the newest attempt any more.
+    assert not stale.revoked
+    with pytest.raises(AttemptFenced):
+        led.failover(rid, stale, "network_error")
+    assert stale.revoked
+    a2 = d.attempt
+    a2.deliver(1)
+    assert led.failover(rid, a2.attempt_id, "upstream_closed").action == "terminate_stream"
+    assert not a2.revoked  # asked by id again
+    with pytest.raises(RequestClosed):
+        led.failover(rid, a2, "network_error")
+    assert a2.revoked
+
+
 def test_uncertain_liveness_waits_for_the_fence_then_reruns(service):
     led = router(service)
     rid = new_id("r")

@@ -212,12 +212,19 @@ class Ledger:
                                     model_revision=model_revision, lease_ms=lease_ms,
                                     max_attempts=max_attempts, retry_s=self.retry_s)
 
-    def failover(self, request_id: str, attempt_id: str, signal: str, *,
+    def failover(self, request_id: str, attempt: Attempt | str, signal: str, *,
                  retry_prefill_tokens: int | None = None,
                  next_attempt: dict[str, Any] | None = None) -> FailoverDecision:
         """Reports a failure of the live attempt; returns what the router may do.
 
         Args:
+            attempt: the failed attempt: its :class:`Attempt` (of this
+                request), or, as before, its id. The object is revoked
+                (``revoked`` set, its heartbeat stopped) by every decision
+                but ``keep_waiting``, and by :class:`AttemptFenced` and
+                :class:`RequestClosed`. Given only the id, no object is
+                touched: ledgerd still refuses the old attempt, but its
+                object learns it only from a refusal of its own.
             signal: ``replica_exited``, ``pod_lost``, ``upstream_closed``
                 (certainly dead), ``network_error``, ``heartbeat_timeout``
                 (liveness uncertain), ``overloaded`` or ``client_disconnected``.
@@ -231,8 +238,9 @@ class Ledger:
             AttemptFenced: the attempt is not the request's newest
                 (``details["current_attempt_id"]``).
             RequestClosed: the request is over (``client_error``).
+            ValueError: ``attempt`` is an attempt of another request.
         """
-        return router.failover(self._transport, request_id, attempt_id, signal,
+        return router.failover(self._transport, request_id, attempt, signal,
                                retry_prefill_tokens=retry_prefill_tokens,
                                next_attempt=next_attempt, retry_s=self.retry_s)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._heartbeat import Heartbeat
 from ._http import Transport, json_body, quote_id
-from .errors import AttemptFenced, LedgerError
+from .errors import AttemptFenced, LedgerError, RequestClosed
 
 # ledgerd's least lease_ms by default: what a renewal asks at least.
 MIN_LEASE_MS = 100
@@ -32,7 +32,9 @@ class Attempt:
 
     Every call that needs the attempt's rights raises :class:`AttemptFenced`
     once it has none, and sets ``revoked``: the replica must stop, publish
-    nothing more, and start no side effect.
+    nothing more, and start no side effect. Once revoked, :meth:`renew`,
+    :meth:`deliver` and :meth:`finish` raise :class:`AttemptFenced` without
+    asking ledgerd, and the heartbeat ends.
 
     Attributes:
         request_id, attempt_id: what the attempt belongs to and its id.
@@ -43,8 +45,11 @@ class Attempt:
         lease_ms_left: what was left of the lease when ledgerd answered the
             creation (less than granted when the answer was slow or retried).
         request: the request as ledgerd described it at creation.
-        revoked: ledgerd said this attempt has no rights any more (it was
-            fenced, or cancelled through this object).
+        revoked: this attempt has no rights any more: ledgerd answered
+            ``attempt_fenced`` to it, a tool call under it got
+            ``args_mismatch``, a failover decision other than ``keep_waiting``
+            was taken for it (passed as the object), or it was cancelled
+            through this object. Never cleared.
     """
 
     def __init__(self, transport: Transport, request_id: str, created: dict[str, Any], *,
@@ -68,6 +73,18 @@ class Attempt:
         return "<Attempt %s/%s epoch=%d%s>" % (self.request_id, self.attempt_id, self.epoch,
                                                " revoked" if self.revoked else "")
 
+    def _revoke(self) -> None:
+        """Marks the attempt revoked for good and stops its heartbeat."""
+        self.revoked = True
+        self.stop_heartbeat()
+
+    def _refuse_if_revoked(self) -> None:
+        """The answer a revoked attempt gives without asking: it has no rights to use."""
+        if self.revoked:
+            raise AttemptFenced(409, {"error": {
+                "code": "attempt_fenced",
+                "message": "the attempt was revoked; it has no rights"}})
+
     def _post(self, action: str, fields: dict[str, Any], retry_s: float | None = None
               ) -> dict[str, Any]:
         try:
@@ -84,28 +101,35 @@ class Attempt:
 
         Returns ``{"attempt_id", "epoch", "lease_ms"}``.
         """
+        self._refuse_if_revoked()
         return self._post("renew", {"lease_ms": self.lease_ms if lease_ms is None else lease_ms})
 
     def start_heartbeat(self, interval_s: float | None = None) -> None:
         """Renews the lease in a background thread every ``interval_s`` (default: a third of it).
 
         The thread ends by itself once ledgerd refuses a renewal, having set
-        ``revoked`` if the attempt was fenced: check it before every
-        publication. :meth:`stop_heartbeat` ends it sooner.
+        ``revoked`` if the attempt was fenced, or once the attempt is revoked
+        otherwise (a revoking failover stops it at once): check ``revoked``
+        before every publication. :meth:`stop_heartbeat` ends it sooner.
         """
         if self._heartbeat is not None and self._heartbeat.running:
             raise RuntimeError("the heartbeat of %r is running already" % self)
         self._heartbeat = Heartbeat(
             "heartbeat %s/%s" % (self.request_id, self.attempt_id),
             self.lease_ms / 3000 if interval_s is None else interval_s,
-            beat=lambda: self._post("renew", {"lease_ms": self.lease_ms}, retry_s=0))
+            beat=self._beat)
         self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """One renewal of the heartbeat, one try: the next beat is the retry."""
+        self._refuse_if_revoked()
+        self._post("renew", {"lease_ms": self.lease_ms}, retry_s=0)
 
     def stop_heartbeat(self) -> None:
         """Stops the heartbeat, if one runs; returns once no renewal is in flight."""
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
-            self._heartbeat = None
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
 
     def deliver(self, delivered_output_tokens: int) -> dict[str, Any]:
         """Reports output about to reach the client; call it BEFORE writing the first byte.
@@ -114,6 +138,7 @@ class Attempt:
         the request is never rerun. :class:`AttemptFenced` means: do not
         publish. Returns ``{"first_delta_sent", "phase", "delivered_output_tokens", ...}``.
         """
+        self._refuse_if_revoked()
         return self._post("deliver", {"delivered_output_tokens": delivered_output_tokens})
 
     def cancel(self, reason: str | None = None) -> dict[str, Any]:
@@ -140,6 +165,7 @@ class Attempt:
         open for a failover decision. Stops the heartbeat.
         """
         self.stop_heartbeat()
+        self._refuse_if_revoked()
         return self._post("finish", _fields(outcome=outcome,
                                             delivered_output_tokens=delivered_output_tokens,
                                             reason=reason))
@@ -186,22 +212,31 @@ def begin_attempt(transport: Transport, request_id: str, attempt_id: str, *,
     return Attempt(transport, request_id, answer.body, retry_s=retry_s, asked_lease_ms=lease_ms)
 
 
-def failover(transport: Transport, request_id: str, attempt_id: str, signal: str, *,
+def failover(transport: Transport, request_id: str, attempt: Attempt | str, signal: str, *,
              retry_prefill_tokens: int | None, next_attempt: dict[str, Any] | None,
              retry_s: float) -> FailoverDecision:
     """``POST /v1/requests/{rid}/failover``; see :meth:`Ledger.failover`."""
-    body = json_body(_fields(attempt_id=attempt_id, signal=signal,
-                             retry_prefill_tokens=retry_prefill_tokens,
+    source = attempt if isinstance(attempt, Attempt) else None
+    if source is not None and source.request_id != request_id:
+        raise ValueError("%r is an attempt of another request than %r" % (source, request_id))
+    body = json_body(_fields(attempt_id=source.attempt_id if source is not None else attempt,
+                             signal=signal, retry_prefill_tokens=retry_prefill_tokens,
                              next_attempt=next_attempt))
-    answer = transport.call("POST", "/v1/requests/%s/failover" % quote_id(request_id), body,
-                            retry_s=retry_s)
+    try:
+        answer = transport.call("POST", "/v1/requests/%s/failover" % quote_id(request_id),
+                                body, retry_s=retry_s)
+    except (AttemptFenced, RequestClosed):
+        # Not the newest attempt, or the request is over: it has no rights.
+        if source is not None:
+            source._revoke()
+        raise
     decision: dict[str, Any] = answer.body
     if not isinstance(decision, dict) or "action" not in decision:
         raise LedgerError(answer.status, {"error": {
             "code": "unexpected_answer", "message": answer.text[:200]}})
     client_error = decision.get("client_error")
     created = decision.get("attempt")
-    return FailoverDecision(
+    result = FailoverDecision(
         action=decision["action"],
         retry_after_ms=decision.get("retry_after_ms"),
         client_error=client_error,
@@ -211,3 +246,8 @@ def failover(transport: Transport, request_id: str, attempt_id: str, signal: str
             asked_lease_ms=(next_attempt or {}).get("lease_ms")),
         settled_tool_calls=decision.get("settled_tool_calls") or [],
         body=decision)
+    # Every decision but keep_waiting takes the source's rights (it is
+    # cancel_requested, dead, superseded, or its request is over).
+    if source is not None and result.action != "keep_waiting":
+        source._revoke()
+    return result
