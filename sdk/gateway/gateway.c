@@ -775,14 +775,12 @@ static void configure(int argc, char **argv)
 	if (gw.ledger_ca_file != NULL && gw.ledger_ca_file[0] == '\0')
 		gw.ledger_ca_file = NULL;
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
 			usage(stdout);
 			exit(0);
 		}
-	}
-	for (int i = 1; i < argc; i++) {
-		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-
 		if (value == NULL)
 			usage_exit("a flag without its value");
 		i++;
