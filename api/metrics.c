@@ -63,6 +63,13 @@ static const char *const fenced_names[] = {
 };
 static atomic_ullong fenced[COUNT(fenced_names)];
 
+static const char *const stale_names[] = {
+	[API_STALE_CLAIM_RENEW] = "claim_renew",
+	[API_STALE_COMPLETE] = "complete",
+	[API_STALE_RELEASE] = "release",
+};
+static atomic_ullong stale[COUNT(stale_names)];
+
 /* What api/conn.c refuses on the wire, by error code (the last: any other code). */
 static const char *const wire_codes[] = {
 	"malformed_request",
@@ -196,6 +203,12 @@ void api_metrics_fenced(enum api_fenced_op op)
 		add(&fenced[op]);
 }
 
+void api_metrics_stale_token(enum api_stale_op op)
+{
+	if ((size_t)op < COUNT(stale_names))
+		add(&stale[op]);
+}
+
 void api_metrics_late_completion(void)
 {
 	add(&late_completions);
@@ -320,6 +333,11 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	for (size_t i = 0; i < COUNT(fenced_names); i++)
 		ledger_buf_printf(out, "ledger_fenced_refusals_total{operation=\"%s\"} %llu\n",
 				  fenced_names[i], get(&fenced[i]));
+	header(out, "ledger_stale_token_refusals_total", "counter",
+	       "Tool-call calls refused because their fencing token is not the current "
+	       "holder's (stale_token), by operation.");
+	labelled(out, "ledger_stale_token_refusals_total", "operation", stale_names, stale,
+		 COUNT(stale_names));
 	header(out, "ledger_late_completions_total", "counter",
 	       "Final outcomes accepted from an older holder or after the lease.");
 	ledger_buf_printf(out, "ledger_late_completions_total %llu\n", get(&late_completions));
@@ -351,6 +369,10 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	ledger_buf_printf(out, "ledger_replay_cache_entries %zu\n", cache_entries);
 	header(out, "ledger_replay_cache_bytes", "gauge", "Memory held by the replay cache.");
 	ledger_buf_printf(out, "ledger_replay_cache_bytes %zu\n", cache_bytes);
+	header(out, "ledger_database_up", "gauge",
+	       "1 while this process's connection attempts reach the database, 0 from the "
+	       "first that failed until one succeeds.");
+	ledger_buf_printf(out, "ledger_database_up %d\n", ledger_store_reachable() ? 1 : 0);
 	header(out, "ledger_database_errors_total", "counter", "Database failures by kind.");
 	for (size_t i = 0; i < COUNT(db_errors); i++)
 		ledger_buf_printf(out, "ledger_database_errors_total{kind=\"%s\"} %llu\n",

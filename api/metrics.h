@@ -22,6 +22,13 @@ enum api_fenced_op {
 	API_FENCED_FINISH,
 };
 
+/* Tool-call calls refused because their fencing token is not the current holder's. */
+enum api_stale_op {
+	API_STALE_CLAIM_RENEW,
+	API_STALE_COMPLETE,
+	API_STALE_RELEASE,
+};
+
 /**
  * Counts one HTTP response and its latency.
  * @param route_index SIZE_MAX when unrouted
@@ -48,6 +55,7 @@ uint64_t api_metrics_store_unreachable_count(void);
 void api_metrics_claim(enum ledger_claim_outcome o);
 void api_metrics_failover(enum ledger_failover_action a);
 void api_metrics_fenced(enum api_fenced_op op);
+void api_metrics_stale_token(enum api_stale_op op);
 void api_metrics_late_completion(void);
 void api_metrics_conflicting_completion(void);
 /**

@@ -385,6 +385,8 @@ static void renew_answer(struct api_request *req, const struct ledger_store_resu
 
 	if (res->outcome.renew == LEDGER_RENEW_ATTEMPT_FENCED)
 		api_metrics_fenced(API_FENCED_CLAIM_RENEW);
+	else if (res->outcome.renew == LEDGER_RENEW_STALE_TOKEN)
+		api_metrics_stale_token(API_STALE_CLAIM_RENEW);
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);
 	else
@@ -473,6 +475,8 @@ static void complete_answer(struct api_request *req, const struct ledger_store_r
 		api_metrics_late_completion();
 	else if (res->outcome.complete == LEDGER_COMPLETE_ALREADY_COMPLETED)
 		api_metrics_conflicting_completion();
+	else if (res->outcome.complete == LEDGER_COMPLETE_STALE_TOKEN)
+		api_metrics_stale_token(API_STALE_COMPLETE);
 	if (res->contradiction != LEDGER_CONTRADICTION_NONE)
 		api_metrics_contradiction(res->contradiction == LEDGER_CONTRADICTION_DUPLICATE);
 	if (code != NULL)
@@ -520,6 +524,8 @@ static void release_answer(struct api_request *req, const struct ledger_store_re
 	const struct ledger_call_result *res = &r->u.call;
 	const char *code = ledger_decide_release_code(res->outcome.release);
 
+	if (res->outcome.release == LEDGER_RELEASE_STALE_TOKEN)
+		api_metrics_stale_token(API_STALE_RELEASE);
 	if (code != NULL)
 		reply_refusal(req, code, &res->call);
 	else

@@ -10,12 +10,17 @@
  * would leave a commit that is visible but not durable. The call is
  * answered 503 and the connection is stuck until ledger_store_settle()
  * has read what the server still owes it.
+ *
+ * Whether the database can be reached is one fact of the process, not of
+ * a connection: it is told once, when connection attempts start failing
+ * and when one succeeds again (the log line and ledger_database_up).
  */
 #include "ledger/store/conn.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,9 +280,58 @@ static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t 
 	return LEDGER_OK;
 }
 
+/*
+ * --- reachability: one state for the process ---
+ *
+ *   reachable ──a connection attempt fails──> unreachable   (logs "database unreachable: ...")
+ *   unreachable ──an attempt succeeds──> reachable          (logs "... reachable again after")
+ *
+ * Only connection attempts move it. A call that finds its connection
+ * broken says nothing by itself: after an outage every idle worker still
+ * holds a connection from before it, and each would announce an outage
+ * that is over. Its next attempt tells. An attempt that began before the
+ * last change is out of date and moves nothing either, so the workers'
+ * attempts racing each other cannot make the state flap.
+ */
+static pthread_mutex_t reach_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool reach_down;   /* read by /metrics without the lock */
+static int64_t reach_changed_ms; /* monotonic, of the last change; 0: never */
+
+static void reach_note(int64_t attempt_began_ms, bool ok, const char *err)
+{
+	int64_t now = monotonic_ms(), down_ms = 0;
+	bool changed = false;
+
+	pthread_mutex_lock(&reach_lock);
+	if (attempt_began_ms >= reach_changed_ms && ok == atomic_load(&reach_down)) {
+		down_ms = now - reach_changed_ms;
+		reach_changed_ms = now;
+		atomic_store(&reach_down, !ok);
+		changed = true;
+	}
+	pthread_mutex_unlock(&reach_lock);
+	if (!changed)
+		return;
+	if (ok) {
+		char extra[48];
+
+		snprintf(extra, sizeof(extra), "\"unreachable_ms\":%lld", (long long)down_ms);
+		LEDGER_LOG(LEDGER_LOG_WARN, NULL, extra, "database reachable again after %.1f s",
+			   (double)down_ms / 1000.0);
+	} else {
+		LOG_WARN("database unreachable: %s", err);
+	}
+}
+
+bool ledger_store_reachable(void)
+{
+	return !atomic_load(&reach_down);
+}
+
 bool store_conn_ready(struct ledger_store_conn *c)
 {
 	char err[256];
+	enum ledger_err rc;
 
 	if (c->stuck)
 		return false;
@@ -286,17 +340,31 @@ bool store_conn_ready(struct ledger_store_conn *c)
 	store_conn_drop(c);
 	if (monotonic_ms() - c->last_attempt_ms < c->reconnect_ms)
 		return false;
-	if (conn_open(c, err, sizeof(err)) != LEDGER_OK) {
+	rc = conn_open(c, err, sizeof(err));
+	if (rc != LEDGER_OK) {
 		store_conn_count_error(LEDGER_ERR_UNAVAILABLE);
-		if (!c->down_logged)
-			LOG_WARN("database unreachable: %s", err);
-		c->down_logged = true;
+		if (rc == LEDGER_ERR_UNAVAILABLE)
+			reach_note(c->last_attempt_ms, false, err);
+		else
+			LOG_ERROR("cannot open a database connection: %s", err);
 		return false;
 	}
-	if (c->down_logged)
-		LOG_INFO("database reachable again");
-	c->down_logged = false;
+	reach_note(c->last_attempt_ms, true, NULL);
 	return true;
+}
+
+void store_conn_check_idle(struct ledger_store_conn *c)
+{
+	/*
+	 * Reads what the server sent unasked, without a query: a server that
+	 * shut down sent its FATAL and closed the socket, and libpq marks the
+	 * connection bad once it reads that. Nothing is parsed here; a next
+	 * step's results are read as before.
+	 */
+	if (c->pg == NULL || c->stuck || PQstatus(c->pg) != CONNECTION_OK)
+		return;
+	if (PQconsumeInput(c->pg) != 1 || PQstatus(c->pg) != CONNECTION_OK)
+		store_conn_drop(c);
 }
 
 enum ledger_err ledger_store_connect(const char *database_url, struct ledger_store_conn **out,

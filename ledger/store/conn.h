@@ -27,7 +27,6 @@ struct ledger_store_conn {
 	int64_t reconnect_ms;
 	const struct store_stmt *prepared[STORE_MAX_STMTS]; /* what this connection knows */
 	unsigned nprepared;
-	bool down_logged;  /* "database unreachable" said once */
 	bool unreplicated; /* a commit of this step was not confirmed by the synchronous standby */
 	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
 	bool stuck;        /* a step outlived its deadline: its results are still to come */
@@ -55,9 +54,18 @@ int64_t store_conn_now_ms(void);
 
 /**
  * True when the connection is up (connecting first if it is time to);
- * false while it is stuck (see ledger_store_settle()).
+ * false while it is stuck (see ledger_store_settle()). Each connection
+ * attempt it makes tells the process whether the database is reachable
+ * (ledger_store_reachable()), which logs a warning when that changes.
  */
 bool store_conn_ready(struct ledger_store_conn *conn);
+
+/**
+ * Drops an idle connection the server has closed (it shut down, or ended
+ * the backend), without sending anything, so that its next attempt to
+ * connect tells whether the database is back.
+ */
+void store_conn_check_idle(struct ledger_store_conn *c);
 
 /** Prepares @p c for the pool: down, with its first connection due at once. */
 void store_conn_init(struct ledger_store_conn *c, const char *database_url, int64_t reconnect_ms);

@@ -2,7 +2,9 @@
  * ledger/store/maintenance.c: the background thread of ledgerd serve. It runs
  * retention in small batches (each its own short transaction, with a pause
  * between, so that a large backlog never hogs the database) and refreshes
- * the count of unknown outcomes that /metrics reports.
+ * the count of unknown outcomes that /metrics reports. Once a second it also
+ * looks at its idle connection, so that a database that went away (or came
+ * back) is noticed while no call comes.
  */
 #include "ledger/store/maintenance.h"
 
@@ -16,10 +18,12 @@
 #include <time.h>
 
 #include "ledger/common/log.h"
+#include "ledger/store/conn.h"
 #include "ledger/store/store.h"
 
 #define COUNT_EVERY_MS 15000
 #define BATCH_PAUSE_MS 20
+#define RECONNECT_MS 1000
 
 struct ledger_maintenance {
 	struct ledger_maintenance_config cfg;
@@ -27,7 +31,7 @@ struct ledger_maintenance {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stopping;
-	struct ledger_store_conn *conn;
+	struct ledger_store_conn conn; /* the thread's own */
 };
 
 static atomic_llong unknown_outstanding = -1;
@@ -66,17 +70,6 @@ static bool pause_ms(struct ledger_maintenance *m, int64_t ms)
 	return stopping;
 }
 
-static bool connected(struct ledger_maintenance *m)
-{
-	char err[256];
-
-	if (m->conn != NULL)
-		return true;
-	if (ledger_store_connect(m->cfg.database_url, &m->conn, err, sizeof(err)) != LEDGER_OK)
-		return false;
-	return true;
-}
-
 /* Runs retention to the end, batch by batch. */
 static void gc(struct ledger_maintenance *m)
 {
@@ -86,7 +79,7 @@ static void gc(struct ledger_maintenance *m)
 
 	memset(&stats, 0, sizeof(stats));
 	while (!done) {
-		rc = ledger_store_gc_batch(m->conn, m->cfg.retention_ms, m->cfg.tombstone_ms,
+		rc = ledger_store_gc_batch(&m->conn, m->cfg.retention_ms, m->cfg.tombstone_ms,
 					   m->cfg.gc_batch, &stats, &done);
 		if (rc != LEDGER_OK || pause_ms(m, BATCH_PAUSE_MS))
 			break;
@@ -115,11 +108,12 @@ static void *run(void *arg)
 	for (;;) {
 		int64_t now = now_ms(), wait;
 
-		if (connected(m)) {
+		store_conn_check_idle(&m->conn);
+		if (store_conn_ready(&m->conn)) {
 			if (now >= next_count) {
 				int64_t n = 0;
 
-				if (ledger_store_count_unknown(m->conn, &n) == LEDGER_OK)
+				if (ledger_store_count_unknown(&m->conn, &n) == LEDGER_OK)
 					atomic_store(&unknown_outstanding, n);
 				next_count = now + COUNT_EVERY_MS;
 			}
@@ -127,22 +121,20 @@ static void *run(void *arg)
 				gc(m);
 				next_gc = now_ms() + m->cfg.gc_interval_ms;
 			}
-			if (ledger_store_stuck(m->conn)) {
+			if (ledger_store_stuck(&m->conn)) {
 				/*
 				 * A wait ran past --db-timeout: the connection goes
 				 * (what it sent is not cancelled) and a new one is
 				 * made at the next pass, so stopping never waits.
 				 */
-				ledger_store_disconnect(m->conn);
-				m->conn = NULL;
+				store_conn_drop(&m->conn);
 			}
 		}
 		wait = (next_gc < next_count ? next_gc : next_count) - now_ms();
-		if (pause_ms(m, wait > 1000 || m->conn == NULL ? 1000 : (wait > 0 ? wait : 1)))
+		if (pause_ms(m, wait > 1000 || m->conn.pg == NULL ? 1000 : (wait > 0 ? wait : 1)))
 			break;
 	}
-	ledger_store_disconnect(m->conn);
-	m->conn = NULL;
+	store_conn_drop(&m->conn);
 	return NULL;
 }
 
@@ -155,6 +147,7 @@ enum ledger_err ledger_maintenance_start(const struct ledger_maintenance_config 
 	if (m == NULL)
 		return LEDGER_ERR_NOMEM;
 	m->cfg = *cfg;
+	store_conn_init(&m->conn, cfg->database_url, RECONNECT_MS);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->wake, NULL);
 	if (pthread_create(&m->thread, NULL, run, m) != 0) {

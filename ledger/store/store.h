@@ -56,6 +56,13 @@ size_t ledger_store_queue_depth(struct ledger_store *store);
 uint64_t ledger_store_errors(enum ledger_err kind);
 
 /**
+ * False from the moment a connection attempt of this process fails until
+ * one succeeds again (a call that finds its connection broken does not
+ * move it: its next attempt does); true before any attempt. Thread-safe.
+ */
+bool ledger_store_reachable(void);
+
+/**
  * Batches committed (transactions of two calls or more) and the calls they
  * carried, since start. Thread-safe.
  */
