@@ -49,7 +49,7 @@ class _Project:
         try:
             import tomllib
         except ImportError:  # Python < 3.11: the package itself needs 3.11 too
-            raise RuntimeError("ledger-client needs Python 3.11 or later to build and run") from None
+            raise RuntimeError("ledger-client needs Python 3.11 or later") from None
         self.root = root
         with open(root / "pyproject.toml", "rb") as f:
             project = tomllib.load(f)["project"]
