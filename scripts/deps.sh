@@ -13,12 +13,13 @@ RUN_PKGS="postgresql-15 python3"
 # database on it; docker/patroni.Dockerfile builds the image of its nodes.
 HA_PKGS="patroni python3-etcd etcd-server"
 # pytest-xdist: make test runs its test files in parallel.
+# python3-venv: tests/sdk/test_python_packaging.py installs sdk/python into a venv.
 # openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
 # clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
 # chromium: tests/ui drives the page at /ui/ in it, through playwright-core.
 # python3-yaml: tests/ops reads the alert rules and their tests.
 FUZZ_PKGS="clang libclang-rt-14-dev"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml curl openssl valgrind nodejs chromium $HA_PKGS $FUZZ_PKGS"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv curl openssl valgrind nodejs chromium $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
