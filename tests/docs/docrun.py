@@ -8,7 +8,11 @@ just above it, if any:
     <!-- doctest: excerpt: PATH -->       every line of the block is a line of
                                           PATH, in order (`...` lines skip)
     <!-- doctest: policy -->              a failover policy ledgerd must accept
-    <!-- doctest: file: PATH -->          the whole of PATH, byte for byte
+    <!-- doctest: file: PATH -->          the whole of PATH, byte for byte (also
+                                          written `<!-- file: PATH -->`)
+    <!-- doctest: run: COMMAND -->        a program, run by COMMAND in the shell
+                                          session; the `# ` lines that end it
+                                          are its output
     <!-- doctest: imports: REASON -->     a sketch around the TypeScript client:
                                           what it imports from `ledgerd` exists,
                                           and REASON names the test that runs it
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 DIRECTIVE = re.compile(
-    r"^<!--\s*doctest:\s*(skip|excerpt|policy|file|imports)\s*(?::\s*(.*?))?\s*-->\s*$")
+    r"^<!--\s*(?:doctest:\s*)?(skip|excerpt|policy|file|imports|run)\s*(?::\s*(.*?))?\s*-->\s*$")
 IMPORT = re.compile(r'import\s*\{([^}]*)\}\s*from\s*"(ledgerd(?:/[a-z-]+)?)"')
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
@@ -243,3 +247,12 @@ def imports(block_text):
     for names, module in IMPORT.findall(block_text):
         out.setdefault(module, []).extend(n.strip() for n in names.split(",") if n.strip())
     return out
+
+
+def program_output(block_text):
+    """The `# ` lines that end a program's block: what the page says it prints."""
+    lines = block_text.rstrip("\n").split("\n")
+    k = len(lines)
+    while k > 0 and lines[k - 1].startswith("# "):
+        k -= 1
+    return [l[2:] for l in lines[k:]]

@@ -28,6 +28,8 @@ from conftest import LEDGERD, ROOT, Ledgerd, free_port
 # The reader's order: the README, the API and the pages it sends them to.
 PAGES = [
     "README.md",
+    "docs/guide-agent.md",
+    "docs/guide-router.md",
     "docs/api.md",
     "docs/design.md",
     "docs/architecture.md",
@@ -169,6 +171,17 @@ def test_the_pages_run_as_written(reader):
                 if why:
                     wrong.append("%s (the answer of %s:%d): %s" % (b.where, b.page, last.line, why))
         previous = b
+        if b.directive == "run":
+            done = reader.run("%s - <<'__PROGRAM__'\n%s__PROGRAM__" % (b.argument, b.text))
+            ran += 1
+            shown = docrun.program_output(b.text)
+            if done.returncode != 0:
+                wrong.append("%s: the program exited %d: %s%s" % (
+                    b.where, done.returncode, done.stdout[-600:], done.stderr[-600:]))
+            elif not docrun.matches("\n".join(shown), done.stdout, reader.address):
+                wrong.append("%s: the program printed %s, the page shows %s" % (
+                    b.where, done.stdout.strip(), "\n".join(shown)))
+            continue
         if b.lang != "sh" or b.directive:
             continue
         for c in b.commands:
