@@ -101,8 +101,8 @@ def split_status(stderr):
 
 @pytest.fixture(scope="module")
 def reader(service, tmp_path_factory):
-    """A reader's checkout: the repository's files as they are now, its build,
-    and `var/` of this test's own make run."""
+    """A reader's checkout: the repository's files as they are now, the programs
+    built from them, and `var/` of this test's own make run."""
     base = tmp_path_factory.mktemp("reader")
     workdir, var, home = base / "clone", base / "var", base / "home"
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
@@ -112,7 +112,12 @@ def reader(service, tmp_path_factory):
         if src.is_file() and not name.startswith(("build/", "var/")):
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
-    (workdir / "build").symlink_to(ROOT / "build")
+    # The programs the pages run, copied: a command that rebuilds or installs
+    # writes into the reader's tree, never into the one the other tests use.
+    (workdir / "build").mkdir()
+    for entry in (ROOT / "build").iterdir():
+        if entry.is_file():
+            shutil.copy2(entry, workdir / "build" / entry.name)
     var.mkdir()
     home.mkdir()
     (workdir / "var").symlink_to(var)
