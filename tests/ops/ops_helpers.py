@@ -133,10 +133,10 @@ class Keys:
         rid, aid, cid = self.live
         return self.completed + [(rid, cid, "search", {"q": "x"}, '{"hits": 3}', "succeeded")]
 
-    def check_replays(self, led):
-        """Every acknowledged completion is replayed byte for byte: nothing reopened."""
+    def check_replays(self, led, keys=None):
+        """Every acknowledged completion (or those of @keys) is replayed byte for byte."""
         rid_live, aid, _ = self.live
-        for rid, cid, tool, args, raw, outcome in self.acknowledged():
+        for rid, cid, tool, args, raw, outcome in (self.acknowledged() if keys is None else keys):
             extra = {"attempt_id": aid} if rid == rid_live else {}
             r = led.post(path(rid, cid, "claim"), self.claim_body(tool, args, **extra),
                          token=self.agent)
