@@ -16,8 +16,9 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
 # clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
 # chromium: tests/ui drives the page at /ui/ in it, through playwright-core.
+# pgbouncer: tests/ops runs ledgerd behind it, an instance of its own per test.
 FUZZ_PKGS="clang libclang-rt-14-dev"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs chromium $HA_PKGS $FUZZ_PKGS"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
@@ -60,7 +61,18 @@ if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
 	missing+=(npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	prefetch "${1:-run}"
+	# Debian's pgbouncer package enables (and, under systemd, starts) a system
+# service on 127.0.0.1:6432. The tests run their own instances, so the
+# service a fresh install brings is disabled and stopped; one that was
+# installed before is left as its owner set it up.
+if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null; then
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+	else
+		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
+	fi
+fi
+prefetch "${1:-run}"
 	exit 0
 fi
 
@@ -75,5 +87,16 @@ export DEBIAN_FRONTEND=noninteractive
 if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
 	apt-get update -q >/dev/null
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's pgbouncer package enables (and, under systemd, starts) a system
+# service on 127.0.0.1:6432. The tests run their own instances, so the
+# service a fresh install brings is disabled and stopped; one that was
+# installed before is left as its owner set it up.
+if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null; then
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+	else
+		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
+	fi
 fi
 prefetch "${1:-run}"

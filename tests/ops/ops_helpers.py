@@ -7,10 +7,17 @@ files), so its name must differ from every other helper module of tests/.
 """
 
 import json
+import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
 import time
 
 from conftest import claim_id, new_id
+from pgcluster import free_port, owned_tempdir, wait_for
 
 LONG_LEASE = 600000
 
@@ -41,6 +48,35 @@ def complete(led, token, rid, cid, fencing_token, raw_result, outcome="succeeded
     body = '{"fencing_token": %d, "outcome": "%s", "result": %s}' % (
         fencing_token, outcome, raw_result)
     return led.post(path(rid, cid, "complete"), raw=body.encode(), token=token)
+
+
+def agents_complete(led, token, n, threads=4):
+    """@n completions from @threads agents at once; returns what each was acknowledged."""
+    done, lock = [], threading.Lock()
+
+    def one(i):
+        rid, cid = new_id("r"), "call_00"
+        args = {"ticket": i}
+        r = led.post(path(rid, cid, "claim"), {"claim_id": claim_id(), "tool": "ticket",
+                                                "args": args}, token=token)
+        assert r.status == 201, r
+        raw = '{"ticket_id": "T-%d",   "ok": true}' % i
+        c = complete(led, token, rid, cid, r.json["fencing_token"], raw)
+        assert c.status == 200, c
+        with lock:
+            done.append((rid, cid, "ticket", args, raw, "succeeded"))
+
+    def worker(k):
+        for i in range(k, n, threads):
+            one(i)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(done) == n
+    return done
 
 
 class Keys:
@@ -200,3 +236,82 @@ class Keys:
             assert g.status == 200, g
             out[rid] = without_leases(json.loads(g.body))
         return out
+
+
+class PgBouncer:
+    """Debian's PgBouncer in front of @cluster, with an ini of its own, on a free
+    loopback port, run as the cluster's user (it refuses root) in a directory of
+    its own. No unix socket, no system service: nothing another test could meet."""
+
+    def __init__(self, cluster, pool_mode, pool_size=20):
+        self.cluster = cluster
+        self.dir = owned_tempdir("ledgerd-pgbouncer-")
+        self.port = free_port()
+        self.ini = self.dir / "pgbouncer.ini"
+        self.log = self.dir / "pgbouncer.log"
+        self.pidfile = self.dir / "pgbouncer.pid"
+        self.proc = None
+        users = self.dir / "userlist.txt"
+        users.write_text('"%s" ""\n' % cluster.user)
+        self.ini.write_text(PGBOUNCER_INI % {
+            "host": cluster.dir, "pg_port": cluster.port, "port": self.port, "mode": pool_mode,
+            "pool": pool_size, "users": users, "log": self.log, "pid": self.pidfile,
+            "user": cluster.user})
+        if cluster.as_root:
+            for f in (users, self.ini):
+                shutil.chown(f, "postgres", "postgres")
+        self.start()
+
+    def url(self, db):
+        return "host=127.0.0.1 port=%d user=%s dbname=%s" % (self.port, self.cluster.user, db)
+
+    def start(self):
+        self.proc = self.cluster.popen(["pgbouncer", self.ini], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+
+        def answers():
+            if self.proc.poll() is not None:
+                raise AssertionError("pgbouncer exited: %s" % self.log_text()[-2000:])
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(answers, 10, "pgbouncer to listen")
+
+    def stop(self):
+        """SIGTERM: PgBouncer closes every connection at once (SIGINT would wait for them)."""
+        if self.proc is None:
+            return
+        if self.pidfile.exists():
+            os.kill(int(self.pidfile.read_text()), signal.SIGTERM)
+        self.proc.wait(timeout=20)
+        self.proc = None
+
+    def log_text(self):
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def destroy(self):
+        try:
+            self.stop()
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# What docs/operations.md shows, with the test's paths and ports.
+PGBOUNCER_INI = """\
+[databases]
+* = host=%(host)s port=%(pg_port)s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %(port)s
+unix_socket_dir =
+auth_type = trust
+auth_file = %(users)s
+pool_mode = %(mode)s
+default_pool_size = %(pool)s
+max_client_conn = 200
+logfile = %(log)s
+pidfile = %(pid)s
+admin_users = %(user)s
+"""

@@ -16,16 +16,14 @@ agents at once. Then the primary is lost, data directory and all.
 About 20 s.
 """
 
-import json
 import os
 import shutil
 import subprocess
-import threading
 
 import pytest
 
 from conftest import Ledgerd, claim_id, ledgerd_cmd, new_id
-from ops_helpers import Keys, complete, path, result_text_of
+from ops_helpers import Keys, agents_complete, complete, path
 from pgcluster import PGBIN, Cluster, owned_tempdir, wait_for
 
 SLOT = "ledger_wal"
@@ -91,35 +89,6 @@ class Site:
             self.receiver.kill()
         self.primary.destroy()
         shutil.rmtree(self.store, ignore_errors=True)
-
-
-def agents_complete(led, token, n, threads=4):
-    """@n completions from @threads agents at once; returns what each was acknowledged."""
-    done, lock = [], threading.Lock()
-
-    def one(i):
-        rid, cid = new_id("r"), "call_00"
-        args = {"ticket": i}
-        r = led.post(path(rid, cid, "claim"), {"claim_id": claim_id(), "tool": "ticket",
-                                                "args": args}, token=token)
-        assert r.status == 201, r
-        raw = '{"ticket_id": "T-%d",   "ok": true}' % i
-        c = complete(led, token, rid, cid, r.json["fencing_token"], raw)
-        assert c.status == 200, c
-        with lock:
-            done.append((rid, cid, "ticket", args, raw, "succeeded"))
-
-    def worker(k):
-        for i in range(k, n, threads):
-            one(i)
-
-    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert len(done) == n
-    return done
 
 
 @pytest.fixture(scope="module")
