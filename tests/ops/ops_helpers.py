@@ -283,6 +283,8 @@ class PgBouncer:
             return
         if self.pidfile.exists():
             os.kill(int(self.pidfile.read_text()), signal.SIGTERM)
+        else:
+            self.proc.terminate()  # runuser passes it on
         self.proc.wait(timeout=20)
         self.proc = None
 
@@ -293,11 +295,12 @@ class PgBouncer:
         try:
             self.stop()
         except (OSError, subprocess.TimeoutExpired, ValueError):
-            self.proc.kill()
+            self.proc.terminate()  # runuser passes SIGTERM on; SIGKILL would orphan it
+            self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-# What docs/operations.md shows, with the test's paths and ports.
+# The settings docs/operations.md shows, with the test's paths and port, and trust on loopback.
 PGBOUNCER_INI = """\
 [databases]
 * = host=%(host)s port=%(pg_port)s

@@ -9,7 +9,7 @@ statements meet sessions that are not theirs. ledgerd recognises that,
 logs one line that says what is wrong, and answers the calls it hits
 503, never 500 and never a wrong answer.
 
-About 15 s.
+About 5 s.
 """
 
 import re

@@ -9,8 +9,8 @@ migrated. Last, the rule for schemas that differ, on this tree's ledgerd:
 a newer schema whose migrations are additive is served, one that names a
 newer oldest binary is refused at start, by /readyz and by migrate.
 
-A first run builds the previous release (about 40 s on 2 cores); later
-runs take about 10 s.
+A first run builds the previous release's ledgerd (5 to 10 s on 2 cores)
+and takes about 20 s; later runs take about 10 s.
 """
 
 import fcntl
