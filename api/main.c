@@ -51,6 +51,7 @@ static int need_database(const struct api_settings *cfg)
 static int cmd_migrate(const struct api_settings *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
+	struct ledger_schema_state db;
 	char err[512];
 	unsigned applied = 0;
 	enum ledger_err rc;
@@ -59,14 +60,62 @@ static int cmd_migrate(const struct api_settings *cfg)
 		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
 		return 1;
 	}
-	rc = ledger_store_migrate(conn, &applied, err, sizeof(err));
+	rc = ledger_store_migrate(conn, &applied, &db, err, sizeof(err));
 	ledger_store_disconnect(conn);
 	if (rc != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: migrate: %s\n", err);
 		return 1;
 	}
-	printf("schema at version %d (%u migration%s applied)\n", ledger_migrate_expected_version(),
-	       applied, applied == 1 ? "" : "s");
+	printf("schema at version %d (%u migration%s applied)\n", db.version, applied,
+	       applied == 1 ? "" : "s");
+	if (ledger_migrate_fit(&db) == LEDGER_SCHEMA_NEWER)
+		printf("the database's schema is newer than this ledgerd's (%d); its migrations "
+		       "since are additive, and this ledgerd serves it\n",
+		       ledger_migrate_expected_version());
+	return 0;
+}
+
+/*
+ * Reads the database's schema once before serving. A schema this ledgerd
+ * may not serve (a newer one whose migrations are not all additive) ends
+ * the start; an older one is served as unready (/readyz 503) until
+ * `ledgerd migrate` runs; an unreachable database is left to the workers,
+ * which reconnect. @return 0, or the exit status
+ */
+static int check_schema(const struct api_settings *cfg)
+{
+	struct ledger_store_conn *conn = NULL;
+	struct ledger_schema_state db;
+	int mine = ledger_migrate_expected_version();
+	char err[512];
+	enum ledger_err rc;
+
+	if (ledger_store_connect(cfg->database_url, &conn, err, sizeof(err)) != LEDGER_OK)
+		return 0;
+	rc = ledger_store_schema_version(conn, &db);
+	ledger_store_disconnect(conn);
+	if (rc != LEDGER_OK)
+		return 0;
+	switch (ledger_migrate_fit(&db)) {
+	case LEDGER_SCHEMA_CURRENT:
+		break;
+	case LEDGER_SCHEMA_NEWER:
+		LOG_INFO("the database is at schema %d, newer than this ledgerd's %d; its "
+			 "migrations since are additive, so this ledgerd serves it",
+			 db.version, mine);
+		break;
+	case LEDGER_SCHEMA_OLDER:
+		LOG_WARN("the database is at schema %d, older than this ledgerd's %d: /readyz "
+			 "answers 503 and calls fail until ledgerd migrate runs",
+			 db.version, mine);
+		break;
+	case LEDGER_SCHEMA_TOO_NEW:
+		fprintf(stderr,
+			"ledgerd: the database is at schema %d, which a ledgerd of schema %d or "
+			"newer must serve; this one knows schema %d\n",
+			db.version, db.oldest_binary_schema, mine);
+		return 1;
+	}
 	return 0;
 }
 
@@ -286,6 +335,9 @@ static int cmd_serve(const struct api_settings *cfg)
 	}
 	ledger_store_set_fast_paths(cfg->fast_paths != 0);
 	ledger_store_set_timeout(cfg->db_timeout_ms);
+	rc = check_schema(cfg);
+	if (rc != 0)
+		return rc;
 	if (!ledger_replay_cache_init((size_t)cfg->replay_cache_bytes, cfg->retention_ms)) {
 		fprintf(stderr, "ledgerd: out of memory for --replay-cache\n");
 		return 1;

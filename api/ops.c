@@ -1,7 +1,7 @@
 /*
  * api/ops.c: the operational endpoints, which need no token: /healthz (the
- * process runs), /readyz (the database answers and its schema is the one
- * this binary expects) and /metrics (Prometheus text). Only /readyz asks
+ * process runs), /readyz (the database answers and its schema is one this
+ * binary serves: its own, or a newer one whose migrations are additive) and /metrics (Prometheus text). Only /readyz asks
  * the database, and while it is ready at most once a READY_FRESH_MS (a
  * call that finds it unreachable ends that at once): a flood of probes
  * costs the database nothing more. The other two answer on the HTTP thread from
@@ -39,7 +39,7 @@ const struct api_handler api_ops_healthz = {.parse = healthz_parse};
 
 /* The last check: what the database said, and when (monotonic ms; 0: never). */
 static atomic_llong checked_ms;
-static atomic_int checked_rc, checked_version;
+static atomic_int checked_rc, checked_version, checked_oldest;
 /* Calls the store answered "unavailable" by the time of that check. */
 static atomic_ullong checked_unreachable;
 
@@ -51,7 +51,8 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void readyz_reply(struct api_request *req, enum ledger_err rc, int version);
+static void readyz_reply(struct api_request *req, enum ledger_err rc,
+			 const struct ledger_schema_state *db);
 
 static enum ledger_err readyz_parse(struct api_request *req)
 {
@@ -59,8 +60,10 @@ static enum ledger_err readyz_parse(struct api_request *req)
 
 	if (at != 0 && now_ms() - at < READY_FRESH_MS &&
 	    atomic_load(&checked_unreachable) == api_metrics_store_unreachable_count()) {
-		readyz_reply(req, (enum ledger_err)atomic_load(&checked_rc),
-			     atomic_load(&checked_version));
+		struct ledger_schema_state db = {atomic_load(&checked_version),
+						 atomic_load(&checked_oldest)};
+
+		readyz_reply(req, (enum ledger_err)atomic_load(&checked_rc), &db);
 		return LEDGER_OK;
 	}
 	req->job.op.kind = LEDGER_STORE_SCHEMA_VERSION;
@@ -74,36 +77,45 @@ static void readyz_answer(struct api_request *req, const struct ledger_store_res
 	 * asks again at once, and while the database is away the probe's own
 	 * lane (one worker, a short queue) bounds what probes cost.
 	 */
-	if (res->rc == LEDGER_OK && res->u.schema_version == ledger_migrate_expected_version()) {
+	if (res->rc == LEDGER_OK && ledger_migrate_servable(ledger_migrate_fit(&res->u.schema))) {
 		atomic_store(&checked_unreachable, api_metrics_store_unreachable_count());
 		atomic_store(&checked_rc, (int)res->rc);
-		atomic_store(&checked_version, res->u.schema_version);
+		atomic_store(&checked_version, res->u.schema.version);
+		atomic_store(&checked_oldest, res->u.schema.oldest_binary_schema);
 		atomic_store(&checked_ms, now_ms());
 	} else {
 		atomic_store(&checked_ms, 0);
 	}
 	api_metrics_readiness_check();
-	readyz_reply(req, res->rc, res->u.schema_version);
+	readyz_reply(req, res->rc, &res->u.schema);
 }
 
-static void readyz_reply(struct api_request *req, enum ledger_err rc, int version)
+static void readyz_reply(struct api_request *req, enum ledger_err rc,
+			 const struct ledger_schema_state *db)
 {
-	int expected = ledger_migrate_expected_version();
+	enum ledger_schema_fit fit = ledger_migrate_fit(db);
 	struct ledger_jsonw w;
 
 	if (rc != LEDGER_OK) {
 		api_reply_unavailable(req); /* whatever went wrong, the process is not ready */
 		return;
 	}
-	if (version != expected) {
+	if (!ledger_migrate_servable(fit)) {
 		api_reply_error_begin(
 			req, &w, 503, "schema_mismatch",
-			"the database schema is not the version this ledgerd expects; "
-			"run ledgerd migrate");
+			fit == LEDGER_SCHEMA_OLDER
+				? "the database schema is older than this ledgerd's; run ledgerd "
+				  "migrate"
+				: "the database schema is newer than this ledgerd may serve; run a "
+				  "ledgerd of schema oldest_binary_schema or newer");
 		ledger_jsonw_key(&w, "schema_version");
-		ledger_jsonw_int(&w, version);
+		ledger_jsonw_int(&w, db->version);
 		ledger_jsonw_key(&w, "expected_schema_version");
-		ledger_jsonw_int(&w, expected);
+		ledger_jsonw_int(&w, ledger_migrate_expected_version());
+		if (fit == LEDGER_SCHEMA_TOO_NEW) {
+			ledger_jsonw_key(&w, "oldest_binary_schema");
+			ledger_jsonw_int(&w, db->oldest_binary_schema);
+		}
 		api_reply_error_end(req, &w);
 		return;
 	}
@@ -112,7 +124,7 @@ static void readyz_reply(struct api_request *req, enum ledger_err rc, int versio
 	ledger_jsonw_key(&w, "status");
 	ledger_jsonw_string(&w, "ready");
 	ledger_jsonw_key(&w, "schema_version");
-	ledger_jsonw_int(&w, version);
+	ledger_jsonw_int(&w, db->version);
 	ledger_jsonw_object_end(&w);
 }
 

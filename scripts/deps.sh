@@ -18,8 +18,9 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
 # chromium: tests/ui drives the page at /ui/ in it, through playwright-core.
 # python3-yaml: tests/ops reads the alert rules and their tests.
+# pgbouncer: tests/ops runs ledgerd behind it, an instance of its own per test.
 FUZZ_PKGS="clang libclang-rt-14-dev"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv curl openssl valgrind nodejs chromium $HA_PKGS $FUZZ_PKGS"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
@@ -62,7 +63,18 @@ if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
 	missing+=(npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	prefetch "${1:-run}"
+	# Debian's pgbouncer package enables (and, under systemd, starts) a system
+# service on 127.0.0.1:6432. The tests run their own instances, so the
+# service a fresh install brings is disabled and stopped; one that was
+# installed before is left as its owner set it up.
+if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null; then
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+	else
+		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
+	fi
+fi
+prefetch "${1:-run}"
 	exit 0
 fi
 
@@ -77,5 +89,16 @@ export DEBIAN_FRONTEND=noninteractive
 if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
 	apt-get update -q >/dev/null
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's pgbouncer package enables (and, under systemd, starts) a system
+# service on 127.0.0.1:6432. The tests run their own instances, so the
+# service a fresh install brings is disabled and stopped; one that was
+# installed before is left as its owner set it up.
+if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null; then
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+	else
+		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
+	fi
 fi
 prefetch "${1:-run}"

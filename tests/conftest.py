@@ -66,9 +66,10 @@ class Response:
 
 
 class Ledgerd:
-    """A ledgerd serve process on a free loopback port."""
+    """A ledgerd serve process on a free loopback port (@binary: another build's)."""
 
-    def __init__(self, database_url, log_path, extra_args=(), extra_env=None):
+    def __init__(self, database_url, log_path, extra_args=(), extra_env=None, binary=None):
+        self.binary = Path(binary) if binary is not None else LEDGERD
         self.database_url = database_url
         self.log_path = Path(log_path)
         self.extra_args = list(extra_args)
@@ -84,7 +85,7 @@ class Ledgerd:
         env.update(self.extra_env)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(LEDGERD), "serve", "--database-url", self.database_url, "--listen", listen,
+            [str(self.binary), "serve", "--database-url", self.database_url, "--listen", listen,
              "--log-level", "debug"] + self.extra_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         # The first line that says "listening" carries the bound address.

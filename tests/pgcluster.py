@@ -7,7 +7,8 @@ owns, and every command is started from that directory (postgres may not
 be allowed into ours). The HTTP tests' session cluster (conftest.py) and
 the fault scenarios' stack (faults/stack.py) are this class; the HA tests
 run Patroni instead (ha/patroni_cluster.py), which uses PGBIN and
-free_port from here.
+free_port from here. tests/ops restores one from a base backup and its
+WAL archive (basebackup(), Cluster.restore()).
 """
 
 import os
@@ -37,6 +38,15 @@ def wait_for(probe, timeout, what, interval=0.05):
             text = what() if callable(what) else what
             raise AssertionError("after %.1f s still waiting for %s" % (timeout, text))
         time.sleep(interval)
+
+
+def owned_tempdir(prefix):
+    """A new temporary directory the clusters' user owns (postgres when run as root)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.getuid() == 0:
+        shutil.chown(d, "postgres", "postgres")
+        os.chmod(d, 0o755)
+    return d
 
 
 def free_port():
@@ -86,12 +96,43 @@ class Cluster:
                     value = "'%s'" % value.replace("'", "''")
                 f.write("%s = %s\n" % (name, value))
 
-    def run(self, argv, check=True, timeout=60):
+    @classmethod
+    def restore(cls, backup, settings, **kw):
+        """A new cluster from the plain base backup in @backup: its data copied, @settings
+        (restore_command, a recovery target) over the socket-only defaults, recovery.signal
+        written, started; returned once recovery is over and it takes writes (a recovery
+        target needs recovery_target_action = 'promote' for that)."""
+        cluster = cls(**kw)
+        cluster.run(["cp", "-a", backup, cluster.data])
+        cluster.configure(settings)
+        cluster.run(["touch", cluster.data / "recovery.signal"])
+        cluster.start()
+        # pg_ctl returns once the server accepts connections, which a standby does.
+        wait_for(lambda: cluster.psql("SELECT pg_is_in_recovery()") == [["f"]], 60,
+                 lambda: "the restored cluster to be promoted: %s"
+                 % cluster.log.read_text()[-2000:])
+        return cluster
+
+    def _argv(self, argv):
         argv = [str(a) for a in argv]
-        if self.as_root:
-            argv = ["runuser", "-u", "postgres", "--"] + argv
-        return subprocess.run(argv, check=check, capture_output=True, text=True, cwd=self.dir,
-                              timeout=timeout)
+        return ["runuser", "-u", "postgres", "--"] + argv if self.as_root else argv
+
+    def run(self, argv, check=True, timeout=60):
+        return subprocess.run(self._argv(argv), check=check, capture_output=True, text=True,
+                              cwd=self.dir, timeout=timeout)
+
+    def popen(self, argv, **kw):
+        """Starts @argv as the cluster's user, from its directory; the caller ends it."""
+        return subprocess.Popen(self._argv(argv), cwd=self.dir, **kw)
+
+    def basebackup(self, target):
+        """A plain base backup of the running cluster into @target, which must not exist
+        (its parent must be the cluster user's), with the WAL it needs to be consistent."""
+        self.run([PGBIN / "pg_basebackup", "-h", self.dir, "-p", self.port, "-U", self.user,
+                  "-D", target, "-c", "fast", "-X", "stream", "--no-sync"], timeout=120)
+
+    def reload(self):
+        self.run([PGBIN / "pg_ctl", "-D", self.data, "-s", "reload"])
 
     def start(self):
         self.run([PGBIN / "pg_ctl", "-D", self.data, "-l", self.log, "-w", "-s", "start"])

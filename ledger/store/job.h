@@ -26,7 +26,7 @@
 enum ledger_store_op_kind {
 	LEDGER_STORE_NONE,           /* nothing to run (answered without the database) */
 	LEDGER_STORE_TOKEN_LOOKUP,   /* in.token_sha256 -> res.token */
-	LEDGER_STORE_SCHEMA_VERSION, /* -> res.schema_version */
+	LEDGER_STORE_SCHEMA_VERSION, /* -> res.schema */
 	LEDGER_STORE_CLAIM,          /* in.claim -> res.call */
 	LEDGER_STORE_COMPLETE,       /* in.completion -> res.call */
 	LEDGER_STORE_RENEW,          /* in.renew -> res.call */
@@ -97,7 +97,7 @@ struct ledger_store_result {
 			char tenant[LEDGER_ID_MAX + 1];
 			enum ledger_role role;
 		} token;
-		int schema_version;
+		struct ledger_schema_state schema;
 		struct ledger_call_result
 			call; /* GET_CALL: call.call; ABSENT or TOMBSTONE if gone */
 		struct {

@@ -75,7 +75,7 @@ static enum ledger_err run_op(struct ledger_store_conn *conn, struct ledger_job 
 		return ledger_store_token_lookup(conn, op->in.token_sha256, &res->u.token.found,
 						 res->u.token.tenant, &res->u.token.role);
 	case LEDGER_STORE_SCHEMA_VERSION:
-		return ledger_store_schema_version(conn, &res->u.schema_version);
+		return ledger_store_schema_version(conn, &res->u.schema);
 	case LEDGER_STORE_CLAIM:
 		return ledger_store_claim(conn, &op->key, op->in.claim, &res->u.call);
 	case LEDGER_STORE_COMPLETE:

@@ -5,9 +5,15 @@
  * round trip and a database that is not migrated yet fails only the calls
  * that need its tables. A step is a set of statements sent and read
  * together after one sync; a transaction is one or more steps.
+ *
+ * Prepared statements live in the server session, so a connection must
+ * keep one session for its life: a pooler that hands each transaction
+ * another session (PgBouncer in transaction or statement mode) is
+ * recognised here by the errors it causes and refused with one clear line.
  */
 #include "ledger/store/step.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +133,35 @@ static enum ledger_err classify(const PGresult *res, PGconn *pg)
 	return LEDGER_ERR_INTERNAL;
 }
 
+/*
+ * A statement this connection prepared that its session does not know
+ * (26000), or one it never prepared that its session has already (42P05):
+ * the session under the connection changed between transactions. ledgerd
+ * never deallocates, so only a pooler that shares sessions does this, and
+ * every statement run through it may meet another session's statements.
+ */
+static bool session_changed(const PGresult *res)
+{
+	const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	return state != NULL && (strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0);
+}
+
+/* Said once per process: every connection through such a pooler says the same. */
+static atomic_bool pooler_reported;
+
+static void report_pooler(const char *what)
+{
+	if (!atomic_exchange(&pooler_reported, true))
+		LOG_ERROR(
+			"the database session changed under a connection (%.*s): a pooler in "
+			"transaction or statement mode is between ledgerd and PostgreSQL. ledgerd "
+			"keeps prepared statements in its sessions and needs a pooler in session "
+			"mode, or none (docs/operations.md, \"Poolers (PgBouncer)\"). A call that "
+			"meets another session's statements is answered 503",
+			(int)strcspn(what, "\n"), what);
+}
+
 enum ledger_err store_step_run(struct store_step *st)
 {
 	struct ledger_store_conn *c = st->conn;
@@ -135,6 +170,7 @@ enum ledger_err store_step_run(struct store_step *st)
 	unsigned nres = 0;
 	int64_t deadline = store_conn_deadline(c);
 	char what[300] = "";
+	bool swapped = false;
 
 	c->unreplicated = false;
 	if (PQpipelineSync(c->pg) != 1) {
@@ -160,6 +196,7 @@ enum ledger_err store_step_run(struct store_step *st)
 			/* The first failure names the cause; the rest were skipped. */
 			rc = classify(res, c->pg);
 			snprintf(what, sizeof(what), "%s", PQresultErrorMessage(res));
+			swapped = session_changed(res);
 		}
 		if (st->sent[i] != NULL) {
 			if (!ok)
@@ -195,6 +232,11 @@ enum ledger_err store_step_run(struct store_step *st)
 	}
 out:
 	PQclear(res);
+	if (swapped) {
+		/* A set-up refused, not a bug: the step is rolled back and the call answered 503. */
+		rc = LEDGER_ERR_UNAVAILABLE;
+		report_pooler(what);
+	}
 	if (rc != LEDGER_OK) {
 		store_conn_count_error(rc);
 		what[strcspn(what, "\n")] = '\0';
@@ -213,6 +255,9 @@ out:
 			store_conn_drop(c);
 		} else {
 			store_step_abort(c);
+			/* What it thinks is prepared is wrong: start again from nothing. */
+			if (swapped)
+				store_conn_drop(c);
 		}
 	}
 	return rc;

@@ -24,6 +24,7 @@
 #include "ledger/common/err.h"
 #include "ledger/core/call.h"
 #include "ledger/core/role.h"
+#include "ledger/store/migrate.h"
 
 struct ledger_store;      /* the pool: queue and workers */
 struct ledger_store_conn; /* one connection; owned by one thread at a time */
@@ -151,20 +152,25 @@ void ledger_store_disconnect(struct ledger_store_conn *conn);
 /* --- operations: each takes the connection of the calling worker --- */
 
 /**
- * The schema version the database is at (0: never migrated).
+ * What the database's migration record says: its schema version (0: never
+ * migrated) and the oldest ledgerd schema that may serve it.
  * @return LEDGER_OK or LEDGER_ERR_UNAVAILABLE
  */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_schema_version(struct ledger_store_conn *conn,
-							     int *version_out);
+							     struct ledger_schema_state *out);
 
 /**
  * Applies the migrations built into ledgerd under an advisory lock, so
- * concurrent processes apply each exactly once.
+ * concurrent processes apply each exactly once. A database at a newer
+ * schema this ledgerd may serve (ledger_migrate_fit()) is left as it is;
+ * one it may not serve is refused with LEDGER_ERR_INVALID and @p err.
  * @param applied_out how many this call applied
+ * @param state_out the schema the database is at when the call returns
  */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_migrate(struct ledger_store_conn *conn,
-						      unsigned *applied_out, char *err,
-						      size_t errlen);
+						      unsigned *applied_out,
+						      struct ledger_schema_state *state_out,
+						      char *err, size_t errlen);
 
 /** Finds the tenant and role of a token by its SHA-256. */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
