@@ -63,18 +63,7 @@ if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
 	missing+=(npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	# Debian's pgbouncer package enables (and, under systemd, starts) a system
-# service on 127.0.0.1:6432. The tests run their own instances, so the
-# service a fresh install brings is disabled and stopped; one that was
-# installed before is left as its owner set it up.
-if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null; then
-	if [ -d /run/systemd/system ]; then
-		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
-	else
-		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
-	fi
-fi
-prefetch "${1:-run}"
+	prefetch "${1:-run}"
 	exit 0
 fi
 
