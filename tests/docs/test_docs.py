@@ -48,6 +48,13 @@ NOT_CODE = {"", "text"}
 
 ADDRESS = "127.0.0.1:8080"
 
+# A page's command runs as root on the machine that runs the tests: one that
+# would change the machine itself (its PostgreSQL, its services, its files
+# outside the reader's tree) is never run; its block must say it is a
+# production setup (doctest: skip) instead.
+MACHINE = re.compile(r"(^|[\s'\"=>])(/etc/|/var/lib/|/srv/|/usr/(?!bin/env))|"
+                     r"\b(pg_ctlcluster|systemctl|service|sudo|apt-get|dpkg|useradd|kill(all)?)\b")
+
 
 def page_blocks():
     out = []
@@ -191,6 +198,10 @@ def test_the_pages_run_as_written(reader):
             continue
         for c in b.commands:
             c.result = None
+            if MACHINE.search(c.text):
+                wrong.append("%s:%d: `%s` would change this machine: not run; mark its block "
+                             "as a production setup" % (b.page, c.line, c.text.split("\n")[0]))
+                continue
             text = c.text.replace(ADDRESS, reader.address)
             done = reader.run(text)
             ran += 1
