@@ -195,8 +195,9 @@ FUZZ_LINK_policy     := ledger/core/policy.c
 FUZZ_LINK_sdk_answer := $(SDK_SRC)
 FUZZ_LINK_mcp_message := sdk/mcp/message.c $(COMMON_SRC)
 # The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
-FUZZ_LINK_http       := $(filter-out api/main.c,$(API_SRC)) $(COMMON_SRC) $(wildcard ledger/core/*.c) \
-			ledger/store/migrate.c tests/fuzz/store_stub.c $(BUILD)/gen/ui_files.c
+FUZZ_LINK_http       := $(filter-out api/main.c api/tokencmd.c,$(API_SRC)) $(COMMON_SRC) \
+			$(wildcard ledger/core/*.c) ledger/store/migrate.c tests/fuzz/store_stub.c \
+			$(BUILD)/gen/ui_files.c
 
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(or $(FUZZ_LINK_$(1)),$(COMMON_SRC)))
 

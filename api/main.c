@@ -1,9 +1,9 @@
 /*
- * api/main.c: the ledgerd command: serve (the default), migrate,
- * token create, version and help. Settings are validated before anything
- * starts; a bad one ends the process with one line and exit status 2.
+ * api/main.c: the ledgerd command: serve (the default), migrate, the
+ * token commands (api/tokencmd.c), gc, sql, version and help. Settings are
+ * validated before anything starts; a bad one ends the process with one
+ * line and exit status 2.
  */
-#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 #include "ledger/core/policy.h"
 #include "ledger/store/replay_cache.h"
 #include "ledger/store/store.h"
+#include "api/tokencmd.h"
 #include "api/tokens.h"
 
 #define EXIT_USAGE 2
@@ -26,17 +27,25 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ledgerd [serve | migrate | token create --tenant T --role R [--from-env VAR] | gc | "
-		"sql [NAME] | version | help] [flags]\n\n"
+		"usage: ledgerd [serve | migrate | token create|list|revoke|rotate | gc | sql [NAME] | "
+		"version | help] [flags]\n\n"
 		"  serve          serve the API until SIGTERM (the default)\n"
 		"  migrate        apply the schema's migrations\n"
-		"  token create   create a token and print it (--from-env: store the one given)\n"
+		"  token create   --tenant T --role R [--from-env VAR]: create a token and print it\n"
+		"                 (--from-env: store the one the variable holds, print nothing)\n"
+		"  token list     [--tenant T] [--json]: every token's id, tenant, role, state, times\n"
+		"  token revoke   ID | --from-env VAR: revoke a token; every ledgerd refuses it within "
+		"%d s\n"
+		"  token rotate   ID | --from-env VAR [--grace D]: print a new token for the same "
+		"tenant\n"
+		"                 and role, and revoke the old one (after D: it works until then)\n"
 		"  gc             run retention once and say what it removed\n"
 		"  sql [NAME]     the names of ledgerd's SQL statements, or one's text (benchmarks, "
 		"reviews)\n"
 		"  version        the version and the schema it expects\n"
 		"  help, --help   this\n\n"
-		"flags (each also an environment variable; the flag wins):\n");
+		"flags (each also an environment variable; the flag wins):\n",
+		API_TOKEN_CACHE_MS / 1000);
 	api_settings_usage(f);
 }
 
@@ -117,106 +126,6 @@ static int check_schema(const struct api_settings *cfg)
 		return 1;
 	}
 	return 0;
-}
-
-/* A token given to --from-env: long enough to be a secret, and safe in a header. */
-#define MIN_GIVEN_TOKEN 32
-#define MAX_GIVEN_TOKEN 256
-
-static bool given_token_valid(const char *t)
-{
-	size_t n = strlen(t);
-
-	if (n < MIN_GIVEN_TOKEN || n > MAX_GIVEN_TOKEN)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!isalnum((unsigned char)t[i]) && strchr("._~-", t[i]) == NULL)
-			return false;
-	return true;
-}
-
-/*
- * Stores @p token for @p tenant and @p role. A token given from the
- * environment may exist already (a deployment's one-shot step runs again):
- * with the same tenant and role that is success; otherwise it is refused.
- */
-static int store_token(struct ledger_store_conn *conn, const char *token, const char *tenant,
-		       enum ledger_role role, bool given)
-{
-	unsigned char sha[32];
-	char have_tenant[LEDGER_ID_MAX + 1];
-	enum ledger_role have_role;
-	bool found = false;
-
-	api_tokens_hash(token, strlen(token), sha);
-	if (given) {
-		if (ledger_store_token_lookup(conn, sha, &found, have_tenant, &have_role) !=
-		    LEDGER_OK) {
-			fprintf(stderr, "ledgerd: token create: cannot read the tokens (is the "
-					"database migrated?)\n");
-			return 1;
-		}
-		if (found && (strcmp(have_tenant, tenant) != 0 || have_role != role)) {
-			fprintf(stderr,
-				"ledgerd: token create: that token exists already for another "
-				"tenant or role\n");
-			return 1;
-		}
-		if (found)
-			return 0;
-	}
-	if (ledger_store_token_insert(conn, sha, tenant, role) != LEDGER_OK) {
-		fprintf(stderr,
-			"ledgerd: token create: the database refused it (is it migrated?)\n");
-		return 1;
-	}
-	return 0;
-}
-
-static int cmd_token_create(const struct api_settings *cfg)
-{
-	struct ledger_store_conn *conn = NULL;
-	char made[API_TOKEN_LEN + 1];
-	const char *token = made;
-	enum ledger_role role;
-	char err[512];
-	int status;
-
-	if (cfg->tenant == NULL || !ledger_id_valid(cfg->tenant, strlen(cfg->tenant))) {
-		fprintf(stderr, "ledgerd: token create: --tenant must be 1 to 128 characters of "
-				"[A-Za-z0-9._~-]\n");
-		return EXIT_USAGE;
-	}
-	if (cfg->role == NULL || ledger_role_parse(cfg->role, &role) != 0) {
-		fprintf(stderr, "ledgerd: token create: --role must be agent, router, reviewer or "
-				"admin\n");
-		return EXIT_USAGE;
-	}
-	if (cfg->from_env != NULL) {
-		/* From the environment, never from argv: the command line is visible to ps. */
-		token = getenv(cfg->from_env);
-		if (token == NULL || !given_token_valid(token)) {
-			fprintf(stderr,
-				"ledgerd: token create: --from-env %s must name a variable holding "
-				"%d to %d characters of [A-Za-z0-9._~-]\n",
-				cfg->from_env, MIN_GIVEN_TOKEN, MAX_GIVEN_TOKEN);
-			return EXIT_USAGE;
-		}
-	} else if (api_tokens_generate(made) != LEDGER_OK) {
-		fprintf(stderr, "ledgerd: token create: no randomness available\n");
-		return 1;
-	}
-	if (ledger_store_connect(cfg->database_url, &conn, err, sizeof(err)) != LEDGER_OK) {
-		fprintf(stderr, "ledgerd: cannot connect to the database: %s\n", err);
-		return 1;
-	}
-	status = store_token(conn, token, cfg->tenant, role, cfg->from_env != NULL);
-	ledger_store_disconnect(conn);
-	/* A made token is printed, alone; a given one is never echoed. */
-	if (status == 0 && cfg->from_env == NULL)
-		printf("%s\n", token);
-	explicit_bzero(made, sizeof(made));
-	return status;
 }
 
 static int cmd_gc(const struct api_settings *cfg)
@@ -407,11 +316,8 @@ int main(int argc, char **argv)
 		rc = need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_migrate(&cfg);
-	} else if (strcmp(words[0], "token") == 0 && nwords == 2 &&
-		   strcmp(words[1], "create") == 0) {
-		rc = need_database(&cfg);
-		if (rc == 0)
-			rc = cmd_token_create(&cfg);
+	} else if (strcmp(words[0], "token") == 0) {
+		rc = api_tokencmd_run(&cfg, words, nwords);
 	} else if (strcmp(words[0], "gc") == 0 && nwords == 1) {
 		rc = need_database(&cfg);
 		if (rc == 0)

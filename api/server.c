@@ -194,7 +194,7 @@ static bool authenticate_from_store(struct api_request *req)
 		req->role = res->u.token.role;
 		req->authenticated = true;
 		api_metrics_token_lookup("found");
-		api_tokens_cache_put(req->token_sha256, req->tenant, req->role);
+		api_tokens_cache_put(req->token_sha256, req->tenant, req->role, res->began_ms);
 		ok = true;
 	}
 	ledger_store_result_clear(&req->job);

@@ -20,6 +20,7 @@ enum kind {
 	K_BYTES,    /* integer, optionally with KiB or MiB */
 	K_LEVEL,    /* log level name */
 	K_SWITCH,   /* on or off; stored as 1 or 0 */
+	K_FLAG,     /* given bare, without a value; stored as 1 (0: not given) */
 };
 
 struct setting {
@@ -98,11 +99,16 @@ static const struct setting settings[] = {
 	 "how often serve runs retention"},
 	{"gc-batch", "LEDGER_GC_BATCH", K_INT, "500", 1, 100000, OFF(gc_batch),
 	 "requests removed per retention transaction"},
-	{"tenant", NULL, K_STRING, NULL, 0, 0, OFF(tenant), "token create: the tenant"},
+	{"tenant", NULL, K_STRING, NULL, 0, 0, OFF(tenant),
+	 "token create: the tenant; token list: only this tenant's tokens"},
 	{"role", NULL, K_STRING, NULL, 0, 0, OFF(role),
 	 "token create: agent, router, reviewer or admin"},
 	{"from-env", NULL, K_STRING, NULL, 0, 0, OFF(from_env),
-	 "token create: store the token this environment variable holds instead of making one"},
+	 "token create: store the token this environment variable holds instead of making one; "
+	 "token revoke, rotate: the token to act on"},
+	{"grace", NULL, K_DURATION, NULL, 1000, 30 * DAY_MS, OFF(grace_ms),
+	 "token rotate: the old token keeps working this long (default: it stops now)"},
+	{"json", NULL, K_FLAG, NULL, 0, 1, OFF(json), "token list: JSON instead of the table"},
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -164,6 +170,8 @@ static const char *kind_hint(enum kind k)
 		return "one of debug, info, warn, error";
 	case K_SWITCH:
 		return "on or off";
+	case K_FLAG:
+		return "given without a value";
 	case K_STRING:
 		break;
 	}
@@ -213,6 +221,9 @@ static int apply(struct api_settings *cfg, const struct setting *st, const char 
 			v = 0;
 		else
 			rc = -1;
+		break;
+	case K_FLAG:
+		v = 1; /* the loader refuses a value given to it */
 		break;
 	case K_INT:
 		rc = parse_scaled(value, (const char *const[]){NULL}, NULL, false, &v);
@@ -281,6 +292,15 @@ enum ledger_err api_settings_load(struct api_settings *cfg, int argc, char **arg
 			snprintf(err, errlen, "unknown flag --%.*s (see: ledgerd help)",
 				 (int)(namelen > 40 ? 40 : namelen), arg);
 			return LEDGER_ERR_INVALID;
+		}
+		if (st->kind == K_FLAG) {
+			if (eq != NULL) {
+				snprintf(err, errlen, "--%s takes no value", st->flag);
+				return LEDGER_ERR_INVALID;
+			}
+			value[st - settings] = "";
+			from_flag[st - settings] = true;
+			continue;
 		}
 		if (eq == NULL && i + 1 >= argc) {
 			snprintf(err, errlen, "--%s needs a value", st->flag);

@@ -42,9 +42,11 @@ struct api_settings {
 	int64_t drain_timeout_ms;     /* how long SIGTERM waits for calls in flight */
 	int64_t gc_interval_ms;       /* how often serve runs retention */
 	int64_t gc_batch;             /* requests (and tombstones) per retention transaction */
-	char *tenant;                 /* token create: --tenant */
+	char *tenant;                 /* token create: --tenant; token list: the one to show */
 	char *role;                   /* token create: --role */
-	char *from_env;               /* token create: the variable holding the token to store */
+	char *from_env;               /* token create, revoke, rotate: the variable of a token */
+	int64_t grace_ms;             /* token rotate: the old token's grace; 0: not given */
+	int64_t json;                 /* token list: 1 with --json */
 };
 
 /**

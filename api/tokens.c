@@ -86,15 +86,18 @@ bool api_tokens_cache_get(const unsigned char sha256[32], char *tenant, enum led
 	return hit;
 }
 
-void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant, enum ledger_role role)
+void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant, enum ledger_role role,
+			  long long read_ms)
 {
 	struct cache_slot *s = slot_for(sha256);
+	long long now = now_ms();
 
 	pthread_mutex_lock(&cache_lock);
 	memcpy(s->sha256, sha256, 32);
 	snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
 	s->role = role;
-	s->expires_ms = now_ms() + API_TOKEN_CACHE_MS;
+	/* From the read, not from now: a slow answer does not stretch a revocation's delay. */
+	s->expires_ms = (read_ms < now ? read_ms : now) + API_TOKEN_CACHE_MS;
 	pthread_mutex_unlock(&cache_lock);
 }
 

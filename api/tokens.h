@@ -2,8 +2,9 @@
  * api/tokens.h: API tokens. A token is "ldg_" and 43 characters of
  * base64url (256 random bits); the database keeps only its SHA-256. A small
  * cache of recent lookups spares the database a query per call; an entry
- * lives API_TOKEN_CACHE_MS, so a revoked token stops working within
- * that time.
+ * lives API_TOKEN_CACHE_MS from the moment its lookup began, so a token
+ * stops working within that time of its revocation's commit (or of its
+ * revoked_at, when that was set in the future).
  */
 #ifndef API_TOKENS_H
 #define API_TOKENS_H
@@ -37,9 +38,15 @@ void api_tokens_hash(const char *token, size_t len, unsigned char out[32]);
  */
 bool api_tokens_cache_get(const unsigned char sha256[32], char *tenant, enum ledger_role *role);
 
-/** Remembers a token the database knows. Thread-safe. */
-void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant,
-			  enum ledger_role role);
+/**
+ * Remembers a token the database knows, until API_TOKEN_CACHE_MS after
+ * @p read_ms: the CLOCK_MONOTONIC milliseconds at which the lookup that
+ * found it began (no later than its read), so that the entry never outlives
+ * a revocation committed after that read by more than API_TOKEN_CACHE_MS.
+ * A @p read_ms in the future counts as now. Thread-safe.
+ */
+void api_tokens_cache_put(const unsigned char sha256[32], const char *tenant, enum ledger_role role,
+			  long long read_ms);
 
 /**
  * True when the database said of @p sha256, within API_TOKEN_UNKNOWN_MS,

@@ -1,7 +1,7 @@
 /*
  * ledger/store/admin.c: the store's housekeeping: schema migrations under
- * an advisory lock, the schema version /readyz checks, and API tokens,
- * which are kept only as SHA-256 hashes.
+ * an advisory lock and the schema version /readyz checks. (API tokens are
+ * ledger/store/tokens.c's.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,79 +197,8 @@ out:
 	return rc;
 }
 
-static void sha_param(const unsigned char sha256[32], char out[67])
-{
-	static const char hex[] = "0123456789abcdef";
-
-	out[0] = '\\';
-	out[1] = 'x';
-	for (int i = 0; i < 32; i++) {
-		out[2 + 2 * i] = hex[sha256[i] >> 4];
-		out[3 + 2 * i] = hex[sha256[i] & 15];
-	}
-	out[66] = '\0';
-}
-
-static const struct store_stmt token_lookup = {
-	"token_lookup",
-	"SELECT tenant, role FROM api_tokens WHERE token_sha256 = $1::bytea AND revoked_at IS NULL",
-	1,
-};
-
-static const struct store_stmt token_insert = {
-	"token_insert",
-	"INSERT INTO api_tokens (token_sha256, tenant, role) VALUES ($1::bytea, $2, $3)",
-	3,
-};
-
-enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
-					  const unsigned char sha256[32], bool *found, char *tenant,
-					  enum ledger_role *role)
-{
-	char hex[67];
-	const char *params[1] = {hex};
-	struct store_step st;
-	enum ledger_err rc;
-
-	*found = false;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_lookup, params);
-	rc = store_step_run(&st);
-	if (rc == LEDGER_OK && PQntuples(st.res[0]) == 1 &&
-	    ledger_role_parse(PQgetvalue(st.res[0], 0, 1), role) == 0) {
-		store_step_get_text(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
-		*found = true;
-	}
-	store_step_clear(&st);
-	return rc;
-}
-
-enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
-					  const unsigned char sha256[32], const char *tenant,
-					  enum ledger_role role)
-{
-	char hex[67];
-	const char *params[3] = {hex, tenant, ledger_role_name(role)};
-	struct store_step st;
-	enum ledger_err rc;
-
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_insert, params);
-	rc = store_step_run(&st);
-	store_step_clear(&st);
-	return rc;
-}
-
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_admin_statements[] = {
 	&schema_exists,
-	&token_lookup,
-	&token_insert,
 	NULL,
 };

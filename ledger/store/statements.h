@@ -17,5 +17,6 @@ extern const struct store_stmt *const store_failover_statements[];
 extern const struct store_stmt *const store_gc_statements[];
 extern const struct store_stmt *const store_reads_statements[];
 extern const struct store_stmt *const store_rows_statements[];
+extern const struct store_stmt *const store_tokens_statements[];
 
 #endif

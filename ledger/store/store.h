@@ -172,7 +172,13 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_migrate(struct ledger_store_conn *
 						      struct ledger_schema_state *state_out,
 						      char *err, size_t errlen);
 
-/** Finds the tenant and role of a token by its SHA-256. */
+/* --- API tokens (ledger/store/tokens.c): only their SHA-256 is stored --- */
+
+/**
+ * Finds the tenant and role of a token that works now: never revoked, or
+ * revoked from a time still to come (a rotation's grace period).
+ * @param tenant receives the tenant (LEDGER_ID_MAX + 1 bytes) when found
+ */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
 							   const unsigned char sha256[32],
 							   bool *found, char *tenant,
@@ -183,6 +189,69 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_token_insert(struct ledger_store_c
 							   const unsigned char sha256[32],
 							   const char *tenant,
 							   enum ledger_role role);
+
+/* A stored token as the command line shows it: its hash, never the token. */
+struct ledger_token_info {
+	unsigned char sha256[32];
+	char tenant[LEDGER_ID_MAX + 1];
+	enum ledger_role role;
+	char created_at[32]; /* UTC, "2024-05-01T10:00:00.000Z" */
+	char revoked_at[32]; /* the same form; "" if never revoked */
+	bool revoked;        /* revoked_at has passed, by the database's clock */
+};
+
+/* What a revoke or a rotation did. */
+enum ledger_token_change {
+	LEDGER_TOKEN_CHANGED,         /* revoked (and, by a rotation, replaced) now */
+	LEDGER_TOKEN_ABSENT,          /* no token has that hash */
+	LEDGER_TOKEN_ALREADY_REVOKED, /* revoke: revoked_at had passed; rotate: it was set */
+};
+
+/** Reads the token @p sha256, revoked or not, into @p out when @p found. */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_get(struct ledger_store_conn *conn,
+							const unsigned char sha256[32], bool *found,
+							struct ledger_token_info *out);
+
+/**
+ * Every token, by created_at and then hash.
+ * @param rows receives a new array of @p count rows; caller frees with free()
+ * @return LEDGER_OK, LEDGER_ERR_NOMEM or a database failure (*rows is then NULL)
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_list(struct ledger_store_conn *conn,
+							 struct ledger_token_info **rows,
+							 size_t *count);
+
+/**
+ * Counts the tokens whose hash, in lower-case hex, starts with @p prefix
+ * (1 to 64 of [0-9a-f]), and reads the first of them into @p first.
+ * @return LEDGER_ERR_INVALID for a prefix that is not that
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_find(struct ledger_store_conn *conn,
+							 const char *prefix, size_t *matches,
+							 struct ledger_token_info *first);
+
+/**
+ * Revokes the token @p sha256 from now. A token in its grace period is
+ * revoked now; one whose revoked_at has passed is left as it is
+ * (LEDGER_TOKEN_ALREADY_REVOKED). @p out receives the row as it then is,
+ * unless LEDGER_TOKEN_ABSENT.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_revoke(struct ledger_store_conn *conn,
+							   const unsigned char sha256[32],
+							   enum ledger_token_change *change,
+							   struct ledger_token_info *out);
+
+/**
+ * In one transaction, stores @p new_sha256 with the tenant and role of
+ * @p old_sha256 and revokes the old token from now plus @p grace_ms (0:
+ * now). Only a token never revoked is rotated: one with revoked_at set,
+ * past or future, is LEDGER_TOKEN_ALREADY_REVOKED and nothing changes.
+ * @p out receives the old token's row as it then is, unless LEDGER_TOKEN_ABSENT.
+ */
+LEDGER_MUSTCHECK enum ledger_err
+ledger_store_token_rotate(struct ledger_store_conn *conn, const unsigned char old_sha256[32],
+			  const unsigned char new_sha256[32], int64_t grace_ms,
+			  enum ledger_token_change *change, struct ledger_token_info *out);
 
 /* The key of a tool call, within a tenant. All borrowed. */
 struct ledger_call_key {

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -192,8 +193,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	size_t len;
 	int fd;
 
-	/* The cache forgets after 10 s; the fuzzer runs longer. */
-	api_tokens_cache_put(token_sha256, "t1", LEDGER_ROLE_ADMIN);
+	/* The cache forgets after 10 s; the fuzzer runs longer. (A read time to come is now.) */
+	api_tokens_cache_put(token_sha256, "t1", LEDGER_ROLE_ADMIN, LLONG_MAX);
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	memcpy(sa.sun_path, sock_path, strlen(sock_path));

@@ -3,6 +3,7 @@ output and exit status 0, whatever else the line holds, and a usage that
 names every command ledgerd takes. (ledgerctl and ledger-mcp have theirs in
 test_ledgerctl.py and tests/mcp/test_mcp_cli.py.)"""
 
+import os
 import re
 import subprocess
 
@@ -28,13 +29,22 @@ def test_ledgerd_help_is_the_usage_on_stdout_and_exit_0(args):
 
 def test_ledgerd_help_names_every_command_it_takes():
     usage = run(LEDGERD, "help").stdout
-    for command in ("serve", "migrate", "token create", "gc", "sql [NAME]", "version", "help"):
+    for command in ("serve", "migrate", "token create", "token list", "token revoke",
+                    "token rotate", "gc", "sql [NAME]", "version", "help"):
         assert re.search(r"\n  %s[ ,]" % re.escape(command), usage), command
     # And each one it names is taken (sql and version need no database).
     names = run(LEDGERD, "sql")
     assert names.returncode == 0 and "list_requests" in names.stdout.split()
     assert run(LEDGERD, "sql", "list_requests").stdout.startswith("SELECT ")
     assert run(LEDGERD, "version").stdout.startswith("ledgerd ")
+    # The token commands get as far as asking for the database (tests/integration/test_tokens.py
+    # runs them against one).
+    env = {k: v for k, v in os.environ.items() if k != "LEDGER_DATABASE_URL"}
+    for args in (["token", "create", "--tenant", "t1", "--role", "agent"], ["token", "list"],
+                 ["token", "revoke", "0123456789ab"], ["token", "rotate", "0123456789ab"]):
+        r = subprocess.run([str(LEDGERD)] + args, capture_output=True, text=True, timeout=30,
+                           env=env)
+        assert r.returncode == 2 and "LEDGER_DATABASE_URL is required" in r.stderr, (args, r)
 
 
 def test_ledgerd_without_help_still_refuses_what_it_does_not_know():

@@ -2,7 +2,7 @@
  * tests/unit/test_settings.c: api_settings_load() (api/settings.c),
  * table-driven: every setting's default, variable and flag; the flag over the
  * variable; both flag forms; each kind of value (integer, duration, size,
- * log level, switch, string) at its bounds and beyond, with the exact line
+ * log level, switch, string, flag) at its bounds and beyond, with the exact line
  * that start-up prints; unknown flags, missing values and the command words.
  */
 #include <setjmp.h>
@@ -66,6 +66,8 @@ static const struct known {
 	{"tenant", NULL, NULL, AT(tenant), T_STRING, 0},
 	{"role", NULL, NULL, AT(role), T_STRING, 0},
 	{"from-env", NULL, NULL, AT(from_env), T_STRING, 0},
+	{"grace", NULL, NULL, AT(grace_ms), T_INT, 0},
+	{"json", NULL, NULL, AT(json), T_INT, 0},
 #undef AT
 };
 
@@ -328,6 +330,12 @@ static const struct value_row source_rows[] = {
 	{{NO_ENV, ARGS("--tenant", "acme")}, "tenant", 0, "acme"},
 	{{NO_ENV, ARGS("--role=router")}, "role", 0, "router"},
 	{{NO_ENV, ARGS("--from-env", "MY_TOKEN")}, "from-env", 0, "MY_TOKEN"},
+	{{NO_ENV, ARGS("--grace", "10m")}, "grace", 600 * 1000, NULL},
+	{{NO_ENV, ARGS("--grace=1s")}, "grace", 1000, NULL},
+	{{NO_ENV, ARGS("--grace", "30d")}, "grace", 30 * DAY_MS, NULL},
+	/* a flag without a value: given is 1 */
+	{{NO_ENV, ARGS("--json")}, "json", 1, NULL},
+	{{NO_ENV, ARGS("--json", "--json")}, "json", 1, NULL},
 };
 
 static void test_settings_each_from_variable_and_flag(void **state)
@@ -489,6 +497,8 @@ static const struct error_row range_rows[] = {
 	{{NO_ENV, ARGS("--drain-timeout", "2h")}, DUR_RANGE("drain-timeout", "0", "3600000", "2h")},
 	{{NO_ENV, ARGS("--gc-interval", "999ms")},
 	 DUR_RANGE("gc-interval", "1000", "86400000", "999ms")},
+	{{NO_ENV, ARGS("--grace", "0s")}, DUR_RANGE("grace", "1000", "2592000000", "0s")},
+	{{NO_ENV, ARGS("--grace", "31d")}, DUR_RANGE("grace", "1000", "2592000000", "31d")},
 	/* sizes */
 	{{NO_ENV, ARGS("--max-body", "1023")}, BYTES_RANGE("max-body", "1024", "67108864", "1023")},
 	{{NO_ENV, ARGS("--max-body", "65MiB")},
@@ -614,6 +624,8 @@ static const struct error_row argument_error_rows[] = {
 	{{NO_ENV, ARGS("--workers")}, "--workers needs a value"},
 	{{NO_ENV, ARGS("serve", "--listen")}, "--listen needs a value"},
 	{{NO_ENV, ARGS("--fast-paths")}, "--fast-paths needs a value"}, /* no bare switch */
+	{{NO_ENV, ARGS("--json=on")}, "--json takes no value"},         /* and no valued flag */
+	{{NO_ENV, ARGS("--json=")}, "--json takes no value"},
 	{{NO_ENV, ARGS("a", "b", "c", "d")}, "unexpected argument \"d\""},
 	{{NO_ENV,
 	  ARGS("a", "b", "c", "--workers", "2", "0123456789012345678901234567890123456789xyz")},
@@ -697,6 +709,11 @@ static const struct {
 	 2,
 	 {"token", "create"}},
 	{{NO_ENV, ARGS("sql", "claim_insert")}, 2, {"sql", "claim_insert"}},
+	/* a flag without a value takes no word after it */
+	{{NO_ENV, ARGS("token", "--json", "list")}, 2, {"token", "list"}},
+	{{NO_ENV, ARGS("token", "revoke", "--grace", "1m", "0123456789ab")},
+	 3,
+	 {"token", "revoke", "0123456789ab"}},
 	{{NO_ENV, ARGS("a", "b", "c")}, 3, {"a", "b", "c"}},
 	/* one dash is not a flag */
 	{{NO_ENV, ARGS("-h")}, 1, {"-h"}},

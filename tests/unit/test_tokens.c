@@ -1,8 +1,8 @@
 /*
  * tests/unit/test_tokens.c: API tokens (api/tokens.c): the format of a new
  * token, its SHA-256, and the lookup cache: hit, miss, overwrite, eviction
- * by a token of the same slot, expiry after API_TOKEN_CACHE_MS, and use from
- * several threads at once.
+ * by a token of the same slot, expiry API_TOKEN_CACHE_MS after the lookup's
+ * read, and use from several threads at once.
  *
  * The cache reads CLOCK_MONOTONIC through clock_gettime() and has no seam for
  * a test clock. Rather than sleep API_TOKEN_CACHE_MS per case, this program
@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,6 +35,8 @@
 #include "ledger/core/role.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+/* A read time to come: api_tokens_cache_put() counts it as now. */
+#define NOW LLONG_MAX
 #define SLOTS 1024 /* api/tokens.c's CACHE_SLOTS: a hash's first 10 bits pick its slot */
 
 /* --- the test clock ------------------------------------------------------------ */
@@ -249,7 +252,7 @@ static void test_tokens_cache_hit_is_what_was_put(void **state)
 		char what[32];
 
 		hash_in(hit_rows[i].slot, 0x20, sha);
-		api_tokens_cache_put(sha, hit_rows[i].tenant, hit_rows[i].role);
+		api_tokens_cache_put(sha, hit_rows[i].tenant, hit_rows[i].role, NOW);
 		snprintf(what, sizeof(what), "row %zu", i);
 		expect(sha, HIT(hit_rows[i].tenant, hit_rows[i].role), what);
 	}
@@ -272,7 +275,7 @@ static void test_tokens_cache_cuts_a_longer_tenant(void **state)
 	memset(tenant, 'T', sizeof(tenant) - 1);
 	tenant[sizeof(tenant) - 1] = '\0';
 	hash_in(20, 0x30, sha);
-	api_tokens_cache_put(sha, tenant, LEDGER_ROLE_AGENT);
+	api_tokens_cache_put(sha, tenant, LEDGER_ROLE_AGENT, NOW);
 	tenant[LEDGER_ID_MAX] = '\0';
 	expect(sha, HIT(tenant, LEDGER_ROLE_AGENT), "200-byte tenant");
 }
@@ -283,8 +286,8 @@ static void test_tokens_cache_put_again_overwrites(void **state)
 
 	(void)state;
 	hash_in(30, 0x40, sha);
-	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT);
-	api_tokens_cache_put(sha, "t2", LEDGER_ROLE_ADMIN);
+	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT, NOW);
+	api_tokens_cache_put(sha, "t2", LEDGER_ROLE_ADMIN, NOW);
 	expect(sha, HIT("t2", LEDGER_ROLE_ADMIN), "second put");
 }
 
@@ -304,11 +307,11 @@ static void test_tokens_cache_same_slot_evicts(void **state)
 	a_but_last[31] ^= 1;
 	hash_in(41, 0x50, other_slot);
 
-	api_tokens_cache_put(a, "ta", LEDGER_ROLE_AGENT);
-	api_tokens_cache_put(other_slot, "to", LEDGER_ROLE_ROUTER);
+	api_tokens_cache_put(a, "ta", LEDGER_ROLE_AGENT, NOW);
+	api_tokens_cache_put(other_slot, "to", LEDGER_ROLE_ROUTER, NOW);
 	expect(a, HIT("ta", LEDGER_ROLE_AGENT), "a");
 	expect(a_but_last, MISS, "a with its last bit flipped");
-	api_tokens_cache_put(b, "tb", LEDGER_ROLE_ADMIN);
+	api_tokens_cache_put(b, "tb", LEDGER_ROLE_ADMIN, NOW);
 	expect(b, HIT("tb", LEDGER_ROLE_ADMIN), "b");
 	expect(a, MISS, "a, evicted by b");
 	expect(other_slot, HIT("to", LEDGER_ROLE_ROUTER), "the neighbouring slot");
@@ -338,7 +341,7 @@ static void test_tokens_cache_expires_after_cache_ms(void **state)
 
 		hash_in(100 + (unsigned)i, 0x60, sha);
 		freeze();
-		api_tokens_cache_put(sha, "t1", LEDGER_ROLE_ROUTER);
+		api_tokens_cache_put(sha, "t1", LEDGER_ROLE_ROUTER, NOW);
 		advance_ms(expiry_rows[i].after_ms);
 		snprintf(what, sizeof(what), "%lld ms after the put", expiry_rows[i].after_ms);
 		expect(sha, expiry_rows[i].hit ? HIT("t1", LEDGER_ROLE_ROUTER) : MISS, what);
@@ -354,16 +357,38 @@ static void test_tokens_cache_put_again_renews(void **state)
 	(void)state;
 	hash_in(200, 0x70, sha);
 	freeze();
-	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT);
+	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT, NOW);
 	advance_ms(API_TOKEN_CACHE_MS - 1000);
-	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT);
+	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT, NOW);
 	advance_ms(API_TOKEN_CACHE_MS - 1);
 	expect(sha, HIT("t1", LEDGER_ROLE_AGENT), "just before the second put's deadline");
 	advance_ms(1);
 	expect(sha, MISS, "at the second put's deadline");
 	/* an expired entry is put again like a new one */
-	api_tokens_cache_put(sha, "t2", LEDGER_ROLE_ADMIN);
+	api_tokens_cache_put(sha, "t2", LEDGER_ROLE_ADMIN, NOW);
 	expect(sha, HIT("t2", LEDGER_ROLE_ADMIN), "put after expiry");
+}
+
+/*
+ * An entry's time counts from the read its lookup began with, not from the
+ * put: a lookup that answered late (a slow database) does not keep a token
+ * that was revoked meanwhile any longer than API_TOKEN_CACHE_MS.
+ */
+static void test_tokens_cache_counts_from_the_read(void **state)
+{
+	unsigned char sha[32];
+	long long read_ms;
+
+	(void)state;
+	hash_in(210, 0x74, sha);
+	freeze();
+	read_ms = (long long)frozen_at.tv_sec * 1000 + frozen_at.tv_nsec / 1000000;
+	advance_ms(3000); /* the answer took 3 s */
+	api_tokens_cache_put(sha, "t1", LEDGER_ROLE_AGENT, read_ms);
+	advance_ms(API_TOKEN_CACHE_MS - 3000 - 1);
+	expect(sha, HIT("t1", LEDGER_ROLE_AGENT), "just before the read's deadline");
+	advance_ms(1);
+	expect(sha, MISS, "at the read's deadline, 3 s short of the put's");
 }
 
 /* --- several threads ---------------------------------------------------------------- */
@@ -404,7 +429,7 @@ static void *work(void *arg)
 		hash_in(SHARED_SLOT + h / 2, (unsigned char)(0x80 + 4 * (h % 2)), sha);
 		if ((seed >> 4) % 3 == 0) {
 			snprintf(tenant, sizeof(tenant), "h%u-by-%u", h, w->id);
-			api_tokens_cache_put(sha, tenant, role_of(h));
+			api_tokens_cache_put(sha, tenant, role_of(h), NOW);
 			continue;
 		}
 		if (!api_tokens_cache_get(sha, tenant, &role))
@@ -442,7 +467,7 @@ static void test_tokens_cache_concurrent_use(void **state)
 		unsigned char sha[32];
 
 		hash_in(SHARED_SLOT + h / 2, (unsigned char)(0x80 + 4 * (h % 2)), sha);
-		api_tokens_cache_put(sha, "after", role_of(h));
+		api_tokens_cache_put(sha, "after", role_of(h), NOW);
 		expect(sha, HIT("after", role_of(h)), "after the threads");
 	}
 }
@@ -460,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_cache_same_slot_evicts),
 		cmocka_unit_test_teardown(test_tokens_cache_expires_after_cache_ms, thaw),
 		cmocka_unit_test_teardown(test_tokens_cache_put_again_renews, thaw),
+		cmocka_unit_test_teardown(test_tokens_cache_counts_from_the_read, thaw),
 		cmocka_unit_test(test_tokens_cache_concurrent_use),
 	};
 
