@@ -19,8 +19,9 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # chromium: tests/ui drives the page at /ui/ in it, through playwright-core.
 # python3-yaml: tests/ops reads the alert rules and their tests.
 # pgbouncer: tests/ops runs ledgerd behind it, an instance of its own per test.
+# jq: docs/operations.md scripts the token listing with it, and tests/docs runs that.
 FUZZ_PKGS="clang libclang-rt-14-dev"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox"
 # What the built programs need at run time and nothing to build them: the
