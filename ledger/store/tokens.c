@@ -134,22 +134,65 @@ static enum ledger_err one_info(const PGresult *res, bool *found, struct ledger_
 	return LEDGER_OK;
 }
 
+/*
+ * Runs @p stmt with @p params on @p conn, in one step of its own: @p st
+ * holds the result, and is to be cleared whatever this returns.
+ */
+static enum ledger_err run_stmt(struct ledger_store_conn *conn, const struct store_stmt *stmt,
+				const char *const *params, struct store_step *st)
+{
+	store_step_begin(st, conn);
+	if (!store_conn_ready(conn))
+		return LEDGER_ERR_UNAVAILABLE;
+	store_step_add(st, stmt, params);
+	return store_step_run(st);
+}
+
+/* Runs @p stmt, whose one parameter is a token's SHA-256, as run_stmt() does. */
+static enum ledger_err run_by_sha(struct ledger_store_conn *conn, const struct store_stmt *stmt,
+				  const unsigned char sha256[32], struct store_step *st)
+{
+	char hex[67];
+	const char *params[1] = {hex};
+
+	sha_param(sha256, hex);
+	return run_stmt(conn, stmt, params, st);
+}
+
+/*
+ * What a revoke or rotate whose statement gave @p rc and @p st did: the row
+ * it changed, else what it found unchanged. Clears @p st.
+ */
+static enum ledger_err change_of(struct ledger_store_conn *conn, enum ledger_err rc,
+				 struct store_step *st, const unsigned char sha256[32],
+				 enum ledger_token_change *change, struct ledger_token_info *out)
+{
+	bool found = false;
+
+	if (rc == LEDGER_OK)
+		rc = one_info(st->res[0], &found, out);
+	store_step_clear(st);
+	if (rc != LEDGER_OK)
+		return rc;
+	if (found) {
+		*change = LEDGER_TOKEN_CHANGED;
+		return LEDGER_OK;
+	}
+	/* Nothing changed: no such token, or one revoked before (its row in @p out). */
+	rc = ledger_store_token_get(conn, sha256, &found, out);
+	*change = found ? LEDGER_TOKEN_ALREADY_REVOKED : LEDGER_TOKEN_ABSENT;
+	return rc;
+}
+
 enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
 					  const unsigned char sha256[32], bool *found, char *tenant,
 					  enum ledger_role *role)
 {
-	char hex[67];
-	const char *params[1] = {hex};
 	struct store_step st;
 	enum ledger_err rc;
 
 	*found = false;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_lookup, params);
-	rc = store_step_run(&st);
+	rc = run_by_sha(conn, &token_lookup, sha256, &st);
 	if (rc == LEDGER_OK && PQntuples(st.res[0]) == 1 &&
 	    ledger_role_parse(PQgetvalue(st.res[0], 0, 1), role) == 0) {
 		store_step_get_text(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
@@ -168,12 +211,8 @@ enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
 	struct store_step st;
 	enum ledger_err rc;
 
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
 	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_insert, params);
-	rc = store_step_run(&st);
+	rc = run_stmt(conn, &token_insert, params, &st);
 	store_step_clear(&st);
 	return rc;
 }
@@ -182,18 +221,11 @@ enum ledger_err ledger_store_token_get(struct ledger_store_conn *conn,
 				       const unsigned char sha256[32], bool *found,
 				       struct ledger_token_info *out)
 {
-	char hex[67];
-	const char *params[1] = {hex};
 	struct store_step st;
 	enum ledger_err rc;
 
 	*found = false;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_get, params);
-	rc = store_step_run(&st);
+	rc = run_by_sha(conn, &token_get, sha256, &st);
 	if (rc == LEDGER_OK)
 		rc = one_info(st.res[0], found, out);
 	store_step_clear(&st);
@@ -209,11 +241,7 @@ enum ledger_err ledger_store_token_list(struct ledger_store_conn *conn,
 
 	*rows = NULL;
 	*count = 0;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_list, NULL);
-	rc = store_step_run(&st);
+	rc = run_stmt(conn, &token_list, NULL, &st);
 	if (rc != LEDGER_OK)
 		goto out;
 	n = PQntuples(st.res[0]);
@@ -253,16 +281,12 @@ enum ledger_err ledger_store_token_find(struct ledger_store_conn *conn, const ch
 	*matches = 0;
 	if (n == 0 || n > 64 || strspn(prefix, hex_digits) != n)
 		return LEDGER_ERR_INVALID;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
 	memcpy(lo + 2, prefix, n);
 	memcpy(hi + 2, prefix, n);
 	memset(lo + 2 + n, '0', 64 - n);
 	memset(hi + 2 + n, 'f', 64 - n);
 	lo[66] = hi[66] = '\0';
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_find, params);
-	rc = store_step_run(&st);
+	rc = run_stmt(conn, &token_find, params, &st);
 	if (rc == LEDGER_OK)
 		rc = one_info(st.res[0], &found, first);
 	if (rc == LEDGER_OK && found)
@@ -271,48 +295,16 @@ enum ledger_err ledger_store_token_find(struct ledger_store_conn *conn, const ch
 	return rc;
 }
 
-/*
- * What a revoke or rotate that changed nothing found: no token, or one
- * revoked before (its row in @p out).
- */
-static enum ledger_err unchanged(struct ledger_store_conn *conn, const unsigned char sha256[32],
-				 enum ledger_token_change *change, struct ledger_token_info *out)
-{
-	bool found = false;
-	enum ledger_err rc = ledger_store_token_get(conn, sha256, &found, out);
-
-	*change = found ? LEDGER_TOKEN_ALREADY_REVOKED : LEDGER_TOKEN_ABSENT;
-	return rc;
-}
-
 enum ledger_err ledger_store_token_revoke(struct ledger_store_conn *conn,
 					  const unsigned char sha256[32],
 					  enum ledger_token_change *change,
 					  struct ledger_token_info *out)
 {
-	char hex[67];
-	const char *params[1] = {hex};
 	struct store_step st;
-	enum ledger_err rc;
-	bool found = false;
 
 	*change = LEDGER_TOKEN_ABSENT;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	sha_param(sha256, hex);
-	store_step_begin(&st, conn);
-	store_step_add(&st, &token_revoke, params);
-	rc = store_step_run(&st);
-	if (rc == LEDGER_OK)
-		rc = one_info(st.res[0], &found, out);
-	store_step_clear(&st);
-	if (rc != LEDGER_OK)
-		return rc;
-	if (found) {
-		*change = LEDGER_TOKEN_CHANGED;
-		return LEDGER_OK;
-	}
-	return unchanged(conn, sha256, change, out);
+	return change_of(conn, run_by_sha(conn, &token_revoke, sha256, &st), &st, sha256, change,
+			 out);
 }
 
 enum ledger_err ledger_store_token_rotate(struct ledger_store_conn *conn,
@@ -321,33 +313,18 @@ enum ledger_err ledger_store_token_rotate(struct ledger_store_conn *conn,
 					  enum ledger_token_change *change,
 					  struct ledger_token_info *out)
 {
-	char old_hex[67], new_hex[67];
-	const char *params[3] = {old_hex, new_hex, NULL};
+	char old_hex[67], new_hex[67], grace[24];
+	const char *params[3] = {old_hex, new_hex, grace};
 	struct store_step st;
-	enum ledger_err rc;
-	bool found = false;
 
 	*change = LEDGER_TOKEN_ABSENT;
 	if (grace_ms < 0)
 		return LEDGER_ERR_INVALID;
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
 	sha_param(old_sha256, old_hex);
 	sha_param(new_sha256, new_hex);
-	store_step_begin(&st, conn);
-	params[2] = store_step_int(&st, grace_ms);
-	store_step_add(&st, &token_rotate, params);
-	rc = store_step_run(&st);
-	if (rc == LEDGER_OK)
-		rc = one_info(st.res[0], &found, out);
-	store_step_clear(&st);
-	if (rc != LEDGER_OK)
-		return rc;
-	if (found) {
-		*change = LEDGER_TOKEN_CHANGED;
-		return LEDGER_OK;
-	}
-	return unchanged(conn, old_sha256, change, out);
+	snprintf(grace, sizeof(grace), "%lld", (long long)grace_ms);
+	return change_of(conn, run_stmt(conn, &token_rotate, params, &st), &st, old_sha256, change,
+			 out);
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
