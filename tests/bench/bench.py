@@ -3,9 +3,12 @@
 
 Starts a PostgreSQL with fsync and synchronous_commit on, as in production,
 and ledgerd on it; runs pgbench on the very SQL ledgerd issues (scripts made
-by gen_pgbench.py from `ledgerd sql`) and wrk on ledgerd's HTTP API for the
-same work; repeats every point and keeps medians; prints a markdown table,
-writes build/bench/results.json and draws build/bench/bench.png.
+by gen_pgbench.py from `ledgerd sql`), pgbench on the least SQL a durable
+tool call needs (tests/bench/minimal/, in a database of its own on the same
+cluster), and wrk on ledgerd's HTTP API for the same work; repeats every
+point and keeps medians; reads the WAL each tool call writes from
+pg_stat_wal; prints a markdown table and the targets met or missed, writes
+build/bench/results.json and draws build/bench/bench.png.
 """
 
 import json
@@ -33,6 +36,10 @@ WORKLOADS = os.environ.get("BENCH_WORKLOADS",
                            "tool_call,tool_call_unbatched,replay,attempt_cycle").split(",")
 REPLAY_CONCURRENCY = 64
 BATCH = 16  # calls per transaction in tool_call_batch.sql (gen_pgbench.py)
+MINIMAL = HERE / "minimal"
+MINIMAL_BATCH_CLIENTS = 8  # where perfect batches of ten peak on 2 cores (minimal/README.md)
+MINIMAL_VARS = {"ahash": "\\x9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                "result": '{"ok":true,"tool":"search_web","status":200}'}
 REPLAY_KEYS = 20000
 
 SHA = None  # the fingerprint of the bench's args, computed below
@@ -74,8 +81,10 @@ class Postgres:
                     "max_connections = 300\nshared_buffers = 256MB\n" % (self.dir, self.port))
         self.run(PGBIN / "pg_ctl", "-D", self.dir / "data", "-l", self.dir / "log", "-w", "-s",
                  "start")
-        self.run(PGBIN / "createdb", "-h", self.dir, "-p", self.port, "-U", self.user, "ledger")
+        for db in ("ledger", "minimal"):
+            self.run(PGBIN / "createdb", "-h", self.dir, "-p", self.port, "-U", self.user, db)
         self.url = "host=%s port=%d user=%s dbname=ledger" % (self.dir, self.port, self.user)
+        self.sql((MINIMAL / "schema.sql").read_text(), db="minimal")
 
     def run(self, *argv, **kw):
         argv = [str(a) for a in argv]
@@ -86,9 +95,13 @@ class Postgres:
             sys.exit("bench: %s failed:\n%s" % (" ".join(argv[:6]), r.stderr.strip()[-2000:]))
         return r
 
-    def sql(self, query):
+    def sql(self, query, db="ledger"):
         return self.run(PGBIN / "psql", "-h", self.dir, "-p", self.port, "-U", self.user,
-                        "-d", "ledger", "-v", "ON_ERROR_STOP=1", "-qAtX", "-c", query).stdout
+                        "-d", db, "-v", "ON_ERROR_STOP=1", "-qAtX", "-c", query).stdout
+
+    def wal_bytes(self):
+        """WAL the whole cluster has written (pg_stat_wal), to take differences of."""
+        return int(self.sql("SELECT wal_bytes FROM pg_stat_wal"))
 
     def checkpoint(self):
         self.sql("CHECKPOINT")
@@ -118,6 +131,13 @@ class Ledgerd:
                 time.sleep(0.05)
         self.url = "http://127.0.0.1:%d" % self.port
 
+    def batch_counters(self):
+        """(commits of batches, calls they carried) so far, from ledgerd's /metrics."""
+        import urllib.request
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        get = lambda name: int(re.search(r"^%s (\d+)$" % name, text, re.M).group(1))
+        return get("ledger_store_batches_total"), get("ledger_store_batched_calls_total")
+
     def cpu_seconds(self):
         fields = Path("/proc/%d/stat" % self.proc.pid).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -133,8 +153,8 @@ class Ledgerd:
         self.proc.wait(timeout=60)
 
 
-def pgbench(pg, script, clients, variables):
-    """One pgbench run: (per second, p50 ms, p99 ms) of the script's transactions."""
+def pgbench(pg, script, clients, variables, db="ledger"):
+    """One pgbench run: (per second, p50 ms, p99 ms, WAL bytes) of the script's transactions."""
     logdir = Path(tempfile.mkdtemp(prefix="ledgerd-bench-log-"))
     if pg.root:
         shutil.chown(logdir, "postgres", "postgres")
@@ -143,7 +163,9 @@ def pgbench(pg, script, clients, variables):
             "-l", "--log-prefix", logdir / "tx"]
     for k, v in variables.items():
         argv += ["-D", "%s=%s" % (k, v)]
-    out = pg.run(*(argv + ["ledger"])).stdout
+    wal = pg.wal_bytes()
+    out = pg.run(*(argv + [db])).stdout
+    wal = pg.wal_bytes() - wal
     tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
     lat = []
     for f in logdir.iterdir():
@@ -151,7 +173,7 @@ def pgbench(pg, script, clients, variables):
             lat.append(int(line.split()[2]) / 1000.0)  # microseconds
     shutil.rmtree(logdir, ignore_errors=True)
     lat.sort()
-    return tps, lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
+    return tps, lat[len(lat) // 2], lat[int(len(lat) * 0.99)], wal
 
 
 def wrk(url, script, connections, env):
@@ -188,7 +210,7 @@ def main():
     cores = os.cpu_count()
     log("%d cores; %d s per point, %d repeats, medians" % (cores, SECONDS, REPEATS))
     pg = Postgres()
-    rows, meta = [], {}
+    rows, meta, minimal = [], {}, {}
     try:
         subprocess.run([str(LEDGERD), "migrate", "--database-url", pg.url], check=True,
                        capture_output=True)
@@ -231,20 +253,23 @@ def main():
                               for _ in range(REPEATS)])
             pg.checkpoint()
             led = Ledgerd(pg.url, *extra)
-            runs, calls, cpu = [], 0, 0.0
+            runs, calls, cpu, wal = [], 0, 0.0, 0
+            batches_before = led.batch_counters()
             try:
                 for i in range(REPEATS):
-                    before = led.cpu_seconds()
+                    before, wal_before = led.cpu_seconds(), pg.wal_bytes()
                     r = wrk(led.url, wrk_script, conc,
                             {"LEDGER_TOKEN": token, "BENCH_RUN": "%s-%d-%d-%d" % (
                                 workload, conc, i, time.time()),
                              "BENCH_REPLAY_KEYS": str(REPLAY_KEYS)})
                     cpu += led.cpu_seconds() - before
+                    wal += pg.wal_bytes() - wal_before
                     calls += r[0] / per_op * SECONDS
                     if r[3]:
                         log("%s at %d: %d answers were not 2xx" % (workload, conc, r[3]))
                     runs.append(r)
                 rss = led.peak_rss_mib()
+                batches = [a - b for a, b in zip(led.batch_counters(), batches_before)]
             finally:
                 led.stop()
             pg.checkpoint()
@@ -257,13 +282,37 @@ def main():
                    "ratio": round(rps / per_op / base[0], 3), "p50_ms": round(p50, 3),
                    "p99_ms": round(p99, 3), "rss_mib": round(rss, 1),
                    "baseline_p50_ms": round(base[1], 3), "baseline_p99_ms": round(base[2], 3),
-                   "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3), **extra_fields}
+                   "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3),
+                   "wal_bytes_per_op": round(wal / max(calls, 1)),
+                   "calls_per_batch": round(batches[1] / batches[0], 2) if batches[0] else None,
+                   **extra_fields}
+            if workload.startswith("tool_call") and conc in minimal:
+                row["minimal_2tx_per_s"] = minimal[conc]["per_s"]
+                row["ratio_minimal_2tx"] = round(row["ledgerd_per_s"] / minimal[conc]["per_s"], 3)
+                row["minimal_p50_ms"] = minimal[conc]["p50_ms"]
+                row["minimal_wal_bytes_per_call"] = minimal[conc]["wal_bytes_per_call"]
             log("%-20s %3d  ledgerd %8.1f/s  pgbench %8.1f/s  x%.2f  p99 %.2f ms"
                 % (workload, conc, row["ledgerd_per_s"], row["baseline_per_s"], row["ratio"],
                    row["p99_ms"]))
             rows.append(row)
 
         if "tool_call" in WORKLOADS:
+            # The least SQL a durable tool call needs, at the same points.
+            for conc in CONCURRENCY:
+                runs = [pgbench(pg, MINIMAL / "minimal_2tx.sql", conc, MINIMAL_VARS, "minimal")
+                        for _ in range(REPEATS)]
+                tps, p50, p99, _ = median_of(runs)
+                wal = statistics.median(r[3] / max(r[0] * SECONDS, 1) for r in runs)
+                minimal[conc] = {"per_s": round(tps, 1), "p50_ms": round(p50, 3),
+                                 "p99_ms": round(p99, 3), "wal_bytes_per_call": round(wal)}
+                log("minimal 2tx          %3d  %8.1f tool calls/s  p50 %.2f ms  p99 %.2f ms  "
+                    "%d WAL bytes/call" % (conc, tps, p50, p99, wal))
+            runs = [pgbench(pg, MINIMAL / "minimal_batch10.sql", MINIMAL_BATCH_CLIENTS,
+                            MINIMAL_VARS, "minimal") for _ in range(REPEATS)]
+            meta["minimal_batch10_per_s"] = round(median_of(runs)[0] * 10, 1)
+            log("minimal batch10 at %d clients: %.1f tool calls/s"
+                % (MINIMAL_BATCH_CLIENTS, meta["minimal_batch10_per_s"]))
+            pg.checkpoint()
             # What batching can give at most here: the same SQL, 16 calls per
             # commit in one round trip, from as many clients as ledgerd has
             # store workers.
@@ -287,11 +336,59 @@ def main():
                   tokens["router"], 3)
     finally:
         pg.stop()
-    report(rows, cores, meta)
+    report(rows, cores, meta, minimal)
 
 
-def report(rows, cores, meta):
-    (OUT / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+def find(rows, workload, conc):
+    return next((r for r in rows if r["workload"] == workload and r["concurrency"] == conc), None)
+
+
+def targets(rows, meta, minimal):
+    """The performance targets ledgerd is held to, each with its figure: (name, goal, value, met)."""
+    out = []
+
+    def target(name, goal, value, met):
+        out.append({"target": name, "goal": goal, "value": value,
+                    "met": None if value is None else bool(met)})
+
+    tc32, un32, tc1 = find(rows, "tool_call", 32), find(rows, "tool_call_unbatched", 32), \
+        find(rows, "tool_call", 1)
+    replay = find(rows, "replay", REPLAY_CONCURRENCY)
+    m32, m1 = minimal.get(32), minimal.get(1)
+    r = tc32["ledgerd_per_s"] / m32["per_s"] if tc32 and m32 else None
+    target("tool_call at 32, x minimal 2tx at 32", ">= 2.0", r and round(r, 2), r and r >= 2.0)
+    r = un32["ledgerd_per_s"] / m32["per_s"] if un32 and m32 else None
+    target("tool_call --batch-max 1 at 32, x minimal 2tx", ">= 0.6", r and round(r, 2),
+           r and r >= 0.6)
+    # One tool call is two requests to ledgerd (claim, complete) and one script
+    # of two commits to the minimal SQL.
+    r = 2 * tc1["p50_ms"] / m1["p50_ms"] if tc1 and m1 else None
+    target("tool_call p50 at 1 (2 x a request's), x minimal 2tx p50", "<= 1.3",
+           r and round(r, 2), r and r <= 1.3)
+    v = tc32["p99_ms"] if tc32 else None
+    target("tool_call request p99 at 32 (claims and completions together), ms", "< 10", v,
+           v is not None and v < 10)
+    v = replay["ledgerd_per_s"] if replay else None
+    target("replay at 64, per s", ">= 50000", v, v is not None and v >= 50000)
+    v = replay["p99_ms"] if replay else None
+    target("replay p99 at 64, ms", "< 5", v, v is not None and v < 5)
+    v = max((row["rss_mib"] for row in rows), default=None)
+    target("peak RSS of ledgerd, MiB", "< 64", v, v is not None and v < 64)
+    target("x DBOS Transact, 32 in flight", ">= 25", None, None)
+    target("tool_call at 32 with 10M settled calls stored, x empty", ">= 0.8", None, None)
+    return out
+
+
+def report(rows, cores, meta, minimal):
+    goals = targets(rows, meta, minimal)
+    summary = {"minimal_2tx_per_s": minimal.get(32, {}).get("per_s"),
+               "minimal_batch10_per_s": meta.get("minimal_batch10_per_s"),
+               "dbos_per_s": None}
+    (OUT / "results.json").write_text(json.dumps(
+        {"cores": cores, "seconds": SECONDS, "repeats": REPEATS, **summary,
+         "minimal_2tx": {str(c): m for c, m in minimal.items()},
+         "batch_ceiling_per_s": meta.get("batch_ceiling_per_s"),
+         "rows": rows, "targets": goals}, indent=2) + "\n")
     lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
              "",
              "| workload | conc. | ledgerd /s | pgbench /s | ratio | p50 ms | p99 ms "
@@ -311,6 +408,25 @@ def report(rows, cores, meta):
                          (r["baseline_per_s"] for r in rows
                           if r["workload"] == "tool_call" and r["concurrency"] == 32),
                          meta["batch_ceiling_per_s"]))]
+    if minimal:
+        lines += ["", "| tool calls | conc. | ledgerd /s | minimal 2tx /s | ratio "
+                  "| ledgerd p50 ms (a request) | minimal p50 ms (a call) "
+                  "| WAL bytes/call ledgerd | minimal | calls per multi-call commit |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            if "minimal_2tx_per_s" in r:
+                lines.append("| %s | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %d | %s |" % (
+                    r["workload"], r["concurrency"], r["ledgerd_per_s"], r["minimal_2tx_per_s"],
+                    r["ratio_minimal_2tx"], r["p50_ms"], r["minimal_p50_ms"],
+                    r["wal_bytes_per_op"], r["minimal_wal_bytes_per_call"],
+                    "-" if r["calls_per_batch"] is None else "%.2f" % r["calls_per_batch"]))
+        lines += ["", "Minimal SQL in perfect batches of ten, %d clients: %.0f tool calls/s."
+                  % (MINIMAL_BATCH_CLIENTS, meta["minimal_batch10_per_s"])]
+    lines += ["", "| target | goal | figure | met |", "|---|---|---:|---|"]
+    for g in goals:
+        lines.append("| %s | %s | %s | %s |" % (
+            g["target"], g["goal"], "not measured" if g["value"] is None else g["value"],
+            "-" if g["met"] is None else "yes" if g["met"] else "NO"))
     table = "\n".join(lines) + "\n"
     (OUT / "results.md").write_text(table)
     print(table)
@@ -334,12 +450,23 @@ def plot(rows):
                                               r["baseline_p99_ms"]))
             f.write("\n\n")
             series.append(workload)
+        pts = [r for r in rows if r["workload"] == "tool_call" and "minimal_2tx_per_s" in r]
+        if pts:
+            f.write("# minimal SQL, 2 commits per call\n")
+            for r in pts:
+                f.write("%d %f %f %f %f\n" % (r["concurrency"], r["minimal_2tx_per_s"],
+                                              r["minimal_2tx_per_s"], r["minimal_p50_ms"],
+                                              r["minimal_p50_ms"]))
+            f.write("\n\n")
     if not series:
         return
     tput = ", ".join(
         "'%s' index %d using 1:2 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:3 with linespoints dashtype 2 title '%s (pgbench)'"
         % (data, i, s, data, i, s) for i, s in enumerate(series))
+    if any(r["workload"] == "tool_call" and "minimal_2tx_per_s" in r for r in rows):
+        tput += (", '%s' index %d using 1:2 with linespoints dashtype 3 lw 2 "
+                 "title 'minimal SQL tool call (2 commits)'" % (data, len(series)))
     lat = ", ".join(
         "'%s' index %d using 1:4 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:5 with linespoints dashtype 2 title '%s (pgbench)'"
