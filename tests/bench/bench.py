@@ -103,6 +103,10 @@ class Postgres:
         """WAL the whole cluster has written (pg_stat_wal), to take differences of."""
         return int(self.sql("SELECT wal_bytes FROM pg_stat_wal"))
 
+    def wal_fpi(self):
+        """Full-page images written so far: the first change of a page after a checkpoint."""
+        return int(self.sql("SELECT wal_fpi FROM pg_stat_wal"))
+
     def checkpoint(self):
         self.sql("CHECKPOINT")
 
@@ -154,7 +158,8 @@ class Ledgerd:
 
 
 def pgbench(pg, script, clients, variables, db="ledger"):
-    """One pgbench run: (per second, p50 ms, p99 ms, WAL bytes) of the script's transactions."""
+    """One pgbench run: (per second, p50 ms, p99 ms, WAL bytes, full-page images) of the
+    script's transactions."""
     logdir = Path(tempfile.mkdtemp(prefix="ledgerd-bench-log-"))
     if pg.root:
         shutil.chown(logdir, "postgres", "postgres")
@@ -163,9 +168,9 @@ def pgbench(pg, script, clients, variables, db="ledger"):
             "-l", "--log-prefix", logdir / "tx"]
     for k, v in variables.items():
         argv += ["-D", "%s=%s" % (k, v)]
-    wal = pg.wal_bytes()
+    wal, fpi = pg.wal_bytes(), pg.wal_fpi()
     out = pg.run(*(argv + [db])).stdout
-    wal = pg.wal_bytes() - wal
+    wal, fpi = pg.wal_bytes() - wal, pg.wal_fpi() - fpi
     tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
     lat = []
     for f in logdir.iterdir():
@@ -173,7 +178,7 @@ def pgbench(pg, script, clients, variables, db="ledger"):
             lat.append(int(line.split()[2]) / 1000.0)  # microseconds
     shutil.rmtree(logdir, ignore_errors=True)
     lat.sort()
-    return tps, lat[len(lat) // 2], lat[int(len(lat) * 0.99)], wal
+    return tps, lat[len(lat) // 2], lat[int(len(lat) * 0.99)], wal, fpi
 
 
 def wrk(url, script, connections, env):
@@ -253,17 +258,21 @@ def main():
                               for _ in range(REPEATS)])
             pg.checkpoint()
             led = Ledgerd(pg.url, *extra)
-            runs, calls, cpu, wal = [], 0, 0.0, 0
+            runs, calls, cpu, wal, fpi = [], 0, 0.0, [], []
             batches_before = led.batch_counters()
             try:
                 for i in range(REPEATS):
-                    before, wal_before = led.cpu_seconds(), pg.wal_bytes()
+                    before, wal_before, fpi_before = led.cpu_seconds(), pg.wal_bytes(), pg.wal_fpi()
                     r = wrk(led.url, wrk_script, conc,
                             {"LEDGER_TOKEN": token, "BENCH_RUN": "%s-%d-%d-%d" % (
                                 workload, conc, i, time.time()),
                              "BENCH_REPLAY_KEYS": str(REPLAY_KEYS)})
                     cpu += led.cpu_seconds() - before
-                    wal += pg.wal_bytes() - wal_before
+                    # Per repeat: the first after the checkpoint writes most of the
+                    # full-page images; the median is the steady state.
+                    done = max(r[0] / per_op * SECONDS, 1)
+                    wal.append((pg.wal_bytes() - wal_before) / done)
+                    fpi.append((pg.wal_fpi() - fpi_before) / done)
                     calls += r[0] / per_op * SECONDS
                     if r[3]:
                         log("%s at %d: %d answers were not 2xx" % (workload, conc, r[3]))
@@ -283,7 +292,8 @@ def main():
                    "p99_ms": round(p99, 3), "rss_mib": round(rss, 1),
                    "baseline_p50_ms": round(base[1], 3), "baseline_p99_ms": round(base[2], 3),
                    "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3),
-                   "wal_bytes_per_op": round(wal / max(calls, 1)),
+                   "wal_bytes_per_op": round(statistics.median(wal)),
+                   "wal_fpi_per_op": round(statistics.median(fpi), 3),
                    "calls_per_batch": round(batches[1] / batches[0], 2) if batches[0] else None,
                    **extra_fields}
             if workload.startswith("tool_call") and conc in minimal:
@@ -301,7 +311,7 @@ def main():
             for conc in CONCURRENCY:
                 runs = [pgbench(pg, MINIMAL / "minimal_2tx.sql", conc, MINIMAL_VARS, "minimal")
                         for _ in range(REPEATS)]
-                tps, p50, p99, _ = median_of(runs)
+                tps, p50, p99 = median_of(runs)[:3]
                 wal = statistics.median(r[3] / max(r[0] * SECONDS, 1) for r in runs)
                 minimal[conc] = {"per_s": round(tps, 1), "p50_ms": round(p50, 3),
                                  "p99_ms": round(p99, 3), "wal_bytes_per_call": round(wal)}
@@ -415,10 +425,10 @@ def report(rows, cores, meta, minimal):
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             if "minimal_2tx_per_s" in r:
-                lines.append("| %s | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %d | %s |" % (
+                lines.append("| %s | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %d (%.2f FPI) | %d | %s |" % (
                     r["workload"], r["concurrency"], r["ledgerd_per_s"], r["minimal_2tx_per_s"],
                     r["ratio_minimal_2tx"], r["p50_ms"], r["minimal_p50_ms"],
-                    r["wal_bytes_per_op"], r["minimal_wal_bytes_per_call"],
+                    r["wal_bytes_per_op"], r["wal_fpi_per_op"], r["minimal_wal_bytes_per_call"],
                     "-" if r["calls_per_batch"] is None else "%.2f" % r["calls_per_batch"]))
         lines += ["", "Minimal SQL in perfect batches of ten, %d clients: %.0f tool calls/s."
                   % (MINIMAL_BATCH_CLIENTS, meta["minimal_batch10_per_s"])]
