@@ -13,9 +13,7 @@
  * attempts is never spliced (a rerun only happens before the first delta),
  * and a client that goes away cancels the upstream and starts nothing.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,10 +29,10 @@
 #include <ledger_client.h>
 #include <microhttpd.h>
 
+#include "sdk/gateway/config.h"
 #include "sdk/gateway/upstream.h"
 
 #define MAX_BODY (1u << 20)
-#define MAX_REPLICAS 64
 #define DOWN_MS 5000u /* a failed replica is skipped this long */
 #define MAX_FENCE_WAIT_MS 60000u
 #define INFO_TIMEOUT_MS 1000L
@@ -45,26 +42,7 @@ static const char *const REVISION_KEYS[] = {"weights_revision", "quantization", 
 					    "chat_template",    "kv_cache_dtype", "parallel_layout",
 					    "adapters"};
 
-struct replica {
-	char *name;
-	char *url;
-	_Atomic uint64_t down_until; /* ms, monotonic; 0: healthy */
-};
-
-static struct {
-	const char *listen;
-	const char *ledger_url;
-	const char *ledger_token;
-	const char *ledger_ca_file; /* the CAs of an https ledger; NULL: the system's */
-	struct replica replicas[MAX_REPLICAS];
-	size_t n_replicas;
-	uint32_t lease_ms;
-	uint32_t soft_ms;  /* silence after which a replica is slow (overloaded) */
-	uint32_t stall_ms; /* silence after which it may be dead (heartbeat_timeout) */
-	uint32_t max_attempts;
-	struct ledger_client *ledger;
-	atomic_uint next; /* round robin over replicas */
-} gw = {.lease_ms = 10000, .soft_ms = 2000, .stall_ms = 10000};
+static struct gateway gw = {.lease_ms = 10000, .soft_ms = 2000, .stall_ms = 10000};
 
 /* One client request and the attempts that serve it. */
 struct stream {
@@ -715,150 +693,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
-/* --- start-up --- */
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
-		"               [--ledger-ca-file FILE] --replica NAME=URL [--replica NAME=URL ...]\n"
-		"               [--lease-ms N] [--soft-timeout-ms N] [--stall-timeout-ms N]"
-		" [--max-attempts N]\n"
-		"--ledger-ca-file: the PEM file of the CAs that may sign the ledger's certificate,\n"
-		"               for an https URL (else the system's trust store); always verified\n"
-		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, LEDGER_CA_FILE,"
-		" GATEWAY_REPLICAS (NAME=URL,NAME=URL)\n");
-}
-
-static void usage_exit(const char *why)
-{
-	fprintf(stderr, "gateway: %s\n", why);
-	usage(stderr);
-	exit(2);
-}
-
-static void add_replica(const char *spec)
-{
-	const char *eq = strchr(spec, '=');
-	struct replica *r = &gw.replicas[gw.n_replicas];
-
-	if (eq == NULL || eq == spec || strncmp(eq + 1, "http", 4) != 0)
-		usage_exit("a replica is NAME=http://HOST:PORT");
-	if (gw.n_replicas == MAX_REPLICAS)
-		usage_exit("too many replicas");
-	r->name = strndup(spec, (size_t)(eq - spec));
-	r->url = strdup(eq + 1);
-	if (r->name == NULL || r->url == NULL)
-		usage_exit("out of memory");
-	gw.n_replicas++;
-}
-
-static uint32_t parse_ms(const char *s, const char *what)
-{
-	char *end = NULL;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (*s == '\0' || *end != '\0' || v == 0 || v > 3600000ul)
-		usage_exit(what);
-	return (uint32_t)v;
-}
-
-static void configure(int argc, char **argv)
-{
-	const char *env = getenv("GATEWAY_REPLICAS");
-	const char *ca_source = "LEDGER_CA_FILE"; /* where the CA file's name came from */
-
-	gw.listen = getenv("GATEWAY_LISTEN");
-	gw.ledger_url = getenv("LEDGER_URL");
-	gw.ledger_token = getenv("LEDGER_TOKEN");
-	gw.ledger_ca_file = getenv("LEDGER_CA_FILE");
-	if (gw.ledger_ca_file != NULL && gw.ledger_ca_file[0] == '\0')
-		gw.ledger_ca_file = NULL;
-	for (int i = 1; i < argc; i++) {
-		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-			usage(stdout);
-			exit(0);
-		}
-		if (value == NULL)
-			usage_exit("a flag without its value");
-		i++;
-		if (strcmp(flag, "--listen") == 0)
-			gw.listen = value;
-		else if (strcmp(flag, "--ledger-url") == 0)
-			gw.ledger_url = value;
-		else if (strcmp(flag, "--ledger-token") == 0)
-			gw.ledger_token = value;
-		else if (strcmp(flag, "--ledger-ca-file") == 0) {
-			gw.ledger_ca_file = value;
-			ca_source = flag;
-		} else if (strcmp(flag, "--replica") == 0)
-			add_replica(value);
-		else if (strcmp(flag, "--lease-ms") == 0)
-			gw.lease_ms = parse_ms(value, "--lease-ms is 1..3600000");
-		else if (strcmp(flag, "--soft-timeout-ms") == 0)
-			gw.soft_ms = parse_ms(value, "--soft-timeout-ms is 1..3600000");
-		else if (strcmp(flag, "--stall-timeout-ms") == 0)
-			gw.stall_ms = parse_ms(value, "--stall-timeout-ms is 1..3600000");
-		else if (strcmp(flag, "--max-attempts") == 0)
-			gw.max_attempts = parse_ms(value, "--max-attempts is a positive number");
-		else
-			usage_exit("unknown flag");
-	}
-	if (gw.n_replicas == 0 && env != NULL) {
-		char *list = strdup(env), *save = NULL;
-
-		for (char *t = strtok_r(list, ",", &save); t != NULL;
-		     t = strtok_r(NULL, ",", &save))
-			add_replica(t);
-		free(list);
-	}
-	if (gw.listen == NULL)
-		gw.listen = "127.0.0.1:8000";
-	if (gw.ledger_url == NULL || gw.ledger_token == NULL)
-		usage_exit("the ledger's URL and a router token are required");
-	if (gw.n_replicas == 0)
-		usage_exit("at least one replica is required");
-	if (gw.soft_ms >= gw.stall_ms)
-		usage_exit("the soft timeout must be shorter than the stall timeout");
-	if (gw.ledger_ca_file != NULL) {
-		struct ledger_client_error err = {0};
-		char why[sizeof(err.message) + 32];
-
-		if (ledger_client_ca_file_check(gw.ledger_ca_file, &err) != LEDGER_CLIENT_OK) {
-			snprintf(why, sizeof(why), "%s: %s", ca_source, err.message);
-			usage_exit(why);
-		}
-	}
-}
-
-/* Binds HOST:PORT (port 0: any free one); returns the socket and the port. */
-static int bind_listen(const char *listen_at, unsigned *port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sa);
-	const char *colon = strrchr(listen_at, ':');
-	char host[64];
-	int fd, one = 1;
-
-	if (colon == NULL || (size_t)(colon - listen_at) >= sizeof(host))
-		usage_exit("--listen is HOST:PORT");
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - listen_at), listen_at);
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-		usage_exit("--listen needs an IPv4 address");
-	sa.sin_port = htons((uint16_t)atoi(colon + 1));
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-		fprintf(stderr, "gateway: cannot listen on %s: %s\n", listen_at, strerror(errno));
-		exit(1);
-	}
-	*port = ntohs(sa.sin_port);
-	return fd;
-}
-
 int main(int argc, char **argv)
 {
 	struct ledger_client_options opts = {0};
@@ -867,15 +701,15 @@ int main(int argc, char **argv)
 	unsigned port = 0;
 	int fd, sig = 0;
 
-	configure(argc, argv);
+	config_parse(&gw, argc, argv);
 	opts.url = gw.ledger_url;
 	opts.token = gw.ledger_token;
 	opts.ca_file = gw.ledger_ca_file;
 	opts.retry_ms = 5000;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
 	    ledger_client_open(&opts, &gw.ledger) != LEDGER_CLIENT_OK)
-		usage_exit("the ledger URL must be http(s)://HOST:PORT");
-	fd = bind_listen(gw.listen, &port);
+		config_usage_exit("the ledger URL must be http(s)://HOST:PORT");
+	fd = config_bind(gw.listen, &port);
 
 	/* SIGTERM and SIGINT are taken by main alone; every other thread blocks them. */
 	sigemptyset(&stop);
