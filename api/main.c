@@ -49,14 +49,6 @@ static void usage(FILE *f)
 	api_settings_usage(f);
 }
 
-static int need_database(const struct api_settings *cfg)
-{
-	if (cfg->database_url != NULL)
-		return 0;
-	fprintf(stderr, "ledgerd: --database-url or LEDGER_DATABASE_URL is required\n");
-	return EXIT_USAGE;
-}
-
 static int cmd_migrate(const struct api_settings *cfg)
 {
 	struct ledger_store_conn *conn = NULL;
@@ -309,17 +301,17 @@ int main(int argc, char **argv)
 	if (nwords == 0 || strcmp(words[0], "serve") == 0) {
 		if (nwords > 1)
 			goto unexpected;
-		rc = need_database(&cfg);
+		rc = api_settings_need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_serve(&cfg);
 	} else if (strcmp(words[0], "migrate") == 0 && nwords == 1) {
-		rc = need_database(&cfg);
+		rc = api_settings_need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_migrate(&cfg);
 	} else if (strcmp(words[0], "token") == 0) {
 		rc = api_tokencmd_run(&cfg, words, nwords);
 	} else if (strcmp(words[0], "gc") == 0 && nwords == 1) {
-		rc = need_database(&cfg);
+		rc = api_settings_need_database(&cfg);
 		if (rc == 0)
 			rc = cmd_gc(&cfg);
 	} else if (strcmp(words[0], "sql") == 0 && nwords == 1) {

@@ -337,6 +337,14 @@ void api_settings_free(struct api_settings *cfg)
 	}
 }
 
+int api_settings_need_database(const struct api_settings *cfg)
+{
+	if (cfg->database_url != NULL)
+		return 0;
+	fprintf(stderr, "ledgerd: --database-url or LEDGER_DATABASE_URL is required\n");
+	return 2;
+}
+
 void api_settings_usage(FILE *f)
 {
 	for (size_t i = 0; i < NSETTINGS; i++) {

@@ -65,6 +65,12 @@ LEDGER_MUSTCHECK enum ledger_err api_settings_load(struct api_settings *cfg, int
 /** Frees the strings of @p cfg. */
 void api_settings_free(struct api_settings *cfg);
 
+/**
+ * For a command that needs the database: 0 when @p cfg names one, else 2
+ * (a usage error) after saying which flag or variable is missing.
+ */
+int api_settings_need_database(const struct api_settings *cfg);
+
 /** Writes the flag and variable reference (for `ledgerd help`) to @p out. */
 void api_settings_usage(FILE *out);
 

@@ -67,14 +67,6 @@ static int only_flags(const struct api_settings *cfg, const char *cmd, unsigned 
 	return 0;
 }
 
-static int need_database(const struct api_settings *cfg)
-{
-	if (cfg->database_url != NULL)
-		return 0;
-	fprintf(stderr, "ledgerd: --database-url or LEDGER_DATABASE_URL is required\n");
-	return EXIT_USAGE;
-}
-
 static int connect_db(const struct api_settings *cfg, struct ledger_store_conn **conn)
 {
 	char err[512];
@@ -197,7 +189,7 @@ static int cmd_create(const struct api_settings *cfg)
 			return EXIT_USAGE;
 		}
 	}
-	status = need_database(cfg);
+	status = api_settings_need_database(cfg);
 	if (status != 0)
 		return status;
 	if (cfg->from_env == NULL && api_tokens_generate(made) != LEDGER_OK) {
@@ -383,7 +375,7 @@ static int cmd_list(const struct api_settings *cfg)
 				"[A-Za-z0-9._~-]\n");
 		return EXIT_USAGE;
 	}
-	status = need_database(cfg);
+	status = api_settings_need_database(cfg);
 	if (status == 0)
 		status = connect_db(cfg, &conn);
 	if (status != 0)
@@ -508,7 +500,7 @@ static int cmd_revoke(const struct api_settings *cfg, struct target *t)
 	char id[65];
 	int status;
 
-	status = need_database(cfg);
+	status = api_settings_need_database(cfg);
 	if (status == 0)
 		status = connect_db(cfg, &conn);
 	if (status != 0)
@@ -549,7 +541,7 @@ static int cmd_rotate(const struct api_settings *cfg, struct target *t)
 	char id[65], new_id[65];
 	int status;
 
-	status = need_database(cfg);
+	status = api_settings_need_database(cfg);
 	if (status != 0)
 		return status;
 	if (api_tokens_generate(made) != LEDGER_OK) {
