@@ -17,14 +17,15 @@ test("begin: a repeat is the same attempt, and a retried one renews with the lea
   const led = await router();
   const rid = newId("r");
   const aid = newId("a");
-  const a1 = await led.beginAttempt({ requestId: rid, attemptId: aid, replica: "gpu-1", modelRevision: "m1", leaseMs: 300 });
-  assert.deepEqual([a1.epoch, a1.attemptNumber, a1.revoked, a1.leaseMs], [1, 1, false, 300]);
-  assert.ok(a1.leaseMsLeft > 0 && a1.leaseMsLeft <= 300);
+  const a1 = await led.beginAttempt({ requestId: rid, attemptId: aid, replica: "gpu-1", modelRevision: "m1", leaseMs: 1000 });
+  // A lease long enough that a loaded machine's answer never arrives after it.
+  assert.deepEqual([a1.epoch, a1.attemptNumber, a1.revoked, a1.leaseMs], [1, 1, false, 1000]);
+  assert.ok(a1.leaseMsLeft > 0 && a1.leaseMsLeft <= 1000);
   assert.equal(a1.request.request_id, rid);
   assert.equal(a1.request.status, "open");
-  await sleep(500);
-  const again = await led.beginAttempt({ requestId: rid, attemptId: aid, replica: "gpu-1", modelRevision: "m1", leaseMs: 300 });
-  assert.deepEqual([again.epoch, again.leaseMsLeft, again.leaseMs], [1, 0, 300]);
+  await sleep(1200);
+  const again = await led.beginAttempt({ requestId: rid, attemptId: aid, replica: "gpu-1", modelRevision: "m1", leaseMs: 1000 });
+  assert.deepEqual([again.epoch, again.leaseMsLeft, again.leaseMs], [1, 0, 1000]);
 });
 
 test("failover from a dead replica reruns, then a delta makes the stream end with its SSE error", async () => {
