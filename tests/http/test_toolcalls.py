@@ -710,14 +710,19 @@ def test_stale_retryable_failure_is_stale_token_and_changes_nothing(service):
     r = claim(service, rid, cid, {"claim_id": cl2, "tool_dedupes": True})
     assert r.status == 201, r
     new = r.json["fencing_token"]
-    before = get(service, rid, cid).json
+    lease_until = ("SELECT lease_until::text FROM tool_calls WHERE tenant = 't1'"
+                   " AND request_id = '%s' AND tool_call_id = '%s'" % (rid, cid))
+    before = service.sql(lease_until)
     r = complete(service, rid, cid, old, outcome="failed", retryable=True)
     assert_error(r, 409, "stale_token")
     after = get(service, rid, cid).json
     assert after["state"] == "in_progress"
     assert after["fencing_token"] == new
     assert cl2 not in get(service, rid, cid).body
-    assert after["lease_ms_left"] <= before["lease_ms_left"]
+    # The lease is the one the new claim took, to the microsecond: a stale
+    # failure neither ends nor renews it.  (lease_ms_left, read twice, is
+    # measured on two clocks and may differ by a millisecond either way.)
+    assert service.sql(lease_until) == before
     assert count(service, "tool_calls", rid) == 1
     evs = events(service, rid)
     assert evs[-1][0] == "refused" and evs[-1][2]["code"] == "stale_token"
