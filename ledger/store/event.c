@@ -14,7 +14,7 @@
 /* clang-format off */
 static const struct store_stmt event_insert = {
 	"event_insert",
-	"INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail)"
+	"INSERT INTO event_log (tenant, request_id, type, attempt_id, tool_call_id, detail)"
 	" VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
 	6,
 };

@@ -71,7 +71,7 @@ static const struct store_stmt gc_delete = {
 	"    SET expires_at = EXCLUDED.expires_at"
 	"  RETURNING 1"
 	"), ev AS ("
-	"  DELETE FROM events e USING doomed d"
+	"  DELETE FROM event_log e USING doomed d"
 	"  WHERE e.tenant = d.tenant AND e.request_id = d.request_id RETURNING 1"
 	"), atts AS ("
 	"  SELECT count(*) AS n FROM attempts a JOIN doomed d"
@@ -80,7 +80,9 @@ static const struct store_stmt gc_delete = {
 	"  DELETE FROM requests r USING doomed d"
 	"  WHERE r.tenant = d.tenant AND r.request_id = d.request_id RETURNING 1"
 	") SELECT (SELECT count(*) FROM req), (SELECT count(*) FROM calls),"
-	"  (SELECT count(*) FROM tombs), (SELECT n FROM atts), (SELECT count(*) FROM ev)",
+	"  (SELECT count(*) FROM tombs), (SELECT n FROM atts),"
+	"  (SELECT count(*) FROM ev)"
+	"  + (SELECT count(claimed_seq) + count(completed_seq) FROM calls)",
 	4,
 };
 
@@ -114,7 +116,7 @@ static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t rete
 	store_step_begin(&st, conn);
 	const char *lock[2] = {store_step_int(&st, retention_ms), store_step_int(&st, batch)};
 	store_step_add_simple(&st, "BEGIN");
-	/* The one transaction allowed to delete events (see sql/001). */
+	/* The one transaction allowed to delete events (see sql/001 and sql/004). */
 	store_step_add_simple(&st, "SET LOCAL ledger.retention = 'on'");
 	store_step_add(&st, &gc_lock, lock);
 	rc = store_step_run(&st);

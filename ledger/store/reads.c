@@ -77,13 +77,13 @@ static const struct store_stmt view_events = {
 	"(CASE WHEN EXISTS (SELECT 1 FROM tool_calls c WHERE c.tenant = r.tenant"                 \
 	"   AND c.request_id = r.request_id AND c.state = 'in_progress'"                           \
 	"   AND c.lease_until <= clock_timestamp()) THEN 1 ELSE 0 END"                             \
-	" | CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.tenant = r.tenant"                   \
+	" | CASE WHEN EXISTS (SELECT 1 FROM event_log e WHERE e.tenant = r.tenant"                \
 	"   AND e.request_id = r.request_id AND e.type = 'refused'"                                \
 	"   AND e.detail->>'code' IN ('attempt_fenced', 'stale_token')) THEN 2 ELSE 0 END"         \
 	" | CASE WHEN r.status = 'terminated' THEN 4 ELSE 0 END"                                   \
 	" | CASE WHEN r.client_error::jsonb->'error'->>'code' = 'tool_call_divergence'"          \
 	"   THEN 8 ELSE 0 END"                                                                     \
-	" | CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.tenant = r.tenant"                   \
+	" | CASE WHEN EXISTS (SELECT 1 FROM event_log e WHERE e.tenant = r.tenant"                \
 	"   AND e.request_id = r.request_id AND e.type = 'duplicate_execution')"                   \
 	"   THEN 16 ELSE 0 END)"
 

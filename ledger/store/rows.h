@@ -29,6 +29,12 @@
  */
 #define STORE_TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24\":\"MI\":\"SS.MS\"Z\"')"
 #define STORE_LEASE_FROM(now, ms) "(" now " + (" ms ")::bigint * interval '1 millisecond')"
+/*
+ * The next seq of the history (sql/004_history_in_rows.sql): for the events
+ * a tool call's row carries, the claim and the holder's completion, drawn
+ * from the sequence event_log's own rows take theirs from.
+ */
+#define STORE_NEXT_SEQ "nextval('event_seq')"
 
 /*
  * A call's columns as struct ledger_call needs them, over "c" (the call),

@@ -9,7 +9,7 @@ SELECT coalesce(max(CASE WHEN c.state = 'in_progress' AND c.lease_until > now_.t
 \endpipeline
 \startpipeline
 INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,  revision_given, state, lease_until, is_retry) VALUES (:tenant, :rid, :aid, :one::integer, :replica, NULL, :false::boolean, 'live', (clock_timestamp() + (:lease)::bigint * interval '1 millisecond'), :false::boolean) RETURNING to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24":"MI":"SS.MS"Z"');
-INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :createdtype, :aid, NULL, :createddetail::jsonb);
+INSERT INTO event_log (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :createdtype, :aid, NULL, :createddetail::jsonb);
 UPDATE requests SET status = :open, first_delta_sent = :false::boolean,  phase = CASE WHEN :false::boolean THEN 'decode' ELSE 'prefill' END,  delivered_output_tokens = :zero::bigint, attempt_count = :one::integer,  max_attempts = nullif(:two::integer, 0), model_revision = NULL, client_error = NULL,  closed_at = CASE WHEN :open = 'open' THEN NULL ELSE coalesce(closed_at, clock_timestamp()) END WHERE tenant = :tenant AND request_id = :rid;
 COMMIT;
 \endpipeline
@@ -20,7 +20,7 @@ SELECT status, first_delta_sent, delivered_output_tokens, attempt_count, coalesc
 WITH newest AS (SELECT max(epoch) AS epoch FROM attempts  WHERE tenant = :tenant AND request_id = :rid), of_call AS (SELECT attempt_id FROM tool_calls  WHERE tenant = :tenant AND request_id = :rid AND tool_call_id = NULL) SELECT a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state, CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t      THEN ceil(extract(epoch FROM a.lease_until - now_.t) * 1000)::bigint ELSE 0 END, a.is_retry, a.delivered_output_tokens, to_char(a.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24":"MI":"SS.MS"Z"'),  coalesce(a.attempt_id = :aid, false), coalesce(a.attempt_id = NULL, false),  coalesce(a.attempt_id = (SELECT attempt_id FROM of_call), false),  a.epoch = (SELECT epoch FROM newest) FROM (SELECT clock_timestamp() AS t) now_ JOIN attempts a ON a.tenant = :tenant AND a.request_id = :rid  AND (a.attempt_id = :aid OR a.attempt_id = NULL       OR a.attempt_id = (SELECT attempt_id FROM of_call)       OR a.epoch = (SELECT epoch FROM newest));
 \endpipeline
 \startpipeline
-INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :deltatype, :aid, NULL, :deltadetail::jsonb);
+INSERT INTO event_log (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :deltatype, :aid, NULL, :deltadetail::jsonb);
 UPDATE attempts SET state = :live,  lease_until = CASE WHEN :zero::bigint > 0    THEN (clock_timestamp() + (:zero)::bigint * interval '1 millisecond') ELSE lease_until END,  delivered_output_tokens = greatest(delivered_output_tokens, :zero::bigint),  outcome = coalesce(NULL, outcome),  ended_at = CASE WHEN :live = 'live' THEN NULL ELSE coalesce(ended_at, clock_timestamp()) END WHERE tenant = :tenant AND request_id = :rid AND attempt_id = :aid;
 UPDATE requests SET status = :open, first_delta_sent = :true::boolean,  phase = CASE WHEN :true::boolean THEN 'decode' ELSE 'prefill' END,  delivered_output_tokens = :zero::bigint, attempt_count = :one::integer,  max_attempts = nullif(:two::integer, 0), model_revision = NULL, client_error = NULL,  closed_at = CASE WHEN :open = 'open' THEN NULL ELSE coalesce(closed_at, clock_timestamp()) END WHERE tenant = :tenant AND request_id = :rid;
 COMMIT;
@@ -33,8 +33,8 @@ WITH newest AS (SELECT max(epoch) AS epoch FROM attempts  WHERE tenant = :tenant
 \endpipeline
 \startpipeline
 UPDATE attempts SET state = :finished,  lease_until = CASE WHEN :zero::bigint > 0    THEN (clock_timestamp() + (:zero)::bigint * interval '1 millisecond') ELSE lease_until END,  delivered_output_tokens = greatest(delivered_output_tokens, :tokens::bigint),  outcome = coalesce(:completed, outcome),  ended_at = CASE WHEN :finished = 'live' THEN NULL ELSE coalesce(ended_at, clock_timestamp()) END WHERE tenant = :tenant AND request_id = :rid AND attempt_id = :aid;
-INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :finishedtype, :aid, NULL, :finisheddetail::jsonb);
-INSERT INTO events (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :statustype, :aid, NULL, :statusdetail::jsonb);
+INSERT INTO event_log (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :finishedtype, :aid, NULL, :finisheddetail::jsonb);
+INSERT INTO event_log (tenant, request_id, type, attempt_id, tool_call_id, detail) VALUES (:tenant, :rid, :statustype, :aid, NULL, :statusdetail::jsonb);
 UPDATE requests SET status = :completed, first_delta_sent = :true::boolean,  phase = CASE WHEN :true::boolean THEN 'decode' ELSE 'prefill' END,  delivered_output_tokens = :tokens::bigint, attempt_count = :one::integer,  max_attempts = nullif(:two::integer, 0), model_revision = NULL, client_error = NULL,  closed_at = CASE WHEN :completed = 'open' THEN NULL ELSE coalesce(closed_at, clock_timestamp()) END WHERE tenant = :tenant AND request_id = :rid;
 COMMIT;
 \endpipeline

@@ -472,13 +472,17 @@ def seed(service, rids_and_cases):
     return float(psql(service, script)[-1])
 
 
+# A call's row may carry its claim's and its completion's events (the fast
+# paths write them there, the general path as rows of event_log): they are
+# compared as events, through the view that reads both.
 STATE_SQL = """
 SELECT r.rid, json_build_object(
   'request', (SELECT to_jsonb(q) - 'tenant' FROM requests q
               WHERE q.tenant = '%(t)s' AND q.request_id = r.rid),
   'attempts', (SELECT json_agg(to_jsonb(a) - 'tenant' ORDER BY a.epoch) FROM attempts a
                WHERE a.tenant = '%(t)s' AND a.request_id = r.rid),
-  'calls', (SELECT json_object_agg(c.tool_call_id, to_jsonb(c) - 'tenant') FROM tool_calls c
+  'calls', (SELECT json_object_agg(c.tool_call_id, to_jsonb(c) - 'tenant' - 'claimed_seq'
+                   - 'claimed_detail' - 'completed_seq' - 'completed_detail') FROM tool_calls c
             WHERE c.tenant = '%(t)s' AND c.request_id = r.rid),
   'tombstone', (SELECT to_jsonb(s) - 'tenant' FROM tool_call_tombstones s
                 WHERE s.tenant = '%(t)s' AND s.request_id = r.rid),

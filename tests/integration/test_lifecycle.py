@@ -163,14 +163,35 @@ def test_events_are_append_only(service):
     led = service.ledgerd
     token = service.token("agent")
     rid = new_id()
-    led.post("/v1/requests/%s/tool-calls/call_01/claim" % rid, {}, token=token)
-    for sql in ("UPDATE events SET type = 'x' WHERE request_id = '%s'" % rid,
-                "DELETE FROM events WHERE request_id = '%s'" % rid,
-                "TRUNCATE events"):
+    path = "/v1/requests/%s/tool-calls/call_01" % rid
+    r = led.post(path + "/claim", {"claim_id": claim_id()}, token=token)
+    assert r.status == 201, r
+    # A refusal is a row of event_log; the claim and the holder's completion
+    # are kept in the tool call's row: each is append-only.
+    assert led.post(path + "/complete", {"fencing_token": 99, "outcome": "succeeded",
+                                         "result": {}}, token=token).status == 409
+    assert led.post(path + "/complete", {"fencing_token": 1, "outcome": "succeeded",
+                                         "result": {}}, token=token).status == 200
+    history = "SELECT seq, type, detail::text FROM events WHERE request_id = '%s' ORDER BY seq" % rid
+    before = service.sql(history)
+    assert [row[1] for row in before] == ["claimed", "refused", "completed"], before
+    assert service.sql("SELECT count(*) FROM event_log WHERE request_id = '%s'" % rid) == [["1"]]
+    where = "WHERE request_id = '%s'" % rid
+    for sql in ("UPDATE events SET type = 'x' " + where,
+                "DELETE FROM events " + where,
+                "UPDATE event_log SET type = 'x' " + where,
+                "DELETE FROM event_log " + where,
+                "TRUNCATE event_log",
+                "UPDATE tool_calls SET claimed_detail = '{}' " + where,
+                "UPDATE tool_calls SET completed_seq = completed_seq + 1 " + where,
+                "UPDATE tool_calls SET attempt_id = 'a-forged' " + where,
+                "DELETE FROM tool_calls " + where,
+                "DELETE FROM requests " + where,
+                "TRUNCATE tool_calls CASCADE"):
         with pytest.raises(subprocess.CalledProcessError) as e:
             service.sql(sql)
-        assert "append-only" in e.value.stderr
-    assert service.sql("SELECT count(*) FROM events WHERE request_id = '%s'" % rid) == [["1"]]
+        assert "append-only" in e.value.stderr, sql
+    assert service.sql(history) == before
 
 
 def test_logs_never_carry_tokens_arguments_or_results(service):

@@ -28,12 +28,17 @@ RELEASE_FILE = ROOT / "tests" / "ops" / "previous_release"
 CACHE = ROOT / "build" / "previous-release"
 
 
+def releases():
+    """The commits the file names, newest first: one per line that is not a comment."""
+    lines = [line.split("#")[0].strip() for line in RELEASE_FILE.read_text().splitlines()]
+    commits = [line for line in lines if line]
+    assert commits, "%s must name at least one commit" % RELEASE_FILE
+    return commits
+
+
 def previous_commit():
-    """The commit the file names: its one line that is not a comment."""
-    lines = [line.strip() for line in RELEASE_FILE.read_text().splitlines()]
-    commits = [line for line in lines if line and not line.startswith("#")]
-    assert len(commits) == 1, "%s must name exactly one commit" % RELEASE_FILE
-    return commits[0]
+    """The previous release: the file's first commit."""
+    return releases()[0]
 
 
 def git(*args, check=True, timeout=60):
@@ -95,6 +100,12 @@ def previous():
     return build_previous(resolve(previous_commit()))
 
 
+@pytest.fixture(scope="module", params=releases()[1:])
+def older(request):
+    """An older release, upgraded in place but not served again on the new schema."""
+    return build_previous(resolve(request.param))
+
+
 def run(binary, *args, check=True):
     return subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True,
                           text=True, timeout=60, check=check)
@@ -112,13 +123,15 @@ def test_previous_release_is_older(previous):
     assert run(previous, "version").stdout.startswith("ledgerd ")
 
 
-def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
+def upgrade_in_place(cluster, release, tmp_path):
+    """A database filled by @release, migrated in place by this tree's ledgerd, which
+    answers every key as before and writes to it. @return (url, keys, snapshot after)."""
     url = cluster.create_db("upgrade_" + new_id("u").replace("-", "_"))
-    migrated = run(previous, "migrate", "--database-url", url)
+    migrated = run(release, "migrate", "--database-url", url)
     assert "migrations applied" in migrated.stdout, migrated
-    agent, router = tokens(previous, url)
+    agent, router = tokens(release, url)
 
-    old = Ledgerd(url, tmp_path / "previous.log", binary=previous)
+    old = Ledgerd(url, tmp_path / "previous.log", binary=release)
     try:
         keys = Keys(agent, router)
         keys.fill(old)
@@ -135,7 +148,8 @@ def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
         assert r.status == 200 and r.json["status"] == "ready", r
         assert keys.snapshot(new) == before
         keys.check(new)
-        # The new binary writes: a released key claimed again and completed.
+        # The new binary writes: a released key claimed again and completed,
+        # and a new key claimed and completed.
         rid, cid, tool = keys.released
         c = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
                      keys.claim_body(tool, {"t": 1}), token=agent)
@@ -146,9 +160,27 @@ def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
         assert done.status == 200, done
         keys.completed.append((rid, cid, tool, {"t": 1}, '{"id":  9}', "succeeded"))
         keys.released = None
+        rid, cid = new_id("r"), "call_new"
+        c = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
+                     keys.claim_body("mail", {"t": 2}), token=agent)
+        assert c.status == 201, c
+        done = new.post("/v1/requests/%s/tool-calls/%s/complete" % (rid, cid),
+                        raw=b'{"fencing_token": 1, "outcome": "succeeded", "result": {"id": 10}}',
+                        token=agent)
+        assert done.status == 200, done
+        keys.completed.append((rid, cid, "mail", {"t": 2}, '{"id": 10}', "succeeded"))
         after = keys.snapshot(new)
     finally:
         new.stop()
+    return url, keys, after
+
+
+def test_older_release_upgrades_in_place(cluster, older, tmp_path):
+    upgrade_in_place(cluster, older, tmp_path)
+
+
+def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
+    url, keys, after = upgrade_in_place(cluster, previous, tmp_path)
 
     # The reverse: the previous binary on the schema the new one migrated.
     again = run(previous, "migrate", "--database-url", url)
