@@ -214,6 +214,11 @@ def service(cluster, request, tmp_path_factory):
                   extra_args=getattr(request.module, "LEDGERD_ARGS", ()))
     yield svc
     svc.close()
+    # A tool call's request is held by the statements that write the call
+    # (sql/005): whatever the module did, no call is left without it.
+    orphans = svc.sql("SELECT count(*) FROM tool_calls c WHERE NOT EXISTS (SELECT 1 FROM"
+                      " requests r WHERE r.tenant = c.tenant AND r.request_id = c.request_id)")
+    assert orphans == [["0"]], "tool calls without their request: %s" % orphans
 
 
 def new_id(prefix="r"):
