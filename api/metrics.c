@@ -297,6 +297,30 @@ static void render_http(struct ledger_buf *out)
 	}
 }
 
+/* How many calls each batch carried to its commit. */
+static void batch_histogram(struct ledger_buf *out, uint64_t calls)
+{
+	uint64_t counts[LEDGER_STORE_BATCH_BUCKETS];
+	unsigned long long cumulative = 0;
+
+	ledger_store_batch_sizes(counts);
+	header(out, "ledger_store_batch_calls", "histogram",
+	       "Calls committed by each batch (transactions of two calls or more).");
+	for (unsigned b = 0; b < LEDGER_STORE_BATCH_BUCKETS; b++) {
+		cumulative += counts[b];
+		if (b < LEDGER_STORE_BATCH_BUCKETS - 1)
+			ledger_buf_printf(out, "ledger_store_batch_calls_bucket{le=\"%u\"} %llu\n",
+					  ledger_store_batch_bounds[b], cumulative);
+		else
+			ledger_buf_printf(out,
+					  "ledger_store_batch_calls_bucket{le=\"+Inf\"} %llu\n",
+					  cumulative);
+	}
+	ledger_buf_printf(
+		out, "ledger_store_batch_calls_sum %llu\nledger_store_batch_calls_count %llu\n",
+		(unsigned long long)calls, cumulative);
+}
+
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
 			long in_flight)
 {
@@ -386,6 +410,11 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	       "Calls committed in those transactions.");
 	ledger_buf_printf(out, "ledger_store_batched_calls_total %llu\n",
 			  (unsigned long long)batched);
+	batch_histogram(out, batched);
+	header(out, "ledger_store_round_trips_total", "counter",
+	       "Round trips to the database: statements sent, then their results awaited.");
+	ledger_buf_printf(out, "ledger_store_round_trips_total %llu\n",
+			  (unsigned long long)ledger_store_round_trips());
 	header(out, "ledger_store_queue_depth", "gauge", "Calls waiting for a database worker.");
 	ledger_buf_printf(out, "ledger_store_queue_depth %zu\n", queue_depth);
 	header(out, "ledger_store_timeouts_total", "counter",

@@ -156,10 +156,30 @@ static const struct store_stmt complete_many = {
 
 static atomic_ullong batches, batched_calls; /* committed together */
 
+const unsigned ledger_store_batch_bounds[LEDGER_STORE_BATCH_BUCKETS - 1] = {2, 4, 8, 16, 32, 64};
+static atomic_ullong batch_sizes[LEDGER_STORE_BATCH_BUCKETS];
+
 void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls)
 {
 	*transactions = atomic_load(&batches);
 	*calls = atomic_load(&batched_calls);
+}
+
+void ledger_store_batch_sizes(uint64_t counts[LEDGER_STORE_BATCH_BUCKETS])
+{
+	for (unsigned i = 0; i < LEDGER_STORE_BATCH_BUCKETS; i++)
+		counts[i] = atomic_load(&batch_sizes[i]);
+}
+
+static void count_batch(size_t n)
+{
+	unsigned b = 0;
+
+	while (b < LEDGER_STORE_BATCH_BUCKETS - 1 && n > ledger_store_batch_bounds[b])
+		b++;
+	atomic_fetch_add(&batch_sizes[b], 1);
+	atomic_fetch_add(&batches, 1);
+	atomic_fetch_add(&batched_calls, n);
 }
 
 /* Key order: requests in the one order every batch locks them in. */
@@ -433,8 +453,7 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 	/* One commit, one flush, for every call of the batch; none answers before it. */
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
-		atomic_fetch_add(&batches, 1);
-		atomic_fetch_add(&batched_calls, n);
+		count_batch(n);
 		rc = batch_read(&plan, &st, first);
 	}
 	if (rc != LEDGER_OK) {

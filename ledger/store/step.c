@@ -149,6 +149,12 @@ static bool session_changed(const PGresult *res)
 
 /* Said once per process: every connection through such a pooler says the same. */
 static atomic_bool pooler_reported;
+static atomic_ullong round_trips;
+
+uint64_t ledger_store_round_trips(void)
+{
+	return atomic_load(&round_trips);
+}
 
 static void report_pooler(const char *what)
 {
@@ -173,6 +179,7 @@ enum ledger_err store_step_run(struct store_step *st)
 	bool swapped = false;
 
 	c->unreplicated = false;
+	atomic_fetch_add(&round_trips, 1);
 	if (PQpipelineSync(c->pg) != 1) {
 		rc = LEDGER_ERR_UNAVAILABLE;
 		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
@@ -312,6 +319,7 @@ static void rollback_by(struct ledger_store_conn *c, int64_t deadline)
 
 	if (c->pg == NULL || PQtransactionStatus(c->pg) == PQTRANS_IDLE)
 		return;
+	atomic_fetch_add(&round_trips, 1);
 	if (PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
 	    PQpipelineSync(c->pg) == 1) {
 		/* The ROLLBACK's result, the NULL that ends it, then the sync. */

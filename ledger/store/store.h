@@ -69,6 +69,20 @@ bool ledger_store_reachable(void);
  */
 void ledger_store_batch_stats(uint64_t *transactions, uint64_t *calls);
 
+/** Upper bounds of the buckets of ledger_store_batch_sizes(), the last +Inf. */
+#define LEDGER_STORE_BATCH_BUCKETS 7
+extern const unsigned ledger_store_batch_bounds[LEDGER_STORE_BATCH_BUCKETS - 1];
+
+/**
+ * How many calls each batch committed carried: @p counts[i] batches of at
+ * most ledger_store_batch_bounds[i] calls and more than the bound before
+ * (not cumulative), the last bucket those above every bound. Thread-safe.
+ */
+void ledger_store_batch_sizes(uint64_t counts[LEDGER_STORE_BATCH_BUCKETS]);
+
+/** Round trips to the database (statements sent, then their results awaited), since start. */
+uint64_t ledger_store_round_trips(void);
+
 /**
  * The text of the statement called @p name, as ledgerd prepares it; NULL if
  * there is none. Benchmarks run the very same SQL through pgbench.
@@ -276,10 +290,10 @@ struct ledger_call_result {
 		enum ledger_release_outcome release;
 		enum ledger_resolve_outcome resolve;
 	} outcome;
-	const char *mismatch;    /* claim ARGS_MISMATCH: the field that differs */
-	bool no_attempts;        /* known: the request had no attempts (replay cache) */
+	const char *mismatch; /* claim ARGS_MISMATCH: the field that differs */
+	bool no_attempts;     /* known: the request had no attempts (replay cache) */
 	enum ledger_contradiction contradiction; /* complete: recorded with its event */
-	struct ledger_call call; /* owned: ledger_call_clear() when done */
+	struct ledger_call call;                 /* owned: ledger_call_clear() when done */
 };
 
 /* A claim as sent, with what the store keeps beyond the decision. */
@@ -507,10 +521,10 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_request_view(struct ledger_store_c
 /* One listed request. */
 /* Why a listed request needs a person's attention; bits, in the order the API lists them. */
 enum ledger_attention {
-	LEDGER_ATTENTION_OUTCOME_UNKNOWN = 1u << 0,     /* a call's outcome is unknown */
-	LEDGER_ATTENTION_ZOMBIE_REFUSED = 1u << 1,      /* attempt_fenced or stale_token refused */
-	LEDGER_ATTENTION_TERMINATED = 1u << 2,          /* the stream was cut after its first delta */
-	LEDGER_ATTENTION_DIVERGENCE = 1u << 3,          /* failed with tool_call_divergence */
+	LEDGER_ATTENTION_OUTCOME_UNKNOWN = 1u << 0, /* a call's outcome is unknown */
+	LEDGER_ATTENTION_ZOMBIE_REFUSED = 1u << 1,  /* attempt_fenced or stale_token refused */
+	LEDGER_ATTENTION_TERMINATED = 1u << 2,      /* the stream was cut after its first delta */
+	LEDGER_ATTENTION_DIVERGENCE = 1u << 3,      /* failed with tool_call_divergence */
 	LEDGER_ATTENTION_DUPLICATE_EXECUTION = 1u << 4, /* a side effect may have run twice */
 };
 

@@ -12,6 +12,7 @@ retryably, so that key is released and claimed again by someone else.
 import http.client
 import json
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -133,6 +134,19 @@ def test_every_key_runs_once_under_batched_commits(service):
     # It was the batching store that served them, and the replay cache helped.
     assert metric(led, "ledger_store_batched_calls_total") > batched_before
     assert metric(led, "ledger_replay_cache_hits_total") > hits_before
+    # How many calls each batch carried: a histogram whose count and sum are
+    # the batch counters, whose buckets only grow; and the round trips they
+    # took, fewer than the calls.
+    text = led.get("/metrics").body
+    buckets = [float(v) for v in re.findall(r'^ledger_store_batch_calls_bucket\{le="[^"]+"\} (\S+)$',
+                                             text, re.M)]
+    assert len(buckets) == 7 and buckets == sorted(buckets) and buckets[-1] > 0, buckets
+    assert metric(led, "ledger_store_batch_calls_count") == buckets[-1] \
+        == metric(led, "ledger_store_batches_total")
+    assert metric(led, "ledger_store_batch_calls_sum") \
+        == metric(led, "ledger_store_batched_calls_total")
+    assert buckets[-1] < metric(led, "ledger_store_batched_calls_total")
+    assert 0 < metric(led, "ledger_store_round_trips_total")
 
 
 def test_each_call_of_a_batch_gets_the_answer_it_would_get_alone(service, tmp_path):
