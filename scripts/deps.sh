@@ -23,7 +23,7 @@ HA_PKGS="patroni python3-etcd etcd-server"
 FUZZ_PKGS="clang libclang-rt-14-dev"
 TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
 DEV_PKGS="cppcheck clang-format"
-BENCH_PKGS="wrk gnuplot-nox"
+BENCH_PKGS="wrk gnuplot-nox nodejs"
 # What the built programs need at run time and nothing to build them: the
 # shared libraries of ledgerd, ledgerctl and gateway, and curl for a health
 # check. The final stage of docker/Dockerfile installs exactly these.
@@ -58,9 +58,10 @@ for p in $want; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 # The tests' npm packages (the MCP SDK, the TypeScript client's frameworks)
+# and the bench's (DBOS Transact)
 # need npm: Debian ships it apart from nodejs, which other builds of nodejs
 # (NodeSource's) include, so it is asked for only when the command is missing.
-if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
+if { [ "${1:-run}" = test ] || [ "${1:-run}" = bench ]; } && ! command -v npm >/dev/null; then
 	missing+=(npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then

@@ -5,7 +5,10 @@ Starts a PostgreSQL with fsync and synchronous_commit on, as in production,
 and ledgerd on it; runs pgbench on the very SQL ledgerd issues (scripts made
 by gen_pgbench.py from `ledgerd sql`), pgbench on the least SQL a durable
 tool call needs (tests/bench/minimal/, in a database of its own on the same
-cluster), and wrk on ledgerd's HTTP API for the same work; repeats every
+cluster), DBOS Transact doing the same job as a workflow of one step
+(tests/bench/dbos/, its pinned npm package installed here on first use),
+and wrk on ledgerd's HTTP API for the same work, last with ten million
+settled calls and a million tombstones stored; repeats every
 point and keeps medians; reads the WAL each tool call writes from
 pg_stat_wal; prints a markdown table and the targets met or missed, writes
 build/bench/results.json and draws build/bench/bench.png.
@@ -33,7 +36,8 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").split(",")]
 WORKLOADS = os.environ.get("BENCH_WORKLOADS",
-                           "tool_call,tool_call_unbatched,replay,attempt_cycle").split(",")
+                           "tool_call,tool_call_unbatched,replay,attempt_cycle,dbos,large"
+                           ).split(",")
 REPLAY_CONCURRENCY = 64
 BATCH = 16  # calls per transaction in tool_call_batch.sql (gen_pgbench.py)
 MINIMAL = HERE / "minimal"
@@ -41,6 +45,11 @@ MINIMAL_BATCH_CLIENTS = 8  # where perfect batches of ten peak on 2 cores (minim
 MINIMAL_VARS = {"ahash": "\\x9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
                 "result": '{"ok":true,"tool":"search_web","status":200}'}
 REPLAY_KEYS = 20000
+DBOS = HERE / "dbos"
+# The large-table point: settled calls and tombstones stored before it runs.
+LARGE_CALLS = int(os.environ.get("BENCH_LARGE_CALLS", "10000000"))
+LARGE_TOMBSTONES = int(os.environ.get("BENCH_LARGE_TOMBSTONES", "1000000"))
+LARGE_CHUNK = 1000000  # rows per INSERT, so that no transaction holds them all
 
 SHA = None  # the fingerprint of the bench's args, computed below
 ARGS = {"to": "ana@example.com", "subject": "Your refund"}
@@ -110,6 +119,21 @@ class Postgres:
     def checkpoint(self):
         self.sql("CHECKPOINT")
 
+    def cpu_seconds(self):
+        """CPU time of the cluster's processes alive now (the postmaster's children)."""
+        postmaster = int((self.dir / "data" / "postmaster.pid").read_text().split()[0])
+        total = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                fields = Path("/proc/%s/stat" % pid).read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster or int(pid) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         try:
             self.run(PGBIN / "pg_ctl", "-D", self.dir / "data", "-m", "fast", "-w", "-s", "stop")
@@ -135,12 +159,16 @@ class Ledgerd:
                 time.sleep(0.05)
         self.url = "http://127.0.0.1:%d" % self.port
 
-    def batch_counters(self):
-        """(commits of batches, calls they carried) so far, from ledgerd's /metrics."""
+    def store_counters(self):
+        """(commits of batches, calls they carried, round trips, batches per histogram
+        bucket) so far, from ledgerd's /metrics."""
         import urllib.request
         text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
         get = lambda name: int(re.search(r"^%s (\d+)$" % name, text, re.M).group(1))
-        return get("ledger_store_batches_total"), get("ledger_store_batched_calls_total")
+        buckets = [(le, int(n)) for le, n in re.findall(
+            r'^ledger_store_batch_calls_bucket\{le="([^"]+)"\} (\d+)$', text, re.M)]
+        return (get("ledger_store_batches_total"), get("ledger_store_batched_calls_total"),
+                get("ledger_store_round_trips_total"), buckets)
 
     def cpu_seconds(self):
         fields = Path("/proc/%d/stat" % self.proc.pid).read_text().rsplit(")", 1)[1].split()
@@ -198,6 +226,65 @@ def wrk(url, script, connections, env):
     return rps, pct(50), pct(99), int(bad.group(1)) if bad else 0
 
 
+def dbos_setup():
+    """DBOS's pinned package (tests/bench/dbos/package-lock.json), installed once."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            sys.exit("bench: %s is missing (make bench installs it)" % tool)
+    if not (DBOS / "node_modules" / "@dbos-inc" / "dbos-sdk" / "package.json").exists():
+        log("installing DBOS Transact from tests/bench/dbos/package-lock.json")
+        r = subprocess.run(["npm", "ci", "--prefix", str(DBOS), "--no-audit", "--no-fund"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("bench: npm ci in tests/bench/dbos failed:\n" + r.stderr[-2000:])
+
+
+def dbos(pg, conc, run):
+    """One DBOS run, a workflow of one step per tool call, in a database of its own on
+    the bench's cluster: (workflows per second, p50 ms, p99 ms)."""
+    db = "dbos_%d_%d" % (conc, run)
+    pg.run(PGBIN / "createdb", "-h", pg.dir, "-p", pg.port, "-U", pg.user, db)
+    url = "postgresql://%s@/%s?host=%s&port=%d" % (pg.user, db, pg.dir, pg.port)
+    r = subprocess.run(["node", str(DBOS / "dbos_bench.mjs"), "--database-url", url,
+                        "--seconds", str(SECONDS), "--concurrency", str(conc)],
+                       capture_output=True, text=True, timeout=SECONDS * 10 + 120)
+    if r.returncode != 0:
+        sys.exit("bench: DBOS at %d failed:\n%s" % (conc, r.stderr[-2000:]))
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out["per_s"], out["p50_ms"], out["p99_ms"]
+
+
+def fill_large(pg):
+    """LARGE_CALLS settled calls (each with its request) and LARGE_TOMBSTONES tombstones
+    of the bench's tenant, a day old, then VACUUM ANALYZE as autovacuum would have."""
+    started = time.time()
+    for lo in range(0, LARGE_CALLS, LARGE_CHUNK):
+        hi = min(lo + LARGE_CHUNK, LARGE_CALLS)
+        pg.sql("INSERT INTO requests (tenant, request_id, created_at) SELECT 'bench', "
+               "'old-' || g, now() - interval '1 day' FROM generate_series(%d, %d) g"
+               % (lo + 1, hi))
+        pg.sql("INSERT INTO tool_calls (tenant, request_id, tool_call_id, tool, args_sha256, "
+               "tool_dedupes, state, fencing_token, outcome, result, completed_token, "
+               "completed_by, completed_at, created_at) SELECT 'bench', 'old-' || g, "
+               "'call_01', 'send_email', '%s', false, 'succeeded', 1, 'succeeded', '%s', 1, "
+               "'holder', now() - interval '1 day', now() - interval '1 day' "
+               "FROM generate_series(%d, %d) g" % (SHA, RESULT, lo + 1, hi))
+        log("large table: %d settled calls stored (%.0f s)" % (hi, time.time() - started))
+    for lo in range(0, LARGE_TOMBSTONES, LARGE_CHUNK):
+        hi = min(lo + LARGE_CHUNK, LARGE_TOMBSTONES)
+        pg.sql("INSERT INTO tool_call_tombstones (tenant, request_id, tool_call_id, "
+               "args_sha256, outcome, completed_at, expires_at) SELECT 'bench', "
+               "'gone-' || g, 'call_01', '%s', 'succeeded', now() - interval '30 days', "
+               "now() + interval '60 days' FROM generate_series(%d, %d) g"
+               % (SHA, lo + 1, hi))
+    pg.sql("VACUUM ANALYZE")
+    pg.checkpoint()
+    size = pg.sql("SELECT pg_size_pretty(pg_database_size('ledger'))").strip()
+    log("large table: %d calls, %d tombstones, %s, in %.0f s"
+        % (LARGE_CALLS, LARGE_TOMBSTONES, size, time.time() - started))
+    return size
+
+
 def median_of(runs):
     """Medians, field by field, of repeated runs."""
     return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
@@ -210,12 +297,14 @@ def main():
         if shutil.which(tool) is None:
             sys.exit("bench: %s is missing (make bench installs it)" % tool)
     OUT.mkdir(parents=True, exist_ok=True)
+    if "dbos" in WORKLOADS:
+        dbos_setup()
     subprocess.run([sys.executable, str(HERE / "gen_pgbench.py"), "--ledgerd", str(LEDGERD),
                     "--check"], check=True)
     cores = os.cpu_count()
     log("%d cores; %d s per point, %d repeats, medians" % (cores, SECONDS, REPEATS))
     pg = Postgres()
-    rows, meta, minimal = [], {}, {}
+    rows, meta, minimal, dbos_points = [], {}, {}, {}
     try:
         subprocess.run([str(LEDGERD), "migrate", "--database-url", pg.url], check=True,
                        capture_output=True)
@@ -258,16 +347,18 @@ def main():
                               for _ in range(REPEATS)])
             pg.checkpoint()
             led = Ledgerd(pg.url, *extra)
-            runs, calls, cpu, wal, fpi = [], 0, 0.0, [], []
-            batches_before = led.batch_counters()
+            runs, calls, cpu, db_cpu, wal, fpi = [], 0, 0.0, 0.0, [], []
+            counters_before = led.store_counters()
             try:
                 for i in range(REPEATS):
                     before, wal_before, fpi_before = led.cpu_seconds(), pg.wal_bytes(), pg.wal_fpi()
+                    db_before = pg.cpu_seconds()
                     r = wrk(led.url, wrk_script, conc,
                             {"LEDGER_TOKEN": token, "BENCH_RUN": "%s-%d-%d-%d" % (
                                 workload, conc, i, time.time()),
                              "BENCH_REPLAY_KEYS": str(REPLAY_KEYS)})
                     cpu += led.cpu_seconds() - before
+                    db_cpu += pg.cpu_seconds() - db_before
                     # Per repeat: the first after the checkpoint writes most of the
                     # full-page images; the median is the steady state.
                     done = max(r[0] / per_op * SECONDS, 1)
@@ -278,7 +369,11 @@ def main():
                         log("%s at %d: %d answers were not 2xx" % (workload, conc, r[3]))
                     runs.append(r)
                 rss = led.peak_rss_mib()
-                batches = [a - b for a, b in zip(led.batch_counters(), batches_before)]
+                after = led.store_counters()
+                batches = [a - b for a, b in zip(after[:3], counters_before[:3])]
+                # Batches per bucket of calls committed, not cumulative.
+                cum = [(le, n - m) for (le, n), (_, m) in zip(after[3], counters_before[3])]
+                sizes = {le: n - (cum[k - 1][1] if k else 0) for k, (le, n) in enumerate(cum)}
             finally:
                 led.stop()
             pg.checkpoint()
@@ -292,10 +387,18 @@ def main():
                    "p99_ms": round(p99, 3), "rss_mib": round(rss, 1),
                    "baseline_p50_ms": round(base[1], 3), "baseline_p99_ms": round(base[2], 3),
                    "cpu_s_per_1000": round(cpu / max(calls, 1) * 1000, 3),
+                   "db_cpu_s_per_1000": round(db_cpu / max(calls, 1) * 1000, 3),
+                   "round_trips_per_op": round(batches[2] / max(calls, 1), 3),
+                   "batches_by_calls": sizes,
+                   "batched_share": round(batches[1] / max(calls * (per_op if
+                                          workload.startswith("tool_call") else 1), 1), 3),
                    "wal_bytes_per_op": round(statistics.median(wal)),
                    "wal_fpi_per_op": round(statistics.median(fpi), 3),
                    "calls_per_batch": round(batches[1] / batches[0], 2) if batches[0] else None,
                    **extra_fields}
+            if workload.startswith("tool_call") and conc in dbos_points:
+                row["dbos_per_s"] = dbos_points[conc]["per_s"]
+                row["ratio_dbos"] = round(row["ledgerd_per_s"] / dbos_points[conc]["per_s"], 2)
             if workload.startswith("tool_call") and conc in minimal:
                 row["minimal_2tx_per_s"] = minimal[conc]["per_s"]
                 row["ratio_minimal_2tx"] = round(row["ledgerd_per_s"] / minimal[conc]["per_s"], 3)
@@ -334,6 +437,16 @@ def main():
                 % (ceiling, BATCH, workers))
             meta["batch_ceiling_per_s"] = round(ceiling, 1)
             meta["batch_ceiling_clients"] = workers
+        for conc in CONCURRENCY if "dbos" in WORKLOADS else ():
+            # What a user would pick instead: a DBOS workflow of one step.
+            runs = [dbos(pg, conc, i) for i in range(REPEATS)]
+            tps, p50, p99 = median_of(runs)
+            dbos_points[conc] = {"per_s": round(tps, 1), "p50_ms": round(p50, 3),
+                                 "p99_ms": round(p99, 3)}
+            log("DBOS one-step workflow %3d  %8.1f/s  p50 %.2f ms  p99 %.2f ms"
+                % (conc, tps, p50, p99))
+        if dbos_points:
+            pg.checkpoint()
         for conc in CONCURRENCY if "tool_call" in WORKLOADS else ():
             point("tool_call", conc, "tool_call.sql", "tool_call.lua", tokens["agent"], 2)
         for conc in CONCURRENCY if "tool_call_unbatched" in WORKLOADS else ():
@@ -344,16 +457,23 @@ def main():
         for conc in CONCURRENCY if "attempt_cycle" in WORKLOADS else ():
             point("attempt_cycle", conc, "attempt_cycle.sql", "attempt_cycle.lua",
                   tokens["router"], 3)
+        if "large" in WORKLOADS and 32 in CONCURRENCY:
+            # Last: the same tool call point over a store that is no longer small.
+            meta["large_size"] = fill_large(pg)
+            point("tool_call_large", 32, "tool_call.sql", "tool_call.lua", tokens["agent"], 2)
+            small, large = find(rows, "tool_call", 32), find(rows, "tool_call_large", 32)
+            if small and large:
+                large["ratio_empty"] = round(large["ledgerd_per_s"] / small["ledgerd_per_s"], 3)
     finally:
         pg.stop()
-    report(rows, cores, meta, minimal)
+    report(rows, cores, meta, minimal, dbos_points)
 
 
 def find(rows, workload, conc):
     return next((r for r in rows if r["workload"] == workload and r["concurrency"] == conc), None)
 
 
-def targets(rows, meta, minimal):
+def targets(rows, meta, minimal, dbos_points):
     """The performance targets ledgerd is held to, each with its figure: (name, goal, value, met)."""
     out = []
 
@@ -384,19 +504,29 @@ def targets(rows, meta, minimal):
     target("replay p99 at 64, ms", "< 5", v, v is not None and v < 5)
     v = max((row["rss_mib"] for row in rows), default=None)
     target("peak RSS of ledgerd, MiB", "< 64", v, v is not None and v < 64)
-    target("x DBOS Transact, 32 in flight", ">= 25", None, None)
-    target("tool_call at 32 with 10M settled calls stored, x empty", ">= 0.8", None, None)
+    d32 = dbos_points.get(32)
+    r = tc32["ledgerd_per_s"] / d32["per_s"] if tc32 and d32 else None
+    target("tool_call at 32, x DBOS Transact one-step workflow at 32", ">= 25",
+           r and round(r, 1), r and r >= 25)
+    large = find(rows, "tool_call_large", 32)
+    r = large.get("ratio_empty") if large else None
+    target("tool_call at 32 with %dM settled calls and %dM tombstones stored, x empty"
+           % (LARGE_CALLS // 1000000, LARGE_TOMBSTONES // 1000000), ">= 0.8", r,
+           r is not None and r >= 0.8)
     return out
 
 
-def report(rows, cores, meta, minimal):
-    goals = targets(rows, meta, minimal)
+def report(rows, cores, meta, minimal, dbos_points):
+    goals = targets(rows, meta, minimal, dbos_points)
     summary = {"minimal_2tx_per_s": minimal.get(32, {}).get("per_s"),
                "minimal_batch10_per_s": meta.get("minimal_batch10_per_s"),
-               "dbos_per_s": None}
+               "dbos_per_s": dbos_points.get(32, {}).get("per_s")}
     (OUT / "results.json").write_text(json.dumps(
         {"cores": cores, "seconds": SECONDS, "repeats": REPEATS, **summary,
          "minimal_2tx": {str(c): m for c, m in minimal.items()},
+         "dbos": {str(c): d for c, d in dbos_points.items()},
+         "large_calls": LARGE_CALLS, "large_tombstones": LARGE_TOMBSTONES,
+         "large_size": meta.get("large_size"),
          "batch_ceiling_per_s": meta.get("batch_ceiling_per_s"),
          "rows": rows, "targets": goals}, indent=2) + "\n")
     lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
@@ -418,6 +548,24 @@ def report(rows, cores, meta, minimal):
                          (r["baseline_per_s"] for r in rows
                           if r["workload"] == "tool_call" and r["concurrency"] == 32),
                          meta["batch_ceiling_per_s"]))]
+    lines += ["", "| per call | conc. | WAL bytes | DB CPU ms | ledgerd CPU ms "
+              "| round trips | share batched | batches by calls committed |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append("| %s | %d | %d | %.3f | %.3f | %.2f | %.2f | %s |" % (
+            r["workload"], r["concurrency"], r["wal_bytes_per_op"], r["db_cpu_s_per_1000"],
+            r["cpu_s_per_1000"], r["round_trips_per_op"], r["batched_share"],
+            " ".join("<=%s:%d" % (le, n) for le, n in r["batches_by_calls"].items() if n)
+            or "-"))
+    if dbos_points:
+        lines += ["", "| DBOS one-step workflow | conc. | per s | p50 ms | p99 ms "
+                  "| ledgerd tool_call /s | ledgerd x DBOS |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for c, d in sorted(dbos_points.items()):
+            tc = find(rows, "tool_call", c)
+            lines.append("| DBOS | %d | %.0f | %.2f | %.2f | %s | %s |" % (
+                c, d["per_s"], d["p50_ms"], d["p99_ms"],
+                "%.0f" % tc["ledgerd_per_s"] if tc else "-",
+                "%.1f" % tc["ratio_dbos"] if tc and "ratio_dbos" in tc else "-"))
     if minimal:
         lines += ["", "| tool calls | conc. | ledgerd /s | minimal 2tx /s | ratio "
                   "| ledgerd p50 ms (a request) | minimal p50 ms (a call) "
@@ -440,12 +588,12 @@ def report(rows, cores, meta, minimal):
     table = "\n".join(lines) + "\n"
     (OUT / "results.md").write_text(table)
     print(table)
-    plot(rows)
+    plot(rows, dbos_points)
     print("results: %s, %s, %s" % (OUT / "results.json", OUT / "results.md",
                                    OUT / "bench.png"))
 
 
-def plot(rows):
+def plot(rows, dbos_points):
     data = OUT / "plot.dat"
     series = []
     with open(data, "w") as f:
@@ -468,6 +616,12 @@ def plot(rows):
                                               r["minimal_2tx_per_s"], r["minimal_p50_ms"],
                                               r["minimal_p50_ms"]))
             f.write("\n\n")
+        if dbos_points:
+            f.write("# DBOS Transact, a workflow of one step per call\n")
+            for c, d in sorted(dbos_points.items()):
+                f.write("%d %f %f %f %f\n" % (c, d["per_s"], d["per_s"], d["p99_ms"],
+                                              d["p99_ms"]))
+            f.write("\n\n")
     if not series:
         return
     tput = ", ".join(
@@ -477,10 +631,19 @@ def plot(rows):
     if any(r["workload"] == "tool_call" and "minimal_2tx_per_s" in r for r in rows):
         tput += (", '%s' index %d using 1:2 with linespoints dashtype 3 lw 2 "
                  "title 'minimal SQL tool call (2 commits)'" % (data, len(series)))
+    minimal_index = len(series)
+    has_minimal = any(r["workload"] == "tool_call" and "minimal_2tx_per_s" in r for r in rows)
+    if dbos_points:
+        dbos_index = minimal_index + (1 if has_minimal else 0)
+        tput += (", '%s' index %d using 1:2 with linespoints dashtype 4 lw 2 "
+                 "title 'DBOS Transact (one-step workflow)'" % (data, dbos_index))
     lat = ", ".join(
         "'%s' index %d using 1:4 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:5 with linespoints dashtype 2 title '%s (pgbench)'"
         % (data, i, s, data, i, s) for i, s in enumerate(series))
+    if dbos_points:
+        lat += (", '%s' index %d using 1:4 with linespoints dashtype 4 lw 2 "
+                "title 'DBOS Transact (one-step workflow)'" % (data, dbos_index))
     script = """
 set terminal pngcairo size 1200,500 font ',10' noenhanced
 set output '%s'
