@@ -85,6 +85,18 @@ void ledger_store_batch_stats(uint64_t *batches, uint64_t *calls)
 	*batches = *calls = 0;
 }
 
+const unsigned ledger_store_batch_bounds[LEDGER_STORE_BATCH_BUCKETS - 1] = {2, 4, 8, 16, 32, 64};
+
+void ledger_store_batch_sizes(uint64_t counts[LEDGER_STORE_BATCH_BUCKETS])
+{
+	memset(counts, 0, LEDGER_STORE_BATCH_BUCKETS * sizeof(*counts));
+}
+
+uint64_t ledger_store_round_trips(void)
+{
+	return 0;
+}
+
 int64_t ledger_maintenance_unknown(void)
 {
 	return -1;
