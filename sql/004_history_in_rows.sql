@@ -15,28 +15,36 @@ ALTER INDEX events_request RENAME TO event_log_request;
 ALTER SEQUENCE events_seq_seq RENAME TO event_seq;
 
 -- Written once, with the row (claimed_*) or by the holder's completion
--- (completed_*), and never changed after: the trigger below holds that.
+-- (completed_seq), and never changed after: the triggers below hold that.
+-- claimed_detail keeps only what the row cannot give back (the first
+-- holder's lease_ms and owner, which a reclaim replaces); the rest of each
+-- event's detail is the row's own columns, which ledgerd never changes.
 ALTER TABLE tool_calls
-    ADD COLUMN claimed_seq      bigint,
-    ADD COLUMN claimed_detail   jsonb,
-    ADD COLUMN completed_seq    bigint,
-    ADD COLUMN completed_detail jsonb;
+    ADD COLUMN claimed_seq    bigint,
+    ADD COLUMN claimed_detail jsonb,
+    ADD COLUMN completed_seq  bigint;
 
 -- The whole history: the rows of event_log, the claim of every key whose
--- first claim is in its row ('claimed' at created_at, with no attempt: the
--- statements that write it serve only requests without attempts) and the
--- holder's completion where the row carries it ('completed' at
--- completed_at, by the attempt the call was held under).
+-- first claim is in its row ('claimed' at created_at, with token 1 and no
+-- attempt: the statements that write it serve only requests without
+-- attempts) and the holder's completion where the row carries it
+-- ('completed' at completed_at, by the attempt the call was held under).
+-- Each detail is the object the general path writes for the same event.
 CREATE VIEW events AS
     SELECT seq, tenant, request_id, at, type, attempt_id, tool_call_id, detail
     FROM event_log
     UNION ALL
     SELECT claimed_seq, tenant, request_id, created_at, 'claimed'::text, NULL::text,
-           tool_call_id, claimed_detail
+           tool_call_id,
+           jsonb_build_object('fencing_token', 1)
+           || jsonb_strip_nulls(jsonb_build_object(
+                  'tool', nullif(tool, ''), 'args_sha256', args_sha256,
+                  'tool_dedupes', CASE WHEN tool_dedupes THEN true END))
+           || claimed_detail
     FROM tool_calls WHERE claimed_seq IS NOT NULL
     UNION ALL
     SELECT completed_seq, tenant, request_id, completed_at, 'completed'::text, attempt_id,
-           tool_call_id, completed_detail
+           tool_call_id, jsonb_build_object('outcome', outcome, 'fencing_token', completed_token)
     FROM tool_calls WHERE completed_seq IS NOT NULL;
 ALTER VIEW events ALTER COLUMN at SET DEFAULT clock_timestamp();
 ALTER VIEW events ALTER COLUMN detail SET DEFAULT '{}';
@@ -78,17 +86,19 @@ BEGIN
 END $$;
 CREATE TRIGGER tool_calls_claim_kept AFTER UPDATE ON tool_calls FOR EACH ROW
     WHEN (OLD.claimed_seq IS NOT NULL
-          AND (NEW.claimed_seq, NEW.claimed_detail::text, NEW.tenant, NEW.request_id,
-               NEW.tool_call_id)
-              IS DISTINCT FROM (OLD.claimed_seq, OLD.claimed_detail::text, OLD.tenant,
+          AND (NEW.claimed_seq, NEW.claimed_detail::text, NEW.tool, NEW.args_sha256,
+               NEW.tool_dedupes, NEW.tenant, NEW.request_id, NEW.tool_call_id)
+              IS DISTINCT FROM (OLD.claimed_seq, OLD.claimed_detail::text, OLD.tool,
+                                OLD.args_sha256, OLD.tool_dedupes, OLD.tenant,
                                 OLD.request_id, OLD.tool_call_id))
     EXECUTE FUNCTION tool_calls_history_kept();
 CREATE TRIGGER tool_calls_completion_kept AFTER UPDATE ON tool_calls FOR EACH ROW
     WHEN (OLD.completed_seq IS NOT NULL
-          AND (NEW.completed_seq, NEW.completed_detail::text, NEW.attempt_id, NEW.tenant,
-               NEW.request_id, NEW.tool_call_id)
-              IS DISTINCT FROM (OLD.completed_seq, OLD.completed_detail::text, OLD.attempt_id,
-                                OLD.tenant, OLD.request_id, OLD.tool_call_id))
+          AND (NEW.completed_seq, NEW.outcome, NEW.completed_token, NEW.attempt_id,
+               NEW.tenant, NEW.request_id, NEW.tool_call_id)
+              IS DISTINCT FROM (OLD.completed_seq, OLD.outcome, OLD.completed_token,
+                                OLD.attempt_id, OLD.tenant, OLD.request_id,
+                                OLD.tool_call_id))
     EXECUTE FUNCTION tool_calls_history_kept();
 CREATE TRIGGER tool_calls_history_deleted AFTER DELETE ON tool_calls FOR EACH ROW
     WHEN (OLD.claimed_seq IS NOT NULL OR OLD.completed_seq IS NOT NULL)

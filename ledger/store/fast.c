@@ -98,8 +98,7 @@ static const struct store_stmt complete_fast = {
 	"    completed_token = CASE WHEN $6::boolean THEN NULL ELSE $4::bigint END,"
 	"    completed_by = CASE WHEN $6::boolean THEN NULL ELSE 'holder' END,"
 	"    completed_at = CASE WHEN $6::boolean THEN NULL ELSE clk.now END,"
-	"    completed_seq = CASE WHEN $6::boolean THEN NULL ELSE " STORE_NEXT_SEQ " END,"
-	"    completed_detail = CASE WHEN $6::boolean THEN NULL ELSE $8::jsonb END"
+	"    completed_seq = CASE WHEN $6::boolean THEN NULL ELSE " STORE_NEXT_SEQ " END"
 	"  FROM clk"
 	"  WHERE c.tenant = $1 AND c.request_id = $2 AND c.tool_call_id = $3"
 	"    AND c.state = 'in_progress' AND c.fencing_token = $4::bigint AND c.lease_until > clk.now"
@@ -136,17 +135,23 @@ static const struct store_stmt renew_fast = {
  * @return LEDGER_OK with *done false when the general path must decide.
  */
 /*
- * Queues the one-statement claim of a key nobody claimed into @p st; its
- * event's detail lives in @p ev until the step ran.
+ * What a first claim's event keeps in the row (claimed_detail, see
+ * sql/004_history_in_rows.sql): the part of store_event_claimed()'s detail
+ * the row's other columns cannot give back. Its text, or "{}".
  */
-/* The history's detail of a first claim by a fast path; its text, or "{}". */
 const char *store_fast_claim_detail(struct store_event *ev, const struct ledger_claim *c)
 {
 	store_event_start(ev, "claimed", NULL);
-	store_event_claimed(ev, c, 1, NULL);
+	store_event_int(ev, "lease_ms", c->lease_ms);
+	store_event_str(ev, "owner", c->owner);
 	ledger_jsonw_object_end(&ev->w);
 	return ev->detail.oom ? "{}" : ev->detail.data;
 }
+
+/*
+ * Queues the one-statement claim of a key nobody claimed into @p st; its
+ * event's detail lives in @p ev until the step ran.
+ */
 
 static void claim_add(struct store_step *st, const struct ledger_call_key *key,
 		      const struct ledger_claim_request *req, struct store_event *ev)

@@ -482,7 +482,7 @@ SELECT r.rid, json_build_object(
   'attempts', (SELECT json_agg(to_jsonb(a) - 'tenant' ORDER BY a.epoch) FROM attempts a
                WHERE a.tenant = '%(t)s' AND a.request_id = r.rid),
   'calls', (SELECT json_object_agg(c.tool_call_id, to_jsonb(c) - 'tenant' - 'claimed_seq'
-                   - 'claimed_detail' - 'completed_seq' - 'completed_detail') FROM tool_calls c
+                   - 'claimed_detail' - 'completed_seq') FROM tool_calls c
             WHERE c.tenant = '%(t)s' AND c.request_id = r.rid),
   'tombstone', (SELECT to_jsonb(s) - 'tenant' FROM tool_call_tombstones s
                 WHERE s.tenant = '%(t)s' AND s.request_id = r.rid),
