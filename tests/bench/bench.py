@@ -170,6 +170,14 @@ class Ledgerd:
         return (get("ledger_store_batches_total"), get("ledger_store_batched_calls_total"),
                 get("ledger_store_round_trips_total"), buckets)
 
+    def latency_buckets(self, route):
+        """[(upper bound s, cumulative count)] of @route's request duration histogram."""
+        import urllib.request
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        return [(float(le), int(n)) for le, n in re.findall(
+            r'^ledger_http_request_duration_seconds_bucket\{route="%s",le="([^"]+)"\} (\d+)$'
+            % route, text, re.M)]
+
     def cpu_seconds(self):
         fields = Path("/proc/%d/stat" % self.proc.pid).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -183,6 +191,23 @@ class Ledgerd:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
+
+
+def quantile(q, before, after):
+    """The q-quantile in ms of what a histogram counted between two readings, interpolated
+    within its bucket as Prometheus' histogram_quantile() does; None without samples."""
+    counts = [(le, a - b) for (le, a), (_, b) in zip(after, before)]
+    total = counts[-1][1] if counts else 0
+    if total == 0:
+        return None
+    rank, lower, below = q * total, 0.0, 0
+    for le, n in counts:
+        if n >= rank:
+            if le == float("inf"):
+                return round(lower * 1000, 3)
+            return round((lower + (le - lower) * (rank - below) / max(n - below, 1)) * 1000, 3)
+        lower, below = le, n
+    return None
 
 
 def pgbench(pg, script, clients, variables, db="ledger"):
@@ -348,6 +373,8 @@ def main():
             led = Ledgerd(pg.url, *extra)
             runs, calls, cpu, db_cpu, wal, fpi = [], 0, 0.0, 0.0, [], []
             counters_before = led.store_counters()
+            routes = ("tool_call_claim", "tool_call_complete")
+            hist_before = {r: led.latency_buckets(r) for r in routes}
             try:
                 for i in range(REPEATS):
                     before, wal_before, fpi_before = led.cpu_seconds(), pg.wal_bytes(), pg.wal_fpi()
@@ -369,6 +396,7 @@ def main():
                     runs.append(r)
                 rss = led.peak_rss_mib()
                 after = led.store_counters()
+                hist_after = {r: led.latency_buckets(r) for r in routes}
                 batches = [a - b for a, b in zip(after[:3], counters_before[:3])]
                 # Batches per bucket of calls committed, not cumulative.
                 cum = [(le, n - m) for (le, n), (_, m) in zip(after[3], counters_before[3])]
@@ -389,6 +417,10 @@ def main():
                    "db_cpu_s_per_1000": round(db_cpu / max(calls, 1) * 1000, 3),
                    "round_trips_per_op": round(batches[2] / max(calls, 1), 3),
                    "batches_by_calls": sizes,
+                   # In ledgerd, from a request's first byte to its reply queued.
+                   "claim_p99_ms": quantile(0.99, hist_before[routes[0]], hist_after[routes[0]]),
+                   "complete_p99_ms": quantile(0.99, hist_before[routes[1]],
+                                               hist_after[routes[1]]),
                    "batched_share": round(batches[1] / max(calls * (per_op if
                                           workload.startswith("tool_call") else 1), 1), 3),
                    "wal_bytes_per_op": round(statistics.median(wal)),
@@ -495,7 +527,10 @@ def targets(rows, meta, minimal, dbos_points):
     target("tool_call p50 at 1 (2 x a request's), x minimal 2tx p50", "<= 1.3",
            r and round(r, 2), r and r <= 1.3)
     v = tc32["p99_ms"] if tc32 else None
-    target("tool_call request p99 at 32 (claims and completions together), ms", "< 10", v,
+    target("tool_call request p99 at 32 (claims and completions together, wrk), ms", "< 10",
+           v, v is not None and v < 10)
+    v = tc32.get("claim_p99_ms") if tc32 else None
+    target("claim p99 at 32 (in ledgerd, from its histogram), ms", "< 10", v,
            v is not None and v < 10)
     v = replay["ledgerd_per_s"] if replay else None
     target("replay at 64, per s", ">= 50000", v, v is not None and v >= 50000)
@@ -548,12 +583,16 @@ def report(rows, cores, meta, minimal, dbos_points):
                           if r["workload"] == "tool_call" and r["concurrency"] == 32),
                          meta["batch_ceiling_per_s"]))]
     lines += ["", "| per call | conc. | WAL bytes | DB CPU ms | ledgerd CPU ms "
-              "| round trips | share batched | batches by calls committed |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
+              "| round trips | claim p99 ms | complete p99 ms | share batched "
+              "| batches by calls committed |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append("| %s | %d | %d | %.3f | %.3f | %.2f | %.2f | %s |" % (
+        lines.append("| %s | %d | %d | %.3f | %.3f | %.2f | %s | %s | %.2f | %s |" % (
             r["workload"], r["concurrency"], r["wal_bytes_per_op"], r["db_cpu_s_per_1000"],
-            r["cpu_s_per_1000"], r["round_trips_per_op"], r["batched_share"],
+            r["cpu_s_per_1000"], r["round_trips_per_op"],
+            "-" if r["claim_p99_ms"] is None else "%.2f" % r["claim_p99_ms"],
+            "-" if r["complete_p99_ms"] is None else "%.2f" % r["complete_p99_ms"],
+            r["batched_share"],
             " ".join("<=%s:%d" % (le, n) for le, n in r["batches_by_calls"].items() if n)
             or "-"))
     if dbos_points:
