@@ -131,10 +131,6 @@ static const struct store_stmt renew_fast = {
 /* clang-format on */
 
 /*
- * One statement for a key nobody claimed; a replay from its snapshot.
- * @return LEDGER_OK with *done false when the general path must decide.
- */
-/*
  * What a first claim's event keeps in the row (claimed_detail, see
  * sql/004_history_in_rows.sql): the part of store_event_claimed()'s detail
  * the row's other columns cannot give back. Its text, or "{}".
@@ -152,7 +148,6 @@ const char *store_fast_claim_detail(struct store_event *ev, const struct ledger_
  * Queues the one-statement claim of a key nobody claimed into @p st; its
  * event's detail lives in @p ev until the step ran.
  */
-
 static void claim_add(struct store_step *st, const struct ledger_call_key *key,
 		      const struct ledger_claim_request *req, struct store_event *ev)
 {
