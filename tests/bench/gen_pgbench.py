@@ -43,7 +43,7 @@ TENANTS = array(":tenant", "text[]")
 CIDS = array(":cid", "text[]")
 TOOL_CALL_BATCH = [
     [("BEGIN", []),
-     ("SET LOCAL plan_cache_mode = force_generic_plan", []),
+     ("batch_settings", []),
      ("batch_lock", [TENANTS, RIDS]),
      ("claim_many", [TENANTS, RIDS, CIDS, array(":tool", "text[]"), array(":sha", "text[]"),
                      "NULL", array(":dedupes", "boolean[]"), array(":claim%d", "text[]"),
@@ -107,7 +107,7 @@ def statement(ledgerd, name, params):
         return name + ";"
     sql = subprocess.run([ledgerd, "sql", name], check=True, capture_output=True,
                          text=True).stdout.strip()
-    count = max(int(n) for n in re.findall(r"\$(\d+)", sql))
+    count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
     if count != len(params):
         sys.exit("gen_pgbench: %s takes %d parameters, the script gives %d"
                  % (name, count, len(params)))
