@@ -218,10 +218,17 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 	return LEDGER_OK;
 }
 
-/* The history's detail of a completion by a fast path; its text, or "{}". */
+/*
+ * The history's detail of a completion by a fast path, for the row of
+ * event_log a retryable failure writes; its text, or "{}". A final outcome's
+ * event is read from the call's row (sql/004_history_in_rows.sql): it has
+ * none to build.
+ */
 const char *store_fast_complete_detail(struct store_event *ev, const struct ledger_completion *c)
 {
 	store_event_start(ev, NULL, NULL);
+	if (!c->retryable)
+		return "{}";
 	store_event_completion(ev, c);
 	ledger_jsonw_object_end(&ev->w);
 	return ev->detail.oom ? "{}" : ev->detail.data;

@@ -23,7 +23,8 @@
 /* claim: a key nobody claimed, or the replay of a settled one */
 
 /**
- * Starts @p ev as the history's detail of a first claim by a fast path.
+ * Starts @p ev as what a first claim by a fast path keeps of its event in
+ * the call's row (claimed_detail: its lease_ms and owner).
  * @return its text (borrowed from @p ev), or "{}" if memory ran out
  */
 const char *store_fast_claim_detail(struct store_event *ev, const struct ledger_claim *c);
@@ -38,7 +39,7 @@ LEDGER_MUSTCHECK enum ledger_err store_fast_claim_read(const PGresult *res, int 
 
 /* complete: the current holder's, within its lease */
 
-/** As store_fast_claim_detail(), for a completion. */
+/** The detail a retryable failure's event_log row takes; "{}" for a final outcome. */
 const char *store_fast_complete_detail(struct store_event *ev, const struct ledger_completion *c);
 
 /** Reads row @p row of complete_fast (or complete_many), when the fast path applied. */
