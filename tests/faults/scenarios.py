@@ -337,7 +337,9 @@ class Scenario:
                 rid = stall["request_id"]
                 zombie = next(r for r in run_.replicas if r.events(rid)
                               and r.events(rid)[-1]["event"] == "fault")
-                if zombie.state() != "T":
+                # The replica logs its fault, then stops itself: the log can be
+                # read a moment before the SIGSTOP lands.
+                if not wait_until(lambda: zombie.state() == "T", 2):
                     self.violations.append("harness: %s is not stopped after its stall (%s)"
                                            % (zombie.name, zombie.state()))
                 fenced = wait_until(lambda: self.fence_window(run_.timeline(rid)),
