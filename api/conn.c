@@ -314,7 +314,7 @@ static bool in_reserve(struct api_net_conn *c, size_t more)
 static bool fill(struct api_net_conn *c, size_t limit)
 {
 	for (;;) {
-		size_t room, got = 0;
+		size_t room, asked, got = 0;
 		unsigned want;
 		enum io r;
 
@@ -325,10 +325,18 @@ static bool fill(struct api_net_conn *c, size_t limit)
 			room = 16384;
 		if (!in_reserve(c, room))
 			return false;
-		r = io_read(c, c->in + c->in_len, c->in_cap - c->in_len, &got, &want);
+		asked = c->in_cap - c->in_len;
+		r = io_read(c, c->in + c->in_len, asked, &got, &want);
 		if (r == IO_OK) {
 			c->in_len += got;
 			c->last_io_ms = api_conn_now_ms();
+			/*
+			 * A short read drained the socket: epoll (level-triggered) says
+			 * when more comes, so no read is spent on learning it. TLS may
+			 * hold decrypted bytes the socket no longer shows: read on.
+			 */
+			if (c->ssl == NULL && got < asked)
+				return true;
 			continue;
 		}
 		if (r == IO_AGAIN)
@@ -417,7 +425,6 @@ void api_conn_refuse(struct api_net_conn *c, const struct api_http_error *err)
 	}
 	free(body);
 	api_conn_enter(c, C_WRITE);
-	set_events(c, EPOLLOUT);
 }
 
 /*
@@ -425,11 +432,12 @@ void api_conn_refuse(struct api_net_conn *c, const struct api_http_error *err)
  * Like every change of state outside api_conn_step(), it only records the state:
  * api_conn_step()'s loop carries it out, so no call of api_conn_step() ever nests in another
  * (a client that keeps its requests coming would grow the stack without end).
+ * The epoll set is left as it is: a reply nearly always fits the socket's
+ * buffer, so C_WRITE waits for EPOLLOUT only when a write would block.
  */
 void api_conn_start_write(struct api_net_conn *c)
 {
 	api_conn_enter(c, C_WRITE);
-	set_events(c, EPOLLOUT);
 }
 
 /* --- the call's side --- */
@@ -548,8 +556,18 @@ void api_conn_after_call(struct api_net_conn *c)
 		set_events(c, EPOLLIN);
 		return;
 	}
-	if (c->state == C_CALL)
-		set_events(c, 0);
+}
+
+/*
+ * The connection is readable while its call runs: a client that sends
+ * before its answer came (a pipelined request, or the end of its side).
+ * What it sent waits in the socket until the call ends; until then the
+ * epoll set stops waiting on it, or it would wake the loop without end.
+ * Left armed otherwise, so a call costs no change of the epoll set.
+ */
+void api_conn_hold_input(struct api_net_conn *c)
+{
+	set_events(c, 0);
 }
 
 /* Feeds the body from the input buffer. @return false once the body is done or refused */
@@ -766,6 +784,14 @@ void api_conn_step(struct api_net_conn *c)
 				return;
 			}
 			written(c);
+			/*
+			 * Nothing of a next request is buffered: epoll, waiting for
+			 * input again, says when one is in the socket (at once, for a
+			 * client that pipelines), so no read is spent on an empty one.
+			 * TLS may hold a request decrypted already: read on.
+			 */
+			if (c->state == C_HEAD && c->in_off == c->in_len && c->ssl == NULL)
+				return;
 			break;
 		}
 		case C_LINGER: {

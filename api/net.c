@@ -269,6 +269,10 @@ static void *loop_main(void *arg)
 					api_conn_close(c);
 					continue;
 				}
+				if (c->state == C_CALL) {
+					api_conn_hold_input(c);
+					continue;
+				}
 				api_conn_step(c);
 			}
 		}

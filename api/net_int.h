@@ -142,6 +142,9 @@ void api_conn_after_call(struct api_net_conn *c);
 /* Moves the connection on as far as its input and output allow. */
 void api_conn_step(struct api_net_conn *c);
 
+/* Input arrived while the connection's call runs: stop waiting on it until the call ends. */
+void api_conn_hold_input(struct api_net_conn *c);
+
 /* The per-address key of a peer's address (IPv4 mapped into IPv6 as IPv4). */
 void api_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]);
 

@@ -6,6 +6,7 @@ differently is refused with 400 and the connection closed, before any
 route runs. Every refusal is one JSON envelope, written once."""
 
 import json
+import os
 import threading
 import time
 
@@ -266,6 +267,47 @@ def test_pipelined_requests_are_answered_in_order(service):
     answers, _ = parse(data)
     assert [a.status for a in answers] == [200, 404, 200]
     assert [a.status for a in parse(more)[0]] == [200]
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_request_sent_while_a_call_runs_waits_for_it_without_spinning(service):
+    """A client that sends its next request before the answer to a call
+    the database holds: the call is answered first, then the request, and
+    meanwhile ledgerd does not poll the readable socket in a loop (one
+    core at 100% for as long as the database takes)."""
+    led, token = service.ledgerd, service.token()
+    rid = new_id()
+    assert led.post(claim_path(rid), {"claim_id": "0123456789abcdef0123"},
+                    token=token).status == 201
+    lock = threading.Thread(target=service.sql, args=(
+        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
+        "SELECT pg_sleep(2); COMMIT;" % rid,))
+    lock.start()
+    time.sleep(0.3)
+    body = b'{"claim_id": "0123456789abcdef0124"}'
+    s = connect(service)
+    try:
+        s.sendall(request("POST", claim_path(rid).replace("call_01", "call_02"),
+                          [("Authorization", "Bearer " + token)], body))
+        time.sleep(0.2)  # the claim waits on the lock now; the next request comes
+        s.sendall(HEALTHZ)
+        time.sleep(0.1)
+        before, t0 = cpu_seconds(led.proc.pid), time.monotonic()
+        time.sleep(1.0)
+        used, took = cpu_seconds(led.proc.pid) - before, time.monotonic() - t0
+        data, closed = read_all(s, timeout=10, until_answers=2)
+    finally:
+        s.close()
+        lock.join()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [201, 200], answers
+    assert not closed
+    assert used < 0.25 * took, "ledgerd used %.2f s of CPU in %.2f s, waiting" % (used, took)
 
 
 def test_head_requests_get_the_head_alone(service):
