@@ -221,6 +221,22 @@ def service(cluster, request, tmp_path_factory):
     assert orphans == [["0"]], "tool calls without their request: %s" % orphans
 
 
+def hold_request_lock(sql, rid, seconds):
+    """Another session holds request @rid's row lock for @seconds, in a
+    thread, from the moment this returns (@sql runs a query, as
+    Service.sql does). Join the thread returned."""
+    t = threading.Thread(target=sql, args=(
+        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
+        "SELECT pg_sleep(%s); COMMIT;" % (rid, seconds),))
+    t.start()
+    deadline = time.monotonic() + 10
+    while int(sql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                  "query LIKE 'BEGIN; SELECT 1 FROM requests%%'")[0][0]) == 0:
+        assert time.monotonic() < deadline, "the lock was never taken"
+        time.sleep(0.02)
+    return t
+
+
 def new_id(prefix="r"):
     """A fresh id, unique within the session."""
     return "%s-%s" % (prefix, secrets.token_hex(8))

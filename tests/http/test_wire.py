@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import new_id
+from conftest import hold_request_lock, new_id
 from wire import connect, exchange, parse, read_all, request
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n"
@@ -284,11 +284,7 @@ def test_a_request_sent_while_a_call_runs_waits_for_it_without_spinning(service)
     rid = new_id()
     assert led.post(claim_path(rid), {"claim_id": "0123456789abcdef0123"},
                     token=token).status == 201
-    lock = threading.Thread(target=service.sql, args=(
-        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
-        "SELECT pg_sleep(2); COMMIT;" % rid,))
-    lock.start()
-    time.sleep(0.3)
+    lock = hold_request_lock(service.sql, rid, 2)
     body = b'{"claim_id": "0123456789abcdef0124"}'
     s = connect(service)
     try:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import Ledgerd, claim_id, new_id
+from conftest import Ledgerd, claim_id, hold_request_lock, new_id
 from integration_helpers import metric
 
 CLIENTS = 64
@@ -228,11 +228,7 @@ def test_each_call_of_a_batch_gets_the_answer_it_would_get_alone(service, tmp_pa
     blocker = new_id()
     assert led.post("/v1/requests/%s/tool-calls/call_01/claim" % blocker, claim_body(),
                     token=token).status == 201
-    lock = threading.Thread(target=service.sql, args=(
-        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
-        "SELECT pg_sleep(1.5); COMMIT;" % blocker,))
-    lock.start()
-    time.sleep(0.3)
+    lock = hold_request_lock(service.sql, blocker, 1.5)
     held_call = threading.Thread(target=led.post, args=(
         "/v1/requests/%s/tool-calls/call_02/claim" % blocker, claim_body()),
         kwargs={"token": token})

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import TEST_SETTINGS, Cluster, Ledgerd, claim_id, ledgerd_cmd, new_id
+from conftest import TEST_SETTINGS, Cluster, Ledgerd, claim_id, hold_request_lock, ledgerd_cmd, new_id
 from integration_helpers import metric
 
 BOUND_MS = 1000
@@ -286,18 +286,6 @@ def wait_for(cluster, sql, what, within_s=10):
         time.sleep(0.05)
 
 
-def hold_request_lock(cluster, rid, seconds):
-    """Another session holds @rid's row lock for @seconds (in a thread), from
-    the moment this returns."""
-    t = threading.Thread(target=cluster.psql, args=(
-        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
-        "SELECT pg_sleep(%s); COMMIT;" % (rid, seconds), "waits"))
-    t.start()
-    wait_for(cluster, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-             "query LIKE 'BEGIN; SELECT 1 FROM requests%%'", "the lock was never taken")
-    return t
-
-
 def worker_waits_on_the_lock(cluster):
     wait_for(cluster, "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
              "'ledgerd' AND wait_event_type = 'Lock'", "ledgerd's worker never waited")
@@ -308,7 +296,7 @@ def hold_the_only_worker(cluster, led, token, pool, seconds):
     one worker waits on it. Returns (the locking thread, the claim's future)."""
     blocker = new_id()
     assert claim(led, token, blocker, claim_id())[0].status == 201
-    lock = hold_request_lock(cluster, blocker, seconds)
+    lock = hold_request_lock(lambda q: cluster.psql(q, "waits"), blocker, seconds)
     held = pool.submit(lambda: led.post("/v1/requests/%s/tool-calls/call_02/claim" % blocker,
                                         {"claim_id": claim_id()}, token=token, timeout=20))
     worker_waits_on_the_lock(cluster)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LEDGERD, Ledgerd, claim_id, ledgerd_cmd, new_id
+from conftest import LEDGERD, Ledgerd, claim_id, hold_request_lock, ledgerd_cmd, new_id
 
 
 def run(*args, env=None):
@@ -126,15 +126,7 @@ def test_sigterm_drains_calls_in_flight(service):
     first = led.post("/v1/requests/%s/tool-calls/call_00/claim" % rid, {}, token=token)
     assert first.status == 201
     # Hold the request's row lock for a while, as a long transaction would.
-    locker = threading.Thread(target=service.sql, args=(
-        "BEGIN; SELECT 1 FROM requests WHERE request_id = '%s' FOR UPDATE; "
-        "SELECT pg_sleep(3); COMMIT" % rid,))
-    locker.start()
-    deadline = time.time() + 10
-    while int(service.sql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                          "AND query LIKE 'BEGIN; SELECT 1 FROM requests%%'")[0][0]) == 0:
-        assert time.time() < deadline, "the lock was never taken"
-        time.sleep(0.05)
+    locker = hold_request_lock(service.sql, rid, 3)
     got = {}
 
     def slow_claim():
