@@ -25,8 +25,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
 LEDGER_SRC := $(wildcard ledger/*/*.c)
-API_SRC    := $(wildcard api/*.c)
-CTL_SRC    := $(wildcard sdk/ledgerctl/*.c)
+API_SRC    := $(wildcard api/*/*.c)
+CTL_SRC    := $(wildcard sdk/programs/ledgerctl/*.c)
 SQL        := $(sort $(wildcard sql/*.sql))
 # The incident-review page: every file of ui/ but its README, served at /ui/.
 UI_FILES   := $(sort $(filter-out ui/README.md,$(wildcard ui/*)))
@@ -39,8 +39,8 @@ SDK_OBJ    := $(SDK_SRC:%.c=$(BUILD)/pic/%.o)
 SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
 SDK_TEST   := $(BUILD)/tests/test_c_client
 SDK_EXAMPLE := $(BUILD)/examples/send_email
-GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/gateway/*.c))
-MCP_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/mcp/*.c))
+GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/programs/ledger-gateway/*.c))
+MCP_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/programs/ledger-mcp/*.c))
 CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 
@@ -53,7 +53,7 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
+sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so $(BUILD)/ledger_client.pc \
      $(BUILD)/ledger_client-uninstalled.pc $(SDK_EXAMPLE)
 
 deps:
@@ -84,7 +84,7 @@ $(BUILD)/ledgerd: $(API_OBJ) $(BUILD)/libledger.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
 # Unit tests link every object but main(), archive last.
-TEST_OBJ := $(filter-out $(BUILD)/api/main.o,$(API_OBJ)) $(BUILD)/libledger.a
+TEST_OBJ := $(filter-out $(BUILD)/api/cli/main.o,$(API_OBJ)) $(BUILD)/libledger.a
 # The operator's client: every call through the C SDK's archive, and
 # ledger/common's JSON reader and writer for what it prints (the archive's
 # own copy is localized, so the two never clash; the linker takes from
@@ -96,8 +96,8 @@ $(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_co
 	$(CC) $(LDFLAGS) -o $@ $^ $(SDK_LIBS)
 
 # ledger-mcp's message module is no part of ledgerd: its test links it beside.
-$(BUILD)/tests/test_mcp_message: TEST_OBJ += $(BUILD)/sdk/mcp/message.o
-$(BUILD)/tests/test_mcp_message: $(BUILD)/sdk/mcp/message.o
+$(BUILD)/tests/test_mcp_message: TEST_OBJ += $(BUILD)/sdk/programs/ledger-mcp/message.o
+$(BUILD)/tests/test_mcp_message: $(BUILD)/sdk/programs/ledger-mcp/message.o
 
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
@@ -132,15 +132,15 @@ $(BUILD)/ledger_client-uninstalled.pc: scripts/ledger_client.pc.in Makefile
 
 # The SDK's own test links the static library; the example, like a user's
 # program, the shared one through pkg-config.
-$(SDK_TEST): tests/sdk/test_c_client.c tests/sdk/test_c_client_review.c \
-		tests/sdk/test_c_client_router.c tests/sdk/test_c_client_tls.c tests/sdk/test_c_client.h \
+$(SDK_TEST): tests/sdk/c/test_c_client.c tests/sdk/c/test_c_client_review.c \
+		tests/sdk/c/test_c_client_router.c tests/sdk/c/test_c_client_tls.c tests/sdk/c/test_c_client.h \
 		$(BUILD)/libledger_client.a
 	@mkdir -p $(dir $@)
 	$(CC) -D_GNU_SOURCE $(CFLAGS) -I. -Isdk/c $(shell pkg-config --cflags cmocka) -o $@ \
-		tests/sdk/test_c_client.c tests/sdk/test_c_client_review.c tests/sdk/test_c_client_router.c \
-		tests/sdk/test_c_client_tls.c $(BUILD)/libledger_client.a $(shell pkg-config --libs cmocka) $(SDK_LIBS) $(LDFLAGS)
+		tests/sdk/c/test_c_client.c tests/sdk/c/test_c_client_review.c tests/sdk/c/test_c_client_router.c \
+		tests/sdk/c/test_c_client_tls.c $(BUILD)/libledger_client.a $(shell pkg-config --libs cmocka) $(SDK_LIBS) $(LDFLAGS)
 
-$(SDK_EXAMPLE): sdk/examples/send_email.c $(BUILD)/libledger_client.so \
+$(SDK_EXAMPLE): sdk/c/examples/send_email.c $(BUILD)/libledger_client.so \
 		$(BUILD)/ledger_client-uninstalled.pc
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $$(PKG_CONFIG_PATH=$(BUILD) pkg-config --cflags ledger_client) -o $@ $< \
@@ -154,16 +154,16 @@ $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
 $(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags libmicrohttpd jansson)
-$(BUILD)/gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
+$(BUILD)/ledger-gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
 
-# ledger-mcp: the exactly-once MCP proxy (sdk/mcp/README.md), on the C SDK's
+# ledger-mcp: the exactly-once MCP proxy (sdk/programs/ledger-mcp/README.md), on the C SDK's
 # archive, with ledger/common's JSON reader and writer as ledgerctl has them.
 $(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd) $(SDK_LIBS)
 
 # The .pc is written here, for the PREFIX of this install (build/'s is for make's own).
-install-sdk: $(BUILD)/gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so
+install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
@@ -190,12 +190,12 @@ FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   := -std=c11 -O1 -g -fno-omit-frame-pointer $(WARNINGS) -pthread $(FUZZ_SANITIZE)
 FUZZ_LINK_json       := $(COMMON_SRC)
 FUZZ_LINK_jcs        := $(COMMON_SRC)
-FUZZ_LINK_routes     := api/routes.c api/http.c ledger/core/id.c
+FUZZ_LINK_routes     := api/service/routes.c api/wire/http.c ledger/core/id.c
 FUZZ_LINK_policy     := ledger/core/policy.c
 FUZZ_LINK_sdk_answer := $(SDK_SRC)
-FUZZ_LINK_mcp_message := sdk/mcp/message.c $(COMMON_SRC)
+FUZZ_LINK_mcp_message := sdk/programs/ledger-mcp/message.c $(COMMON_SRC)
 # The whole server in the fuzzer's process; the store answers from tests/fuzz/store_stub.c.
-FUZZ_LINK_http       := $(filter-out api/main.c api/tokencmd.c,$(API_SRC)) $(COMMON_SRC) \
+FUZZ_LINK_http       := $(filter-out api/cli/main.c api/cli/tokencmd.c,$(API_SRC)) $(COMMON_SRC) \
 			$(wildcard ledger/core/*.c) ledger/store/migrate.c tests/fuzz/store_stub.c \
 			$(BUILD)/gen/ui_files.c
 
@@ -249,7 +249,7 @@ test:
 	@mkdir -p $(FUZZ_DIR)/logs
 	@$(MAKE) --no-print-directory fuzz-smoke >$(FUZZ_DIR)/logs/smoke.log 2>&1 & smoke=$$!; \
 	status=0; LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
-		tests/http tests/integration tests/docs tests/ops tests/sdk tests/mcp tests/js tests/ui tests/faults tests/ha tests/docker tests/chaos \
+		tests/http tests/integration tests/docs tests/ops tests/sdk tests/programs tests/ui tests/faults tests/ha tests/docker tests/chaos \
 		|| status=$$?; \
 	if wait $$smoke; then grep '^fuzz ' $(FUZZ_DIR)/logs/smoke.log; \
 	else cat $(FUZZ_DIR)/logs/smoke.log; status=1; fi; exit $$status
@@ -287,8 +287,8 @@ run:
 
 format:
 	@scripts/deps.sh dev
-	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*.h sdk/*/*.h) $(UNIT_SRC) \
-		$(wildcard sdk/c/*.c sdk/gateway/*.[ch] sdk/mcp/*.[ch] sdk/examples/*.c tests/sdk/*.c tests/chaos/*.c tests/fuzz/*.c)
+	clang-format -i $(LEDGER_SRC) $(API_SRC) $(CTL_SRC) $(wildcard ledger/*/*.h api/*/*.h sdk/*/*.h sdk/programs/*/*.h) $(UNIT_SRC) \
+		$(wildcard sdk/c/*.c sdk/programs/ledger-gateway/*.[ch] sdk/programs/ledger-mcp/*.[ch] sdk/c/examples/*.c tests/sdk/c/*.c tests/chaos/*.c tests/fuzz/*.c)
 
 lint:
 	@scripts/deps.sh dev

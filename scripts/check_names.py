@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that every external symbol is named <area>_<module>_<verb> after
 the file that defines it (STYLE.md, "Names"): ledger_json_parse lives in
-ledger/common/json.c, api_reply_error in api/reply.c, store_step_run in
+ledger/common/json.c, api_reply_error in api/service/reply.c, store_step_run in
 ledger/store/step.c. The store's public operations are ledger_store_*
 (ledger/store/store.h) whichever file of the folder holds them.
 
@@ -12,8 +12,9 @@ import pathlib
 import subprocess
 import sys
 
-AREAS = {"api": "api", "ledger/common": "ledger", "ledger/core": "ledger",
-         "ledger/store": "ledger", "sdk/mcp": "mcp"}
+AREAS = {"api/wire": "wire", "api/service": "api", "api/cli": "api",
+         "ledger/common": "ledger", "ledger/core": "ledger", "ledger/store": "ledger",
+         "sdk/programs/ledger-mcp": "mcp"}
 
 
 def allowed(folder, module, sym):

@@ -13,7 +13,7 @@ RUN_PKGS="postgresql-15 python3"
 # database on it; docker/patroni.Dockerfile builds the image of its nodes.
 HA_PKGS="patroni python3-etcd etcd-server"
 # pytest-xdist: make test runs its test files in parallel.
-# python3-venv: tests/sdk/test_python_packaging.py installs sdk/python into a venv.
+# python3-venv: tests/sdk/python/test_python_packaging.py installs sdk/python into a venv.
 # openssl: tests/tlsutil.py makes the TLS tests' certificates with its command line.
 # clang and its runtimes (libFuzzer, the sanitizers): make fuzz, and make test's fuzz-smoke.
 # chromium: tests/ui drives the page at /ui/ in it, through playwright-core.

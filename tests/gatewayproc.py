@@ -1,6 +1,6 @@
 """The reference gateway as a test's process, and the smallest replica it can
 stream from: what tests/sdk/test_tls_clients.py and
-tests/integration/test_tls.py share to drive build/gateway through one
+tests/integration/test_tls.py share to drive build/ledger-gateway through one
 completion. (tests/faults/ has the full fake replica, with its faults.)
 """
 
@@ -13,7 +13,7 @@ import threading
 
 from conftest import LEDGERD
 
-GATEWAY = LEDGERD.parent / "gateway"
+GATEWAY = LEDGERD.parent / "ledger-gateway"
 
 REPLY = "hello over a verified ledger"
 
@@ -72,7 +72,7 @@ class Replica:
 
 
 class Gateway:
-    """build/gateway in front of one replica, asking the ledger at @ledger_url
+    """build/ledger-gateway in front of one replica, asking the ledger at @ledger_url
     with @token; @args are more flags, @env the whole environment."""
 
     def __init__(self, ledger_url, token, replica_url, args=(), env=None):

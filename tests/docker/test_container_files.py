@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
 # The programs the image ships, as `make` builds them (without SANITIZE, as the image does).
-PROGRAMS = ("build/ledgerd", "build/ledgerctl", "build/gateway")
+PROGRAMS = ("build/ledgerd", "build/ledgerctl", "build/ledger-gateway")
 # The programs of the images that stop by themselves on SIGTERM as a container's
 # PID 1 (each takes it with sigwait()); make image-test stops both. Any other
 # program, Python's above all, ignores SIGTERM there and needs an init.
-STOPS_ON_SIGTERM = {"ledgerd", "gateway"}
+STOPS_ON_SIGTERM = {"ledgerd", "ledger-gateway"}
 # The image's HEALTHCHECK program, and where the image has it.
 HEALTHCHECK_SCRIPT = "docker/healthcheck.sh"
 # What ledgerd's image gets from debian:bookworm-slim itself, besides RUNTIME_PKGS.
@@ -303,7 +303,7 @@ def is_command(argv, commands):
 
 
 def gateway_variables():
-    src = "".join(p.read_text() for p in sorted((ROOT / "sdk" / "gateway").glob("*.c")))
+    src = "".join(p.read_text() for p in sorted((ROOT / "sdk" / "programs" / "ledger-gateway").glob("*.c")))
     return set(re.findall(r'getenv\("([A-Z0-9_]+)"\)', src))
 
 
@@ -500,7 +500,7 @@ def check_environment(doc, stages, ledgerd_vars, gateway_vars):
             continue
         entry = svc.get("entrypoint") or exec_form(dict(final["ins"])["ENTRYPOINT"])
         command = svc.get("command") or []
-        if entry == ["gateway"]:
+        if entry == ["ledger-gateway"]:
             known = gateway_vars
         else:
             known = ledgerd_vars | {command[i + 1] for i, w in enumerate(command[:-1])
@@ -509,7 +509,7 @@ def check_environment(doc, stages, ledgerd_vars, gateway_vars):
         for var in env:
             if var not in known:
                 problems.append("%s sets %s, which %s does not read" % (name, var, entry[0]))
-        if entry == ["gateway"]:
+        if entry == ["ledger-gateway"]:
             # Its defaults: no ledger, no replica, and a loopback address.
             required = {"GATEWAY_LISTEN", "LEDGER_URL", "LEDGER_TOKEN", "GATEWAY_REPLICAS"}
         else:
@@ -924,7 +924,7 @@ def test_the_yaml_reader_refuses_what_it_does_not_understand():
 def test_the_checks_catch_doctored_files():
     good = (DOCKER / "Dockerfile").read_text()
     bad = read_dockerfile(good.replace("COPY sql/ sql/", "COPY sqls/ sql/")
-                          .replace("/src/build/gateway", "/src/build/gateway2")
+                          .replace("/src/build/ledger-gateway", "/src/build/gateway2")
                           .replace("deps.sh runtime", "deps.sh run")
                           .replace("COPY Makefile", "RUN apt-get install -y gcc\nCOPY Makefile")
                           .replace('CMD ["ledgerd-healthcheck"]',

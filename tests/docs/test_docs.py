@@ -38,8 +38,8 @@ PAGES = [
     "sdk/README.md",
     "sdk/python/README.md",
     "sdk/js/README.md",
-    "sdk/mcp/README.md",
-    "sdk/gateway/README.md",
+    "sdk/programs/ledger-mcp/README.md",
+    "sdk/programs/ledger-gateway/README.md",
     "docker/README.md",
 ]
 
@@ -256,7 +256,7 @@ def test_policies_shown_are_accepted(service, tmp_path):
 
 def test_typescript_sketches_import_what_the_package_exports():
     """A sketch of an adapter's use imports names the built package has."""
-    sys.path.insert(0, str(ROOT / "tests" / "js"))
+    sys.path.insert(0, str(ROOT / "tests" / "sdk" / "js"))
     import js_build
     js_build.build_core()
     wanted = {}

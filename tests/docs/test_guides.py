@@ -13,7 +13,7 @@ The shell blocks (*.sh) run with bash from the repository's root as a
 reader runs them, with LEDGER_URL and LEDGER_TOKEN set as env.sh sets them
 and OUTBOX in a temporary directory; env.sh itself, which reads `make
 run`'s token from var/, is not run. The JavaScript programs need node
-packages: tests/js/js_build.py builds sdk/js and tests/mcp/mcp_helpers.py
+packages: tests/sdk/js/js_build.py builds sdk/js and tests/programs/ledger-mcp/mcp_helpers.py
 installs the MCP SDK and its memory server, each once under its own lock.
 A program runs as a byte-identical copy in a temporary directory whose
 node_modules links to those installs (docs/guides/node_modules is the
@@ -37,8 +37,8 @@ from conftest import claim_id, new_id
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = (ROOT / "docs" / "guide-agent.md", ROOT / "docs" / "guide-router.md")
 CODE = ROOT / "docs" / "guides"
-sys.path.insert(0, str(ROOT / "tests" / "js"))
-sys.path.insert(0, str(ROOT / "tests" / "mcp"))
+sys.path.insert(0, str(ROOT / "tests" / "sdk" / "js"))
+sys.path.insert(0, str(ROOT / "tests" / "programs" / "ledger-mcp"))
 import js_build  # noqa: E402
 import mcp_helpers  # noqa: E402
 
@@ -94,7 +94,7 @@ def test_every_file_of_the_guides_is_shown():
 
 
 def test_the_guides_npm_install_is_the_tested_one():
-    """docs/guides pins what tests/mcp installs, and links sdk/js: the reader runs what ran here."""
+    """docs/guides pins what tests/programs/ledger-mcp installs, and links sdk/js: the reader runs what ran here."""
     mcp_dir = mcp_helpers.NODE_DIR
     ours = json.loads((CODE / "package.json").read_text())["dependencies"]
     theirs = json.loads((mcp_dir / "package.json").read_text())["dependencies"]

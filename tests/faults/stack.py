@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))  # tests/: the shared PostgreSQL cluster
 
 from pgcluster import Cluster  # noqa: E402
 LEDGERD = Path(os.environ.get("LEDGERD", ROOT / "build" / "ledgerd")).resolve()
-GATEWAY = Path(os.environ.get("GATEWAY", LEDGERD.parent / "gateway")).resolve()
+GATEWAY = Path(os.environ.get("GATEWAY", LEDGERD.parent / "ledger-gateway")).resolve()
 RUNS = ROOT / "build" / "faults"
 
 # The pool-wide retry budget and per-request attempts the stack's ledgerd

@@ -2,7 +2,7 @@
 
 Each test plays one scenario of scenarios.py end to end: the recording
 client (or the official openai npm client) streams a completion through
-build/gateway from fake replicas (replica.py) that fail exactly where they
+build/ledger-gateway from fake replicas (replica.py) that fail exactly where they
 are told, and the verdict comes from what was recorded, not from status
 codes: the chunks the client received and the attempt each came from, the
 ledger's timeline of the request, the replicas' event logs and the fake

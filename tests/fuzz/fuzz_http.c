@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_http.c: whole HTTP requests, heads and bodies, through
- * ledgerd's server in this process (api/net.c, api/http.c, the driver and
+ * ledgerd's server in this process (api/wire/net.c, api/wire/http.c, the driver and
  * every handler; the store answers as tests/fuzz/store_stub.c says).
  *
  * Each input is written to a new connection on a unix socket, as one or
@@ -26,14 +26,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/server.h"
-#include "api/settings.h"
-#include "api/tokens.h"
+#include "api/service/server.h"
+#include "api/cli/settings.h"
+#include "api/wire/listen.h"
+#include "api/service/tokens.h"
 #include "ledger/common/json.h"
 #include "ledger/common/log.h"
 #include "ledger/core/policy.h"
 
 static struct api_settings cfg;
+static struct api_config acfg;
 static struct ledger_policy policy;
 static char sock_path[108];
 static unsigned char token_sha256[32];
@@ -66,9 +68,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	cfg.listen = malloc(strlen(sock_path) + 6);
 	sprintf(cfg.listen, "unix:%s", sock_path);
 	ledger_policy_default(&policy);
+	api_settings_config(&cfg, &acfg);
 	sk.api_fd =
-		api_server_listen(cfg.listen, sk.api_bound, sizeof(sk.api_bound), err, sizeof(err));
-	if (sk.api_fd < 0 || api_server_start(&cfg, &policy, NULL, &sk) == NULL) {
+		wire_listen_open(cfg.listen, sk.api_bound, sizeof(sk.api_bound), err, sizeof(err));
+	if (sk.api_fd < 0 || api_server_start(&acfg, &policy, NULL, &sk) == NULL) {
 		fprintf(stderr, "fuzz_http: cannot start the server: %s\n", err);
 		abort();
 	}

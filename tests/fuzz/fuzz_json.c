@@ -17,7 +17,7 @@
 #include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 
-#define DEPTH 64 /* what ledgerd allows in a body (api/input.c) */
+#define DEPTH 64 /* what ledgerd allows in a body (api/service/input.c) */
 #define MAX_SAFE_INT 9007199254740991ULL
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

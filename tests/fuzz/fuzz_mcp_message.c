@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_mcp_message.c: libFuzzer target for what ledger-mcp reads
- * of the messages a client or a server sends it (sdk/mcp/message.c), both
+ * of the messages a client or a server sends it (sdk/programs/ledger-mcp/message.c), both
  * of which may be hostile. An input is one message: it is classified, read
  * as a tools/call, a response and a tools/list answer, and a response's
  * result is replayed. Nothing may crash or leak; a tools/call's spans stay
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sdk/mcp/message.h"
+#include "sdk/programs/ledger-mcp/message.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_routes.c: libFuzzer target for the router (api/routes.c).
+ * tests/fuzz/fuzz_routes.c: libFuzzer target for the router (api/service/routes.c).
  * An input is "METHOD PATH" (no space: a GET of the whole input). The
  * matcher must agree with the reference below, which reads the same table
  * as text: the route, the answer (a match, 404, 405 with its Allow, or an
@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/attempts.h"
-#include "api/ops.h"
-#include "api/review.h"
-#include "api/routes.h"
-#include "api/toolcalls.h"
-#include "api/whoami.h"
+#include "api/service/attempts.h"
+#include "api/service/ops.h"
+#include "api/service/review.h"
+#include "api/service/routes.h"
+#include "api/service/toolcalls.h"
+#include "api/service/whoami.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

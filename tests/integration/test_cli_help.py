@@ -1,7 +1,7 @@
 """Asking ledgerd and the reference gateway for help: the usage on standard
 output and exit status 0, whatever else the line holds, and a usage that
 names every command ledgerd takes. (ledgerctl and ledger-mcp have theirs in
-test_ledgerctl.py and tests/mcp/test_mcp_cli.py.)"""
+test_ledgerctl.py and tests/programs/ledger-mcp/test_mcp_cli.py.)"""
 
 import os
 import re
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import LEDGERD
 
-GATEWAY = LEDGERD.parent / "gateway"
+GATEWAY = LEDGERD.parent / "ledger-gateway"
 
 
 def run(*args):

@@ -32,7 +32,7 @@ def test_every_metric_the_docs_name_is_exported(service):
     metrics = exported(service)
     assert "ledger_duplicate_executions_total" in metrics
     # The gauge of unknown outcomes appears with the first count, 15 s after
-    # the start: api/metrics.c spells it, as it spells every metric.
+    # the start: api/service/metrics.c spells it, as it spells every metric.
     known = code_names() | metrics
     unknown = {}
     for doc in DOCS:

@@ -3,7 +3,7 @@
 ledgerd then accepts over HTTP.
 
 A revoked token must be refused within the lookup cache's lifetime (10 s,
-api/tokens.h), measured here from the moment the revoke command returns;
+api/service/tokens.h), measured here from the moment the revoke command returns;
 a rotated token's successor works at once; a token in its grace period works
 until the grace ends. No command but create and rotate ever prints a token,
 and ledgerd's log never holds one.

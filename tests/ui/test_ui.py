@@ -25,9 +25,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 NODE = HERE / "node"
 SHOTS = ROOT / "build" / "ui"
-sys.path.insert(0, str(ROOT / "tests" / "js"))
+sys.path.insert(0, str(ROOT / "tests" / "sdk" / "js"))
 
-import js_build  # noqa: E402  (tests/js: the install lock and npm ci)
+import js_build  # noqa: E402  (tests/sdk/js: the install lock and npm ci)
 import ui_fill  # noqa: E402
 
 NODE_TESTS = sorted(p.name for p in HERE.glob("test_*.mjs"))

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "sdk/mcp/message.h"
+#include "sdk/programs/ledger-mcp/message.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_routes.c: the routing table and its matcher (api/routes.c),
+ * tests/unit/test_routes.c: the routing table and its matcher (api/service/routes.c),
  * table-driven: every route with its parameters, roles and query keys, then
  * what is 404, what is 405 and with which Allow set, which ids are invalid
  * (and which parameter the error names), trailing slashes, the segment limit,
@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/attempts.h"
-#include "api/ops.h"
-#include "api/review.h"
-#include "api/toolcalls.h"
-#include "api/whoami.h"
-#include "api/routes.h"
+#include "api/service/attempts.h"
+#include "api/service/ops.h"
+#include "api/service/review.h"
+#include "api/service/toolcalls.h"
+#include "api/service/whoami.h"
+#include "api/service/routes.h"
 #include "ledger/core/call.h"
 #include "ledger/core/role.h"
 

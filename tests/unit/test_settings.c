@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_settings.c: api_settings_load() (api/settings.c),
+ * tests/unit/test_settings.c: api_settings_load() (api/cli/settings.c),
  * table-driven: every setting's default, variable and flag; the flag over the
  * variable; both flag forms; each kind of value (integer, duration, size,
  * log level, switch, string, flag) at its bounds and beyond, with the exact line
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/settings.h"
+#include "api/cli/settings.h"
 #include "ledger/common/log.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

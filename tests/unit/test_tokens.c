@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_tokens.c: API tokens (api/tokens.c): the format of a new
+ * tests/unit/test_tokens.c: API tokens (api/service/tokens.c): the format of a new
  * token, its SHA-256, and the lookup cache: hit, miss, overwrite, eviction
  * by a token of the same slot, expiry API_TOKEN_CACHE_MS after the lookup's
  * read, and use from several threads at once.
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/tokens.h"
+#include "api/service/tokens.h"
 #include "ledger/common/base64url.h"
 #include "ledger/core/call.h"
 #include "ledger/core/role.h"
@@ -37,7 +37,7 @@
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 /* A read time to come: api_tokens_cache_put() counts it as now. */
 #define NOW LLONG_MAX
-#define SLOTS 1024 /* api/tokens.c's CACHE_SLOTS: a hash's first 10 bits pick its slot */
+#define SLOTS 1024 /* api/service/tokens.c's CACHE_SLOTS: a hash's first 10 bits pick its slot */
 
 /* --- the test clock ------------------------------------------------------------ */
 

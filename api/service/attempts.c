@@ -1,0 +1,502 @@
+/*
+ * api/service/attempts.c: the router's endpoints: creating an attempt, its own
+ * calls (renew, deliver, cancel, cancel-ack, finish) and failover. As in
+ * api/service/toolcalls.c, parse() validates and names the store operation, and
+ * answer() replies the outcome the store decided.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/service/attempts.h"
+
+#include "api/service/input.h"
+#include "api/service/metrics.h"
+#include "api/service/reply.h"
+#include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
+#include "ledger/core/render.h"
+
+#define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
+
+/* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
+static int64_t default_lease(const struct api_request *req)
+{
+	int64_t ms = req->policy->default_lease_ms;
+
+	if (ms > req->config->max_lease_ms)
+		ms = req->config->max_lease_ms;
+	if (ms < req->config->min_lease_ms)
+		ms = req->config->min_lease_ms;
+	return ms;
+}
+
+static enum ledger_err lease_or_reply(struct api_request *req, const struct ledger_json_value *obj,
+				      int64_t *out)
+{
+	return api_input_int_or_reply(req, obj, "lease_ms", req->config->min_lease_ms,
+				      req->config->max_lease_ms, default_lease(req), out);
+}
+
+/* One of @p names (NULL-terminated), required. @return its index, or -1 after replying. */
+static int choice_or_reply(struct api_request *req, const struct ledger_json_value *obj,
+			   const char *key, const char *const *names)
+{
+	const struct ledger_json_value *v = ledger_json_get(obj, key);
+	struct ledger_buf list = LEDGER_BUF_INIT;
+
+	if (v != NULL && v->type == LEDGER_JSON_STRING) {
+		for (int i = 0; names[i] != NULL; i++) {
+			if (strcmp(v->u.str.s, names[i]) == 0)
+				return i;
+		}
+	}
+	for (int i = 0; names[i] != NULL; i++)
+		ledger_buf_printf(&list, "%s%s", i > 0 ? ", " : "", names[i]);
+	api_reply_invalid_field(req, key, "must be one of %s", list.oom ? "..." : list.data);
+	ledger_buf_free(&list);
+	return -1;
+}
+
+/* --- replies --- */
+
+static void write_client_error(struct ledger_jsonw *w, const char *client_error)
+{
+	ledger_jsonw_key(w, "client_error");
+	if (client_error != NULL)
+		ledger_jsonw_raw(w, client_error, strlen(client_error));
+	else
+		ledger_jsonw_null(w);
+}
+
+static void reply_attempt_not_found(struct api_request *req, const char *attempt_id)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 404, "attempt_not_found",
+			      "the request has no attempt with this id");
+	ledger_jsonw_key(&w, "attempt_id");
+	ledger_jsonw_string(&w, attempt_id);
+	api_reply_error_end(req, &w);
+}
+
+static void reply_fenced(struct api_request *req, const struct ledger_attempt_call *call,
+			 const struct ledger_attempt *a)
+{
+	struct ledger_jsonw w;
+
+	if (call->op == LEDGER_OP_RENEW)
+		api_metrics_fenced(API_FENCED_ATTEMPT_RENEW);
+	else if (call->op == LEDGER_OP_DELIVER)
+		api_metrics_fenced(API_FENCED_DELIVER);
+	else
+		api_metrics_fenced(API_FENCED_FINISH);
+
+	api_reply_error_begin(req, &w, 409, "attempt_fenced",
+			      "the attempt has no rights any more: it must neither publish nor "
+			      "start a side effect");
+	ledger_jsonw_key(&w, "attempt_state");
+	ledger_jsonw_string(&w, ledger_attempt_state_name(a->state));
+	api_reply_error_end(req, &w);
+}
+
+/* --- create --- */
+
+struct create_input {
+	struct ledger_attempt_request in;
+};
+
+static enum ledger_err parse_attempt_request(struct api_request *req,
+					     const struct ledger_json_value *obj,
+					     struct ledger_attempt_request *in, bool with_max)
+{
+	if (api_input_id_or_reply(req, obj, "attempt_id", 1, &in->attempt_id) ||
+	    api_input_text_or_reply(req, obj, "replica", LEDGER_TEXT_MAX, &in->replica) ||
+	    api_input_text_or_reply(req, obj, "model_revision", LEDGER_TEXT_MAX,
+				    &in->model_revision) ||
+	    lease_or_reply(req, obj, &in->lease_ms))
+		return LEDGER_ERR_INVALID;
+	if (in->attempt_id == NULL) {
+		api_reply_invalid_field(req, "attempt_id", "is required");
+		return LEDGER_ERR_INVALID;
+	}
+	if (with_max &&
+	    api_input_int_or_reply(req, obj, "max_attempts", 1, req->policy->max_attempts_limit, 0,
+				   &in->max_attempts))
+		return LEDGER_ERR_INVALID;
+	return LEDGER_OK;
+}
+
+static enum ledger_err create_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"attempt_id", "replica",      "model_revision",
+					     "lease_ms",   "max_attempts", NULL};
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct create_input *in = NULL;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
+		return LEDGER_ERR_NOMEM;
+	req->job.op.kind = LEDGER_STORE_ATTEMPT_CREATE;
+	req->job.op.in.attempt = &in->in;
+	req->job.op.policy = req->policy;
+	if (parse_attempt_request(req, body, &in->in, true) != LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	req->job.ids.attempt_id = in->in.attempt_id;
+	return LEDGER_OK;
+}
+
+static void reply_attempt(struct api_request *req, unsigned status,
+			  const struct ledger_store_result *r)
+{
+	const struct ledger_attempt_result *res = &r->u.attempt;
+	struct ledger_attempt a = res->attempt;
+	struct ledger_jsonw w;
+
+	/* Never more lease than is left as the answer goes out. */
+	a.lease_ms_left = api_reply_time_left(r, a.lease_ms_left);
+	if (a.lease_ms_left <= 0 && a.state == LEDGER_ATTEMPT_LIVE) {
+		api_reply_too_late(req);
+		return;
+	}
+	api_reply_begin(req, &w, status);
+	ledger_render_attempt(&w, req->params[0], &a, &res->request, res->client_error);
+}
+
+static void reply_create_refusal(struct api_request *req, const struct create_input *in,
+				 const struct ledger_attempt_result *res)
+{
+	enum ledger_create_outcome o = res->outcome.create;
+	const char *code = ledger_attempt_create_code(o);
+	struct ledger_jsonw w;
+	unsigned status = o == LEDGER_CREATE_REQUEST_MISMATCH ? 422 : 409;
+	const char *message = "";
+
+	switch (o) {
+	case LEDGER_CREATE_REQUEST_MISMATCH:
+		message = "this attempt_id was created with another replica or model_revision";
+		break;
+	case LEDGER_CREATE_FIRST_DELTA_SENT:
+		message =
+			"a delta of this request already reached the client: no new attempt, ever";
+		break;
+	case LEDGER_CREATE_REQUEST_CLOSED:
+		message = "the request is closed";
+		break;
+	case LEDGER_CREATE_BUDGET_EXHAUSTED:
+		message = "the request's attempts, or the tenant's retries, are spent";
+		break;
+	case LEDGER_CREATE_REVISION_MISMATCH:
+		message = "the policy requires the model_revision of the first attempt";
+		break;
+	case LEDGER_CREATE_SOURCE_NOT_FENCED:
+		message = "the previous attempt may still act: wait until it is cancelled, "
+			  "acknowledged or past its lease";
+		break;
+	case LEDGER_CREATE_TOOL_CALL_IN_PROGRESS:
+		message = "a tool call of the previous attempt is still held";
+		break;
+	case LEDGER_CREATE_TOOL_OUTCOME_UNKNOWN:
+		message = "a tool call of this request has an unknown outcome: a rerun could "
+			  "repeat it; resolve it first";
+		break;
+	case LEDGER_CREATE_REPEATED:
+	case LEDGER_CREATE_CREATED:
+		abort(); /* not refusals */
+	}
+	api_reply_error_begin(req, &w, status, code, message);
+	if (o == LEDGER_CREATE_FIRST_DELTA_SENT || o == LEDGER_CREATE_REQUEST_CLOSED)
+		write_client_error(&w, res->client_error);
+	if (o == LEDGER_CREATE_REVISION_MISMATCH) {
+		ledger_jsonw_key(&w, "expected_model_revision");
+		ledger_jsonw_string(&w, res->request.model_revision);
+		ledger_jsonw_key(&w, "got_model_revision");
+		ledger_jsonw_string(&w, in->in.model_revision);
+	}
+	if (res->retry_after_ms > 0) {
+		ledger_jsonw_key(&w, "retry_after_ms");
+		ledger_jsonw_int(&w, res->retry_after_ms);
+		req->reply.retry_after_ms = res->retry_after_ms;
+	}
+	api_reply_error_end(req, &w);
+}
+
+static void create_answer(struct api_request *req, const struct ledger_store_result *r)
+{
+	const struct create_input *in = req->input;
+	const struct ledger_attempt_result *res = &r->u.attempt;
+
+	if (res->outcome.create == LEDGER_CREATE_CREATED)
+		reply_attempt(req, 201, r);
+	else if (res->outcome.create == LEDGER_CREATE_REPEATED)
+		reply_attempt(req, 200, r);
+	else
+		reply_create_refusal(req, in, res);
+}
+
+const struct api_handler api_attempts_create = {.parse = create_parse, .answer = create_answer};
+
+/* --- an attempt's own calls --- */
+
+static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt_op op,
+				    const char *const *fields)
+{
+	static const char *const outcomes[] = {"completed", "failed", NULL};
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct ledger_attempt_call *call = NULL;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	call = api_input_alloc_or_reply(req, sizeof(*call));
+	if (call == NULL)
+		return LEDGER_ERR_NOMEM;
+	call->op = op;
+	call->delivered_output_tokens = -1;
+	req->job.op.kind = LEDGER_STORE_ATTEMPT_CALL;
+	req->job.op.in.attempt_call = call;
+	switch (op) {
+	case LEDGER_OP_RENEW:
+		return lease_or_reply(req, body, &call->lease_ms);
+	case LEDGER_OP_DELIVER:
+		return api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+					      &call->delivered_output_tokens);
+	case LEDGER_OP_CANCEL:
+		return api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason);
+	case LEDGER_OP_CANCEL_ACK:
+		return LEDGER_OK;
+	case LEDGER_OP_FINISH: {
+		int outcome = choice_or_reply(req, body, "outcome", outcomes);
+
+		if (outcome < 0)
+			return LEDGER_ERR_INVALID;
+		call->completed = outcome == 0;
+		if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+					   &call->delivered_output_tokens) ||
+		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason))
+			return LEDGER_ERR_INVALID;
+		return LEDGER_OK;
+	}
+	}
+	abort();
+}
+
+static enum ledger_err renew_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"lease_ms", NULL};
+
+	return call_prepare(req, LEDGER_OP_RENEW, fields);
+}
+
+static enum ledger_err deliver_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"delivered_output_tokens", NULL};
+
+	return call_prepare(req, LEDGER_OP_DELIVER, fields);
+}
+
+static enum ledger_err cancel_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"reason", NULL};
+
+	return call_prepare(req, LEDGER_OP_CANCEL, fields);
+}
+
+static enum ledger_err cancel_ack_parse(struct api_request *req)
+{
+	static const char *const fields[] = {NULL};
+
+	return call_prepare(req, LEDGER_OP_CANCEL_ACK, fields);
+}
+
+static enum ledger_err finish_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason", NULL};
+
+	return call_prepare(req, LEDGER_OP_FINISH, fields);
+}
+
+static void reply_call_done(struct api_request *req, const struct ledger_attempt_call *call,
+			    const struct ledger_store_result *r)
+{
+	const struct ledger_attempt_result *res = &r->u.attempt;
+	/* A renewal's deadline is the database's now plus lease_ms: what is left of it now. */
+	int64_t left = api_reply_time_left(r, call->lease_ms);
+	struct ledger_jsonw w;
+
+	if (call->op == LEDGER_OP_RENEW && left <= 0) {
+		api_reply_too_late(req);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	switch (call->op) {
+	case LEDGER_OP_DELIVER:
+		ledger_jsonw_key(&w, "request_id");
+		ledger_jsonw_string(&w, req->params[0]);
+		ledger_jsonw_key(&w, "attempt_id");
+		ledger_jsonw_string(&w, res->attempt.attempt_id);
+		ledger_jsonw_key(&w, "first_delta_sent");
+		ledger_jsonw_bool(&w, res->request.first_delta_sent);
+		ledger_jsonw_key(&w, "phase");
+		ledger_jsonw_string(&w, res->request.first_delta_sent ? "decode" : "prefill");
+		ledger_jsonw_key(&w, "delivered_output_tokens");
+		ledger_jsonw_int(&w, res->request.delivered_output_tokens);
+		break;
+	case LEDGER_OP_RENEW:
+		ledger_jsonw_key(&w, "attempt_id");
+		ledger_jsonw_string(&w, res->attempt.attempt_id);
+		ledger_jsonw_key(&w, "epoch");
+		ledger_jsonw_int(&w, res->attempt.epoch);
+		ledger_jsonw_key(&w, "lease_ms");
+		ledger_jsonw_int(&w, left);
+		break;
+	case LEDGER_OP_CANCEL:
+	case LEDGER_OP_CANCEL_ACK:
+	case LEDGER_OP_FINISH:
+		ledger_jsonw_key(&w, "attempt_id");
+		ledger_jsonw_string(&w, res->attempt.attempt_id);
+		ledger_jsonw_key(&w, "epoch");
+		ledger_jsonw_int(&w, res->attempt.epoch);
+		ledger_jsonw_key(&w, "state");
+		ledger_jsonw_string(&w, ledger_attempt_state_name(res->attempt.state));
+		ledger_jsonw_key(&w, "request");
+		ledger_render_request(&w, req->params[0], &res->request, res->client_error);
+		break;
+	}
+	ledger_jsonw_object_end(&w);
+}
+
+static void call_answer(struct api_request *req, const struct ledger_store_result *r)
+{
+	const struct ledger_attempt_call *call = req->input;
+	const struct ledger_attempt_result *res = &r->u.attempt;
+
+	if (!res->found)
+		reply_attempt_not_found(req, req->params[1]);
+	else if (res->outcome.op == LEDGER_ATTEMPT_OP_FENCED)
+		reply_fenced(req, call, &res->attempt);
+	else
+		reply_call_done(req, call, r);
+}
+
+const struct api_handler api_attempts_renew = {.parse = renew_parse, .answer = call_answer};
+const struct api_handler api_attempts_deliver = {.parse = deliver_parse, .answer = call_answer};
+const struct api_handler api_attempts_cancel = {.parse = cancel_parse, .answer = call_answer};
+const struct api_handler api_attempts_cancel_ack = {.parse = cancel_ack_parse,
+						    .answer = call_answer};
+const struct api_handler api_attempts_finish = {.parse = finish_parse, .answer = call_answer};
+
+/* --- failover --- */
+
+struct failover_input {
+	struct ledger_failover_request in;
+	struct ledger_attempt_request next;
+};
+
+static enum ledger_err failover_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"attempt_id", "signal", "retry_prefill_tokens",
+					     "next_attempt", NULL};
+	static const char *const next_fields[] = {"attempt_id", "replica", "model_revision",
+						  "lease_ms", NULL};
+	static const char *const signals[] = {
+		"replica_exited",    "pod_lost",   "upstream_closed",     "network_error",
+		"heartbeat_timeout", "overloaded", "client_disconnected", NULL};
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	const struct ledger_json_value *next = NULL;
+	struct failover_input *in = NULL;
+	int signal;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
+		return LEDGER_ERR_NOMEM;
+	if (api_input_id_or_reply(req, body, "attempt_id", 1, &in->in.source_attempt_id))
+		return LEDGER_ERR_INVALID;
+	if (in->in.source_attempt_id == NULL) {
+		api_reply_invalid_field(req, "attempt_id", "is required");
+		return LEDGER_ERR_INVALID;
+	}
+	signal = choice_or_reply(req, body, "signal", signals);
+	if (signal < 0 || ledger_failover_signal_parse(signals[signal], &in->in.signal) != 0)
+		return LEDGER_ERR_INVALID;
+	if (api_input_int_or_reply(req, body, "retry_prefill_tokens", 0, MAX_INT, 0,
+				   &in->in.retry_prefill_tokens))
+		return LEDGER_ERR_INVALID;
+	next = ledger_json_get(body, "next_attempt");
+	if (next != NULL && next->type != LEDGER_JSON_NULL) {
+		if (next->type != LEDGER_JSON_OBJECT) {
+			api_reply_invalid_field(req, "next_attempt", "must be an object");
+			return LEDGER_ERR_INVALID;
+		}
+		for (size_t i = 0; i < next->u.obj.count; i++) {
+			const char *k = next->u.obj.members[i].key;
+			bool known = false;
+
+			for (size_t j = 0; next_fields[j] != NULL; j++)
+				known = known || strcmp(k, next_fields[j]) == 0;
+			if (!known) {
+				api_reply_invalid_field(req, "next_attempt",
+							"has an unknown field");
+				return LEDGER_ERR_INVALID;
+			}
+		}
+		if (parse_attempt_request(req, next, &in->next, false))
+			return LEDGER_ERR_INVALID;
+		in->in.next = &in->next;
+	}
+	req->job.op.kind = LEDGER_STORE_FAILOVER;
+	req->job.op.in.failover = &in->in;
+	req->job.op.policy = req->policy;
+	req->job.ids.attempt_id = in->in.source_attempt_id;
+	return LEDGER_OK;
+}
+
+static void failover_answer(struct api_request *req, const struct ledger_store_result *r)
+{
+	const struct failover_input *in = req->input;
+	const struct ledger_failover_result res = r->u.failover;
+	struct ledger_jsonw w;
+
+	if ((res.status == LEDGER_FAILOVER_ANSWERED && !res.replayed) ||
+	    res.status == LEDGER_FAILOVER_REFUSED)
+		api_metrics_failover(res.decision.action);
+	switch (res.status) {
+	case LEDGER_FAILOVER_ANSWERED:
+		api_reply_begin(req, &w, 200);
+		ledger_jsonw_raw(&w, res.body, strlen(res.body));
+		if (res.decision.action == LEDGER_FAILOVER_WAIT_FOR_FENCE)
+			req->reply.retry_after_ms = res.decision.retry_after_ms;
+		break;
+	case LEDGER_FAILOVER_NO_ATTEMPT:
+		reply_attempt_not_found(req, in->in.source_attempt_id);
+		break;
+	case LEDGER_FAILOVER_NEXT_MISMATCH:
+		api_reply_error(req, 422, "request_mismatch",
+				"next_attempt's attempt_id is already an attempt of this request");
+		break;
+	case LEDGER_FAILOVER_NEXT_REVISION:
+		api_reply_error(req, 409, "revision_mismatch",
+				"the policy requires the model_revision of the first attempt");
+		break;
+	case LEDGER_FAILOVER_REFUSED:
+		if (res.decision.action == LEDGER_FAILOVER_ATTEMPT_FENCED) {
+			api_reply_error_begin(req, &w, 409, "attempt_fenced",
+					      "the attempt is not the newest of this request");
+			ledger_jsonw_key(&w, "current_attempt_id");
+			ledger_jsonw_string(&w, res.current_attempt_id);
+		} else {
+			api_reply_error_begin(req, &w, 409, "request_closed",
+					      "the request is not open");
+			write_client_error(&w, res.client_error);
+		}
+		api_reply_error_end(req, &w);
+		break;
+	}
+}
+
+const struct api_handler api_attempts_failover = {.parse = failover_parse,
+						  .answer = failover_answer};

@@ -1,0 +1,403 @@
+/*
+ * api/wire/net.c: the polling threads of api/wire/net.h, and their start and stop. Each has an epoll set
+ * holding every listener (EPOLLEXCLUSIVE: one thread wakes per
+ * connection) and the connections it accepted, which stay on it for life,
+ * and an eventfd that wakes it for the calls workers hand back. Here too:
+ * the limits on connections per address and in all, checked as each is
+ * accepted, and the deadlines, checked once a second.
+ */
+#include "api/wire/net_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/wire/stats.h"
+#include "api/wire/tls.h"
+#include "ledger/common/log.h"
+
+/* --- deadlines --- */
+
+static void sweep(struct loop *l, int64_t now)
+{
+	const struct wire_net_config *cfg = &l->net->cfg;
+	struct wire_conn *c = l->conns, *next;
+
+	for (; c != NULL; c = next) {
+		next = c->next;
+		if (c->dead)
+			continue;
+		switch (c->state) {
+		case C_HANDSHAKE:
+			if (now - c->since_ms >= cfg->head_timeout_ms) {
+				wire_stats_timeout("head");
+				wire_conn_close(c);
+			}
+			break;
+		case C_HEAD:
+			if (!c->head_started) {
+				/* Nothing of a request yet: an idle keep-alive, closed quietly. */
+				if (now - c->since_ms >= cfg->idle_timeout_ms ||
+				    atomic_load(&l->net->draining))
+					wire_conn_close(c);
+			} else if (now - c->since_ms >= cfg->head_timeout_ms) {
+				static const struct wire_http_error late = {
+					408, "request_timeout",
+					"the request head did not arrive within --head-timeout"};
+
+				wire_stats_timeout("head");
+				wire_conn_refuse(c, &late);
+				wire_conn_step(c);
+			}
+			break;
+		case C_BODY:
+		case C_DROP:
+			if (now - c->since_ms >= cfg->body_timeout_ms) {
+				static const struct wire_http_error late = {
+					408, "request_timeout",
+					"the request body did not arrive within --body-timeout"};
+
+				wire_stats_timeout("body");
+				if (c->state == C_DROP) {
+					/* The reply is ready: it goes out, then the connection closes. */
+					c->close_after = true;
+					wire_conn_start_write(c);
+					wire_conn_step(c);
+					break;
+				}
+				c->body_done = true;
+				ledger_buf_free(&c->body);
+				wire_conn_refuse(c, &late);
+				wire_conn_step(c);
+			}
+			break;
+		case C_WRITE:
+			if (now - c->last_io_ms >= cfg->idle_timeout_ms) {
+				wire_stats_timeout("write");
+				wire_conn_close(c);
+			}
+			break;
+		case C_LINGER:
+			if (now - c->since_ms >= (c->refused ? LINGER_REFUSED_MS : LINGER_MS))
+				wire_conn_close(c);
+			break;
+		case C_CALL:
+			break;
+		}
+	}
+}
+
+/* --- accepting --- */
+
+/*
+ * Out of files: the connection waiting would wake every poll again. The
+ * spare descriptor makes room to accept it and close it at once.
+ * @return true when one was shed
+ */
+static bool shed_one(struct wire_net *net, int lfd)
+{
+	int fd;
+
+	pthread_mutex_lock(&net->lock);
+	if (net->spare_fd < 0) {
+		pthread_mutex_unlock(&net->lock);
+		return false;
+	}
+	close(net->spare_fd);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	net->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	pthread_mutex_unlock(&net->lock);
+	wire_stats_connection_refused("files");
+	LOG_WARN("http: out of file descriptors; a connection was closed unanswered");
+	return fd >= 0;
+}
+
+static void accept_on(struct loop *l, unsigned li)
+{
+	struct wire_net *net = l->net;
+	const struct wire_net_listener *lst = &net->listeners[li];
+
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct wire_conn *c;
+		struct addr_count *addr = NULL;
+		struct epoll_event ev;
+		int fd =
+			accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if ((errno == EMFILE || errno == ENFILE) && shed_one(net, lst->fd))
+				continue;
+			return;
+		}
+		if (atomic_fetch_add(&net->connections, 1) >= net->cfg.max_connections) {
+			atomic_fetch_sub(&net->connections, 1);
+			wire_stats_connection_refused("total");
+			close(fd);
+			continue;
+		}
+		if (lst->per_address && net->cfg.max_per_address > 0) {
+			unsigned char key[17];
+			bool full = false;
+
+			wire_conn_addr_key(&ss, key);
+			addr = wire_conn_addr_take(net, key, &full);
+			if (addr == NULL) {
+				atomic_fetch_sub(&net->connections, 1);
+				wire_stats_connection_refused(full ? "per_address"
+									 : "memory");
+				close(fd);
+				continue;
+			}
+		}
+		c = calloc(1, sizeof(*c));
+		if (c == NULL) {
+			wire_conn_addr_give(net, addr);
+			atomic_fetch_sub(&net->connections, 1);
+			close(fd);
+			continue;
+		}
+		if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->loop = l;
+		c->net = net;
+		c->fd = fd;
+		c->listener = li;
+		c->addr = addr;
+		c->last_io_ms = wire_conn_now_ms();
+		c->next = l->conns;
+		if (l->conns != NULL)
+			l->conns->prev = c;
+		l->conns = c;
+		wire_stats_connections(1);
+		if (lst->tls != NULL) {
+			c->ssl = wire_tls_session(lst->tls, fd);
+			if (c->ssl == NULL) {
+				wire_conn_close(c);
+				continue;
+			}
+			wire_conn_enter(c, C_HANDSHAKE);
+		} else {
+			wire_conn_enter(c, C_HEAD);
+		}
+		c->events = EPOLLIN;
+		ev.events = EPOLLIN;
+		ev.data.ptr = c;
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+			wire_conn_close(c);
+			continue;
+		}
+	}
+}
+
+/* --- the polling threads --- */
+
+static void take_woken(struct loop *l)
+{
+	struct wire_conn *c, *next;
+	uint64_t n;
+
+	if (read(l->wakefd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: a wake raced the read; the list below is what counts. */
+	}
+	pthread_mutex_lock(&l->wake_lock);
+	c = l->woken;
+	l->woken = NULL;
+	pthread_mutex_unlock(&l->wake_lock);
+	/* Handed back in the order they were queued. */
+	{
+		struct wire_conn *rev = NULL;
+
+		for (; c != NULL; c = next) {
+			next = c->wake_next;
+			c->wake_next = rev;
+			rev = c;
+		}
+		c = rev;
+	}
+	for (; c != NULL; c = next) {
+		next = c->wake_next;
+		c->held = false;
+		if (c->dead) {
+			wire_conn_end_call(c, false);
+			wire_conn_free(c);
+			continue;
+		}
+		c->net->ops->resume(c->call);
+		wire_conn_after_call(c);
+		wire_conn_step(c);
+	}
+}
+
+static void *loop_main(void *arg)
+{
+	struct loop *l = arg;
+	struct wire_net *net = l->net;
+	int64_t last_sweep = wire_conn_now_ms();
+
+	while (!atomic_load(&net->stopping)) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(l->epfd, evs, 64, 250);
+		int64_t now;
+
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &l->wakefd) {
+				take_woken(l);
+			} else if ((uintptr_t)p >= 1 && (uintptr_t)p <= net->nlisteners) {
+				/* A listener's data is its index + 1; a connection's, its address. */
+				accept_on(l, (unsigned)((uintptr_t)p - 1));
+			} else {
+				struct wire_conn *c = p;
+
+				if ((evs[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
+				    (evs[i].events & EPOLLIN) == 0) {
+					wire_conn_close(c);
+					continue;
+				}
+				if (c->state == C_CALL) {
+					wire_conn_hold_input(c);
+					continue;
+				}
+				wire_conn_step(c);
+			}
+		}
+		now = wire_conn_now_ms();
+		if (now - last_sweep >= 1000 || atomic_load(&net->draining)) {
+			sweep(l, now);
+			last_sweep = now;
+		}
+	}
+	return NULL;
+}
+
+/* --- starting and stopping --- */
+
+long wire_net_in_flight(const struct wire_net *net)
+{
+	return atomic_load(&net->in_flight);
+}
+
+enum ledger_err wire_net_start(const struct wire_net_config *cfg, const struct wire_net_ops *ops,
+			      const struct wire_net_listener *listeners, unsigned nlisteners,
+			      struct wire_net **out)
+{
+	struct wire_net *net = calloc(1, sizeof(*net));
+
+	*out = NULL;
+	if (net == NULL)
+		return LEDGER_ERR_NOMEM;
+	net->cfg = *cfg;
+	net->ops = ops;
+	net->nlisteners = nlisteners;
+	net->listeners = calloc(nlisteners, sizeof(*net->listeners));
+	net->loops = calloc(cfg->threads, sizeof(*net->loops));
+	pthread_mutex_init(&net->lock, NULL);
+	net->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (net->listeners == NULL || net->loops == NULL)
+		goto fail;
+	memcpy(net->listeners, listeners, nlisteners * sizeof(*listeners));
+	for (unsigned i = 0; i < cfg->threads; i++) {
+		struct loop *l = &net->loops[i];
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &l->wakefd};
+
+		l->net = net;
+		pthread_mutex_init(&l->wake_lock, NULL);
+		l->epfd = epoll_create1(EPOLL_CLOEXEC);
+		l->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (l->epfd < 0 || l->wakefd < 0 ||
+		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wakefd, &ev) != 0)
+			goto fail;
+		for (unsigned j = 0; j < nlisteners; j++) {
+			struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+						  .data.ptr = (void *)(uintptr_t)(j + 1)};
+
+			if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, listeners[j].fd, &lev) != 0)
+				goto fail;
+		}
+	}
+	for (unsigned i = 0; i < cfg->threads; i++) {
+		if (pthread_create(&net->loops[i].thread, NULL, loop_main, &net->loops[i]) != 0)
+			goto fail;
+		net->loops[i].started = true;
+	}
+	*out = net;
+	return LEDGER_OK;
+fail:
+	atomic_store(&net->stopping, true);
+	wire_net_stop(net);
+	return LEDGER_ERR_INTERNAL;
+}
+
+void wire_net_drain(struct wire_net *net)
+{
+	atomic_store(&net->draining, true);
+	for (unsigned i = 0; i < net->cfg.threads; i++) {
+		for (unsigned j = 0; j < net->nlisteners; j++)
+			epoll_ctl(net->loops[i].epfd, EPOLL_CTL_DEL, net->listeners[j].fd, NULL);
+	}
+	for (unsigned j = 0; j < net->nlisteners; j++) {
+		if (net->listeners[j].fd >= 0)
+			close(net->listeners[j].fd);
+		net->listeners[j].fd = -1;
+	}
+}
+
+void wire_net_stop(struct wire_net *net)
+{
+	if (net == NULL)
+		return;
+	atomic_store(&net->stopping, true);
+	for (unsigned i = 0; net->loops != NULL && i < net->cfg.threads; i++) {
+		struct loop *l = &net->loops[i];
+
+		if (l->started)
+			pthread_join(l->thread, NULL);
+		while (l->conns != NULL) {
+			struct wire_conn *c = l->conns;
+
+			if (!c->dead) {
+				c->held = false; /* nothing is in flight once the server drained */
+				wire_conn_close(c);
+			} else {
+				wire_conn_free(c);
+			}
+		}
+		if (l->epfd > 0)
+			close(l->epfd);
+		if (l->wakefd > 0)
+			close(l->wakefd);
+		pthread_mutex_destroy(&l->wake_lock);
+	}
+	for (unsigned j = 0; net->listeners != NULL && j < net->nlisteners; j++) {
+		if (net->listeners[j].fd >= 0)
+			close(net->listeners[j].fd);
+	}
+	for (unsigned b = 0; b < ADDR_BUCKETS; b++) {
+		while (net->addrs[b] != NULL) {
+			struct addr_count *a = net->addrs[b];
+			net->addrs[b] = a->next;
+			free(a);
+		}
+	}
+	if (net->spare_fd >= 0)
+		close(net->spare_fd);
+	pthread_mutex_destroy(&net->lock);
+	free(net->listeners);
+	free(net->loops);
+	free(net);
+}

@@ -1,0 +1,157 @@
+/*
+ * api/wire/net_int.h: what api/wire/net.c (the polling threads, accepting, limits
+ * and deadlines) and api/wire/conn.c (a connection's states and I/O) share,
+ * and nothing outside them sees: the connection, the thread, the server's
+ * state, and the moves of a connection the threads make. net.c calls
+ * into conn.c, never the other way.
+ */
+#ifndef WIRE_NET_INT_H
+#define WIRE_NET_INT_H
+
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "api/wire/net.h"
+
+enum conn_state {
+	C_HANDSHAKE, /* TLS handshake */
+	C_HEAD,      /* reading a head */
+	C_CALL,      /* the server has the call */
+	C_BODY,      /* reading the body the server asked for */
+	C_DROP,      /* the reply is ready; dropping the rest of the body first */
+	C_WRITE,     /* writing the reply */
+	C_LINGER,    /* reply written, write side shut: reading until the client closes */
+};
+
+/*
+ * Once the reply of a refused or cut-short request is out, the input is
+ * read and dropped for this long (and up to discard_max bytes), so that a
+ * client still writing its body gets the reply rather than a reset.
+ */
+#define LINGER_MS 5000
+/* After a refusal on the wire or at a deadline nothing worth waiting for is in flight. */
+#define LINGER_REFUSED_MS 1000
+#define FIRST_BUFFER 2048
+
+struct addr_count;
+
+struct wire_conn {
+	struct loop *loop;
+	struct wire_net *net;
+	int fd;
+	SSL *ssl;
+	unsigned listener;
+	struct addr_count *addr; /* NULL: not counted per address */
+	enum conn_state state;
+	struct wire_conn *prev, *next; /* the loop's connections */
+
+	size_t lingered; /* bytes dropped in LINGER */
+	bool refused;    /* the reply is a refusal on the wire: a short linger */
+
+	/* Input: in[0, in_len), of which the first in_off are consumed. */
+	char *in;
+	size_t in_len, in_cap, in_off, scanned;
+	bool eof;
+
+	/* The call. */
+	void *call;
+	struct wire_http_head head;
+	char *head_buf; /* the head, copied out of the input buffer for the call's life */
+	bool held;      /* a worker will wake the call */
+	bool woken;     /* wake arrived; resume() is due */
+	struct wire_conn *wake_next;
+	bool body_asked, body_done, reply_ready;
+	size_t body_max;
+	uint64_t body_left; /* Content-Length bytes still to come */
+	struct wire_http_chunked chunked;
+	struct ledger_buf body;
+
+	/* Output. */
+	char *out;
+	size_t out_len, out_off;
+	bool close_after;
+	bool dead; /* the connection is gone; the call is ended once no worker holds it */
+
+	int64_t since_ms;   /* when the current state's deadline started */
+	int64_t last_io_ms; /* last byte in or out */
+	bool head_started;  /* a byte of the next head arrived */
+	unsigned events;    /* what the epoll set waits for now */
+};
+
+struct loop {
+	struct wire_net *net;
+	pthread_t thread;
+	int epfd, wakefd;
+	struct wire_conn *conns; /* every connection of this thread */
+	pthread_mutex_t wake_lock;
+	struct wire_conn *woken; /* handed back by workers */
+	bool started;
+};
+
+/* Connections per address, under the net's lock. */
+struct addr_count {
+	unsigned char key[17]; /* family byte, then the address */
+	unsigned count;
+	struct addr_count *next;
+};
+
+#define ADDR_BUCKETS 1024
+
+struct wire_net {
+	struct wire_net_config cfg;
+	const struct wire_net_ops *ops;
+	struct wire_net_listener *listeners;
+	unsigned nlisteners;
+	struct loop *loops;
+	atomic_bool stopping, draining;
+	atomic_uint connections;
+	atomic_long in_flight;
+	pthread_mutex_t lock;
+	struct addr_count *addrs[ADDR_BUCKETS];
+	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
+};
+
+/* Monotonic milliseconds. */
+int64_t wire_conn_now_ms(void);
+
+/* Enters state @p s; its deadline counts from now. */
+void wire_conn_enter(struct wire_conn *c, enum conn_state s);
+
+/* Ends the call, if there is one and no worker holds it. */
+void wire_conn_end_call(struct wire_conn *c, bool replied);
+
+/* Unlinks and frees a connection already closed. */
+void wire_conn_free(struct wire_conn *c);
+
+/* Closes the connection; its call ends now, or when its worker hands it back. */
+void wire_conn_close(struct wire_conn *c);
+
+/* Answers a refusal on the wire in the JSON envelope, then closes. */
+void wire_conn_refuse(struct wire_conn *c, const struct wire_http_error *err);
+
+/* The reply is ready: write it (step() carries it out). */
+void wire_conn_start_write(struct wire_conn *c);
+
+/* After a callback of the server's: carries out what it asked. */
+void wire_conn_after_call(struct wire_conn *c);
+
+/* Moves the connection on as far as its input and output allow. */
+void wire_conn_step(struct wire_conn *c);
+
+/* Input arrived while the connection's call runs: stop waiting on it until the call ends. */
+void wire_conn_hold_input(struct wire_conn *c);
+
+/* The per-address key of a peer's address (IPv4 mapped into IPv6 as IPv4). */
+void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]);
+
+/* One more connection from @p key; NULL and @p full set when it is at its limit. */
+struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17], bool *full);
+
+/* One connection fewer from the address @p a counts. */
+void wire_conn_addr_give(struct wire_net *net, struct addr_count *a);
+
+#endif
