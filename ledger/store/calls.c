@@ -91,11 +91,12 @@ static const struct store_stmt call_resolved_not_executed = {
 
 /* clang-format on */
 
-/* Clears a result between tries, keeping nothing of the last one. */
-static void reset_result(void *out)
+/*
+ * Clears a result between tries, keeping nothing of the last one; on the
+ * zeroed result of a first try it leaves it zeroed.
+ */
+static void reset_result(struct ledger_call_result *r)
 {
-	struct ledger_call_result *r = out;
-
 	ledger_call_clear(&r->call);
 	memset(r, 0, sizeof(*r));
 }
@@ -248,27 +249,22 @@ out:
 	return rc;
 }
 
-struct claim_arg {
-	const struct ledger_call_key *key;
-	const struct ledger_claim_request *req;
-};
-
-static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err claim_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				const struct ledger_claim_request *req,
+				struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct claim_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
 
-	if (a->req->claim.attempt_id == NULL && ledger_store_fast_paths()) {
+	if (req->claim.attempt_id == NULL && ledger_store_fast_paths()) {
 		struct ledger_batch_op fast = {
-			.kind = LEDGER_BATCH_CLAIM, .key = *a->key, .claim = a->req};
+			.kind = LEDGER_BATCH_CLAIM, .key = *key, .claim = req};
 
 		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
 	}
-	return claim_locked(conn, a->key, a->req, out);
+	return claim_locked(conn, key, req, out);
 }
 
 enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
@@ -276,9 +272,15 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 				   const struct ledger_claim_request *req,
 				   struct ledger_call_result *out)
 {
-	struct claim_arg a = {key, req};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = claim_op(conn, key, req, out);
+	}
+	return rc;
 }
 
 /* --- complete --- */
@@ -422,27 +424,23 @@ out:
 	return rc;
 }
 
-struct complete_arg {
-	const struct ledger_call_key *key;
-	const struct ledger_completion *c;
-};
-
-static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err complete_op(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key,
+				   const struct ledger_completion *c,
+				   struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct complete_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
 
 	if (ledger_store_fast_paths()) {
 		struct ledger_batch_op fast = {
-			.kind = LEDGER_BATCH_COMPLETE, .key = *a->key, .completion = a->c};
+			.kind = LEDGER_BATCH_COMPLETE, .key = *key, .completion = c};
 
 		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
 	}
-	return complete_locked(conn, a->key, a->c, out);
+	return complete_locked(conn, key, c, out);
 }
 
 enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
@@ -450,25 +448,23 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 				      const struct ledger_completion *c,
 				      struct ledger_call_result *out)
 {
-	struct complete_arg a = {key, c};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = complete_op(conn, key, c, out);
+	}
+	return rc;
 }
 
 /* --- renew --- */
 
-struct renew_arg {
-	const struct ledger_call_key *key;
-	int64_t fencing_token;
-	int64_t lease_ms;
-};
-
-static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err renew_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				int64_t fencing_token, int64_t lease_ms,
+				struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct renew_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	int64_t fencing_token = a->fencing_token, lease_ms = a->lease_ms;
 	char token[24], lease[24];
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, lease};
 	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
@@ -538,26 +534,23 @@ enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
 				   const struct ledger_call_key *key, int64_t fencing_token,
 				   int64_t lease_ms, struct ledger_call_result *out)
 {
-	struct renew_arg a = {key, fencing_token, lease_ms};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = renew_op(conn, key, fencing_token, lease_ms, out);
+	}
+	return rc;
 }
 
 /* --- release --- */
 
-struct release_arg {
-	const struct ledger_call_key *key;
-	int64_t fencing_token;
-	const char *reason;
-};
-
-static enum ledger_err release_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err release_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				  int64_t fencing_token, const char *reason,
+				  struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct release_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	int64_t fencing_token = a->fencing_token;
-	const char *reason = a->reason;
 	char token[24];
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, token};
 	enum ledger_release_outcome o;
@@ -613,9 +606,15 @@ enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
 				     const struct ledger_call_key *key, int64_t fencing_token,
 				     const char *reason, struct ledger_call_result *out)
 {
-	struct release_arg a = {key, fencing_token, reason};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = release_op(conn, key, fencing_token, reason, out);
+	}
+	return rc;
 }
 
 /* --- resolve --- */
@@ -633,22 +632,11 @@ static const char *resolution_name(enum ledger_resolution r)
 	abort();
 }
 
-struct resolve_arg {
-	const struct ledger_call_key *key;
-	enum ledger_resolution resolution;
-	const char *result;
-	size_t result_len;
-	const char *note;
-};
-
-static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err resolve_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				  enum ledger_resolution resolution, const char *result,
+				  size_t result_len, const char *note,
+				  struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct resolve_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	enum ledger_resolution resolution = a->resolution;
-	const char *result = a->result, *note = a->note;
-	size_t result_len = a->result_len;
 	char read_token[24], next_token[24];
 	enum ledger_resolve_outcome o;
 	enum ledger_call_state previous;
@@ -739,9 +727,15 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 				     size_t result_len, const char *note,
 				     struct ledger_call_result *out)
 {
-	struct resolve_arg a = {key, resolution, result, result_len, note};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = resolve_op(conn, key, resolution, result, result_len, note, out);
+	}
+	return rc;
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

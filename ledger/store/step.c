@@ -451,6 +451,18 @@ void store_step_fmt_int(char buf[24], int64_t v)
 /* Serialization failures and deadlocks are rare under one row lock: a few tries do. */
 #define MAX_TRIES 3
 
+bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r, enum ledger_err *rc)
+{
+	if (r->tries == 0 && !store_conn_ready(conn)) {
+		*rc = LEDGER_ERR_UNAVAILABLE;
+		return false;
+	}
+	if (r->tries > 0 && (*rc != LEDGER_ERR_CONFLICT || r->tries == MAX_TRIES))
+		return false;
+	r->tries++;
+	return true;
+}
+
 enum ledger_err store_step_with_retries(struct ledger_store_conn *conn,
 					enum ledger_err (*op)(struct ledger_store_conn *conn,
 							      const void *arg, void *out),

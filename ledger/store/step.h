@@ -113,6 +113,25 @@ LEDGER_MUSTCHECK enum ledger_err store_step_commit(struct store_step *st);
 /** Ends a transaction that wrote nothing. */
 LEDGER_MUSTCHECK enum ledger_err store_step_rollback(struct ledger_store_conn *conn);
 
+/* The tries of one operation, counted by store_step_retry(). */
+struct store_retry {
+	unsigned tries; /* begun so far */
+};
+
+/**
+ * Whether an operation runs (again), as the condition of its own loop,
+ * which calls it with its own typed parameters: the first time while the
+ * connection is up (else *@p rc = LEDGER_ERR_UNAVAILABLE at once), and
+ * again after a serialization failure or a deadlock
+ * (*@p rc == LEDGER_ERR_CONFLICT), up to three tries in all: every
+ * operation is idempotent. The operation zeroes its result before the
+ * loop and, in it, frees what a failed try left before the next.
+ * @param r zeroed before the loop, then the loop's own
+ * @param rc the last try's answer, which the loop returns
+ */
+LEDGER_MUSTCHECK bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r,
+				       enum ledger_err *rc);
+
 /**
  * Runs @p op (whose arguments are @p arg) on @p out (zeroed first, @p size
  * bytes), and again on a serialization failure or a deadlock, after
