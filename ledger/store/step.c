@@ -463,25 +463,6 @@ bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r, enu
 	return true;
 }
 
-enum ledger_err store_step_with_retries(struct ledger_store_conn *conn,
-					enum ledger_err (*op)(struct ledger_store_conn *conn,
-							      const void *arg, void *out),
-					const void *arg, void *out, size_t size,
-					void (*reset)(void *out))
-{
-	enum ledger_err rc;
-
-	memset(out, 0, size);
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	for (int i = 0;; i++) {
-		rc = op(conn, arg, out);
-		if (rc != LEDGER_ERR_CONFLICT || i + 1 == MAX_TRIES)
-			return rc;
-		reset(out);
-	}
-}
-
 void store_step_array_add(struct ledger_buf *b, const char *s)
 {
 	ledger_buf_putc(b, b->len == 0 ? '{' : ',');

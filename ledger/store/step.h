@@ -132,18 +132,6 @@ struct store_retry {
 LEDGER_MUSTCHECK bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r,
 				       enum ledger_err *rc);
 
-/**
- * Runs @p op (whose arguments are @p arg) on @p out (zeroed first, @p size
- * bytes), and again on a serialization failure or a deadlock, after
- * @p reset frees what the failed try left in it: every operation is
- * idempotent. Answers LEDGER_ERR_UNAVAILABLE at once while the connection
- * is down.
- */
-LEDGER_MUSTCHECK enum ledger_err store_step_with_retries(
-	struct ledger_store_conn *conn,
-	enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg, void *out),
-	const void *arg, void *out, size_t size, void (*reset)(void *out));
-
 /** Writes @p v in decimal, as a statement parameter. */
 void store_step_fmt_int(char buf[24], int64_t v);
 
