@@ -134,6 +134,68 @@ static void diverge(struct store_step *st, const struct ledger_call_key *key,
 	store_rows_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
 }
 
+/*
+ * A claim granted: a new row under token 1, or the row taken again under
+ * the next token, with the claimed event in the same commit.
+ */
+static enum ledger_err grant(struct store_step *st, const struct ledger_call_key *key,
+			     const struct ledger_claim_request *req, enum ledger_claim_outcome o,
+			     struct store_event *ev, struct ledger_call_result *out)
+{
+	const struct ledger_claim *c = &req->claim;
+	int64_t next = o == LEDGER_CLAIM_NEW ? 1 : out->call.fencing_token + 1;
+	char lease[24], token[24];
+	enum ledger_err rc;
+
+	store_step_fmt_int(lease, c->lease_ms);
+	store_event_start(ev, "claimed", c->attempt_id);
+	if (o == LEDGER_CLAIM_NEW) {
+		const char *params[11] = {key->tenant,
+					  key->request_id,
+					  key->tool_call_id,
+					  c->tool,
+					  c->args_sha256,
+					  req->args,
+					  c->tool_dedupes ? "true" : "false",
+					  c->claim_id,
+					  c->attempt_id,
+					  c->owner,
+					  lease};
+		store_event_claimed(ev, c, next, NULL);
+		store_step_add(st, &call_insert, params);
+	} else {
+		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
+					 token,       c->claim_id,     c->attempt_id,
+					 c->owner,    req->args,       lease};
+		store_step_fmt_int(token, out->call.fencing_token);
+		store_event_claimed(ev, c, next, ledger_call_state_name(out->call.state));
+		store_step_add(st, &call_reclaim, params);
+	}
+	store_event_add(st, key, ev);
+	rc = store_step_commit(st);
+	if (rc == LEDGER_OK)
+		store_rows_set_claimed(&out->call, c, next);
+	return rc;
+}
+
+/* A refusal's event: its code, and the evidence a reviewer needs for a mismatch or a holder. */
+static void refusal_event(struct store_event *ev, const struct ledger_claim *c,
+			  enum ledger_claim_outcome o, const struct ledger_call_result *out)
+{
+	store_event_refused(ev, "claim", ledger_decide_claim_code(o), c->attempt_id);
+	if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
+		store_event_str(ev, "field", out->mismatch);
+		store_event_str(ev, "expected_args_sha256", out->call.args_sha256);
+		store_event_str(ev, "got_args_sha256", c->args_sha256);
+	}
+	if (o == LEDGER_CLAIM_IN_PROGRESS) {
+		store_event_int(ev, "fencing_token", out->call.fencing_token);
+		store_event_str(ev, "holder_attempt_id", out->call.attempt_id);
+		store_event_str(ev, "holder_owner", out->call.owner);
+	}
+	store_event_str(ev, "owner", c->owner);
+}
+
 static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				    const struct ledger_call_key *key,
 				    const struct ledger_claim_request *req,
@@ -147,8 +209,6 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 	struct store_locked lk;
 	struct store_step st;
 	struct store_event ev, revoked, failed;
-	char lease[24], token[24];
-	const char *from = NULL;
 	enum ledger_err rc;
 
 	memset(&lk, 0, sizeof(lk));
@@ -166,46 +226,12 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				&out->mismatch);
 	out->outcome.claim = o;
 	out->no_attempts = lk.request.attempt_count == 0;
-	store_step_fmt_int(lease, c->lease_ms);
 
 	switch (o) {
-	case LEDGER_CLAIM_NEW: {
-		const char *params[11] = {key->tenant,
-					  key->request_id,
-					  key->tool_call_id,
-					  c->tool,
-					  c->args_sha256,
-					  req->args,
-					  c->tool_dedupes ? "true" : "false",
-					  c->claim_id,
-					  c->attempt_id,
-					  c->owner,
-					  lease};
-		store_event_start(&ev, "claimed", c->attempt_id);
-		store_event_claimed(&ev, c, 1, NULL);
-		store_step_add(&st, &call_insert, params);
-		store_event_add(&st, key, &ev);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			store_rows_set_claimed(&out->call, c, 1);
+	case LEDGER_CLAIM_NEW:
+	case LEDGER_CLAIM_RECLAIM:
+		rc = grant(&st, key, req, o, &ev, out);
 		break;
-	}
-	case LEDGER_CLAIM_RECLAIM: {
-		int64_t next = out->call.fencing_token + 1;
-		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
-					 token,       c->claim_id,     c->attempt_id,
-					 c->owner,    req->args,       lease};
-		store_step_fmt_int(token, out->call.fencing_token);
-		from = ledger_call_state_name(out->call.state);
-		store_event_start(&ev, "claimed", c->attempt_id);
-		store_event_claimed(&ev, c, next, from);
-		store_step_add(&st, &call_reclaim, params);
-		store_event_add(&st, key, &ev);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			store_rows_set_claimed(&out->call, c, next);
-		break;
-	}
 	case LEDGER_CLAIM_HELD:
 	case LEDGER_CLAIM_REPLAY:
 	case LEDGER_CLAIM_RESULT_EXPIRED:
@@ -222,18 +248,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 			rc = store_step_rollback(conn);
 			break;
 		}
-		store_event_refused(&ev, "claim", ledger_decide_claim_code(o), c->attempt_id);
-		if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
-			store_event_str(&ev, "field", out->mismatch);
-			store_event_str(&ev, "expected_args_sha256", out->call.args_sha256);
-			store_event_str(&ev, "got_args_sha256", c->args_sha256);
-		}
-		if (o == LEDGER_CLAIM_IN_PROGRESS) {
-			store_event_int(&ev, "fencing_token", out->call.fencing_token);
-			store_event_str(&ev, "holder_attempt_id", out->call.attempt_id);
-			store_event_str(&ev, "holder_owner", out->call.owner);
-		}
-		store_event_str(&ev, "owner", c->owner);
+		refusal_event(&ev, c, o, out);
 		store_event_add(&st, key, &ev);
 		if (o == LEDGER_CLAIM_ARGS_MISMATCH && attempt == LEDGER_STANDING_HAS_RIGHTS)
 			diverge(&st, key, &lk, &revoked, &failed);
