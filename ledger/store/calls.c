@@ -337,6 +337,49 @@ static enum ledger_err check_resolution(struct store_step *st, const struct ledg
 	return LEDGER_OK;
 }
 
+/*
+ * A final outcome stored, from the current holder or late from an older
+ * one (the effect happened all the same), with its event and any
+ * contradiction it proved; @p out gets the row as it now stands.
+ */
+static enum ledger_err settle(struct store_step *st, const struct ledger_call_key *key,
+			      const struct ledger_completion *c, enum ledger_complete_outcome o,
+			      struct store_event *ev, struct store_event *contradiction,
+			      struct ledger_call_result *out)
+{
+	enum ledger_completed_by by =
+		o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER : LEDGER_COMPLETED_LATE;
+	char read_token[24], given[24];
+	const char *params[9] = {key->tenant,
+				 key->request_id,
+				 key->tool_call_id,
+				 read_token,
+				 c->succeeded ? "succeeded" : "failed",
+				 c->result,
+				 given,
+				 store_rows_completed_by_name(by),
+				 read_token};
+	enum ledger_err rc;
+
+	store_step_fmt_int(read_token, out->call.fencing_token);
+	store_step_fmt_int(given, c->fencing_token);
+	store_event_start(ev, o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
+			  out->call.attempt_id);
+	store_event_completion(ev, c);
+	if (o == LEDGER_COMPLETE_LATE) {
+		store_event_int(ev, "current_token", out->call.fencing_token);
+		store_event_str(ev, "previous_state", ledger_call_state_name(out->call.state));
+	}
+	store_step_add(st, &call_settle, params);
+	store_event_add(st, key, ev);
+	if (contradiction->type != NULL)
+		store_event_add(st, key, contradiction);
+	rc = store_step_commit(st);
+	if (rc == LEDGER_OK)
+		rc = store_rows_set_completed(&out->call, c, st->res[0], 0, 0, by);
+	return rc;
+}
+
 static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 				       const struct ledger_call_key *key,
 				       const struct ledger_completion *c,
@@ -388,36 +431,9 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_COMPLETE_STORED:
-	case LEDGER_COMPLETE_LATE: {
-		enum ledger_completed_by by = o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER
-									  : LEDGER_COMPLETED_LATE;
-		const char *params[9] = {key->tenant,
-					 key->request_id,
-					 key->tool_call_id,
-					 read_token,
-					 c->succeeded ? "succeeded" : "failed",
-					 c->result,
-					 given,
-					 store_rows_completed_by_name(by),
-					 read_token};
-		store_event_start(&ev,
-				  o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
-				  out->call.attempt_id);
-		store_event_completion(&ev, c);
-		if (o == LEDGER_COMPLETE_LATE) {
-			store_event_int(&ev, "current_token", out->call.fencing_token);
-			store_event_str(&ev, "previous_state",
-					ledger_call_state_name(out->call.state));
-		}
-		store_step_add(&st, &call_settle, params);
-		store_event_add(&st, key, &ev);
-		if (contradiction.type != NULL)
-			store_event_add(&st, key, &contradiction);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			rc = store_rows_set_completed(&out->call, c, st.res[0], 0, 0, by);
+	case LEDGER_COMPLETE_LATE:
+		rc = settle(&st, key, c, o, &ev, &contradiction, out);
 		break;
-	}
 	case LEDGER_COMPLETE_RELEASED: {
 		const char *params[5] = {key->tenant, key->request_id, key->tool_call_id,
 					 read_token, read_token};
