@@ -239,6 +239,110 @@ static void events_free(struct decision_events *e)
 	store_event_free(&e->created);
 }
 
+/*
+ * A refusal (the source fenced, the request closed) moves nothing: the
+ * caller learns the current attempt, and the history who asked.
+ */
+static enum ledger_err refuse(struct store_step *st, const struct ledger_call_key *key,
+			      const struct ledger_failover_request *in, struct store_locked *lk,
+			      struct store_event *ev, struct ledger_failover_result *out)
+{
+	const struct ledger_failover_decision *d = &out->decision;
+
+	out->status = LEDGER_FAILOVER_REFUSED;
+	snprintf(out->current_attempt_id, sizeof(out->current_attempt_id), "%s",
+		 lk->newest.attempt_id);
+	out->client_error = lk->client_error;
+	lk->client_error = NULL;
+	store_event_refused(ev, "failover", ledger_failover_action_name(d->action),
+			    in->source_attempt_id);
+	store_event_str(ev, "signal", ledger_failover_signal_name(in->signal));
+	store_event_str(ev, "current_attempt_id", lk->newest.attempt_id);
+	store_event_add(st, key, ev);
+	return store_step_commit(st);
+}
+
+/* The source loses its rights in this very transaction. */
+static void revoke_source(struct store_step *st, const struct ledger_call_key *key,
+			  const struct ledger_failover_request *in, const struct store_locked *lk,
+			  const struct ledger_failover_decision *d, struct store_event *ev)
+{
+	if (d->source_after == lk->named.state)
+		return;
+	store_rows_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
+			       d->source_after, 0, 0, NULL);
+	store_event_start(ev, "attempt_revoked", lk->named.attempt_id);
+	store_event_str(ev, "state", ledger_attempt_state_name(d->source_after));
+	store_event_str(ev, "cause", ledger_failover_signal_name(in->signal));
+	store_event_add(st, key, ev);
+}
+
+/* The request's new status, and the client error it answers with once it has ended. */
+static void set_status(struct store_step *st, const struct ledger_call_key *key,
+		       struct store_locked *lk, const struct ledger_failover_decision *d,
+		       struct store_event *ev)
+{
+	if (d->request_after == lk->request.status && d->client_error == NULL)
+		return;
+	lk->request.status = d->request_after;
+	if (d->client_error != NULL) {
+		struct ledger_buf client_error = LEDGER_BUF_INIT;
+
+		ledger_render_client_error(&client_error, d->client_error, key->request_id,
+					   &lk->request);
+		free(lk->client_error);
+		lk->client_error = ledger_buf_steal(&client_error, NULL); /* frees the buffer */
+	}
+	store_event_start(ev, "request_status", lk->named.attempt_id);
+	store_event_str(ev, "status", ledger_attempt_request_status_name(d->request_after));
+	store_event_str(ev, "client_error", d->client_error);
+	store_event_add(st, key, ev);
+}
+
+/*
+ * Performs an answered decision in one transaction: the source revoked,
+ * the request's status, the rerun @p created (or none), the decision's
+ * event with the inputs it was taken on, and its answer in out->body,
+ * recorded when final so that a retried call gets the very same text.
+ */
+static enum ledger_err perform(struct store_step *st, const struct ledger_call_key *key,
+			       const struct ledger_failover_request *in,
+			       const struct ledger_policy *policy, struct store_locked *lk,
+			       const struct facts *f, const struct ledger_attempt *created,
+			       struct decision_events *ev, struct ledger_failover_result *out)
+{
+	const struct ledger_failover_decision *d = &out->decision;
+	struct store_locked before = *lk; /* the inputs, as the event records them */
+
+	revoke_source(st, key, in, lk, d, &ev->revoked);
+	set_status(st, key, lk, d, &ev->status);
+	if (created != NULL) {
+		store_rows_attempt_insert(st, key->tenant, key->request_id, created, &ev->created,
+					  false);
+		lk->request.attempt_count = created->epoch;
+	}
+	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+	decision_event(&ev->decision, in, policy, &before, f, d, created);
+	store_event_add(st, key, &ev->decision);
+	out->body = render_answer(key->request_id, in, d,
+				  d->client_error != NULL ? lk->client_error : NULL, created,
+				  &lk->request, f->settled);
+	if (out->body == NULL) {
+		store_step_abort(st->conn);
+		return LEDGER_ERR_NOMEM;
+	}
+	if (d->final) {
+		const char *params[6] = {key->tenant,
+					 key->request_id,
+					 in->source_attempt_id,
+					 ledger_failover_signal_name(in->signal),
+					 ledger_failover_action_name(d->action),
+					 out->body};
+		store_step_add(st, &decision_insert, params);
+	}
+	return store_step_commit(st);
+}
+
 static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *tenant,
 				   const char *request_id, const struct ledger_failover_request *in,
 				   const struct ledger_policy *policy,
@@ -252,9 +356,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 	struct ledger_call_key key = {tenant, request_id, NULL};
 	struct ledger_failover_input input;
 	struct ledger_failover_decision *d = &out->decision;
-	struct ledger_buf client_error = LEDGER_BUF_INIT;
 	struct ledger_attempt next, *created = NULL;
-	struct store_locked before;
 	struct decision_events ev;
 	struct store_locked lk;
 	struct store_step st;
@@ -293,82 +395,22 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 
 	if (d->action == LEDGER_FAILOVER_ATTEMPT_FENCED ||
 	    d->action == LEDGER_FAILOVER_REQUEST_CLOSED) {
-		out->status = LEDGER_FAILOVER_REFUSED;
-		snprintf(out->current_attempt_id, sizeof(out->current_attempt_id), "%s",
-			 lk.newest.attempt_id);
-		out->client_error = lk.client_error;
-		lk.client_error = NULL;
-		store_event_refused(&ev.decision, "failover",
-				    ledger_failover_action_name(d->action), in->source_attempt_id);
-		store_event_str(&ev.decision, "signal", ledger_failover_signal_name(in->signal));
-		store_event_str(&ev.decision, "current_attempt_id", lk.newest.attempt_id);
-		store_event_add(&st, &key, &ev.decision);
-		rc = store_step_commit(&st);
+		rc = refuse(&st, &key, in, &lk, &ev.decision, out);
 		goto out;
 	}
 	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && in->next != NULL) {
 		out->status = prepare_next(in->next, policy, &lk, &next);
 		if (out->status != LEDGER_FAILOVER_ANSWERED) {
-			rc = store_step_rollback(
-				conn); /* nothing moves: the router fixes its call */
+			/* Nothing moves: the router fixes its call. */
+			rc = store_step_rollback(conn);
 			goto out;
 		}
 		created = &next;
 	}
 	out->status = LEDGER_FAILOVER_ANSWERED;
-	before = lk; /* the inputs, as the event records them */
-
-	/* The source loses its rights in this very transaction. */
-	if (d->source_after != lk.named.state) {
-		store_rows_attempt_set(&st, tenant, request_id, lk.named.attempt_id,
-				       d->source_after, 0, 0, NULL);
-		store_event_start(&ev.revoked, "attempt_revoked", lk.named.attempt_id);
-		store_event_str(&ev.revoked, "state", ledger_attempt_state_name(d->source_after));
-		store_event_str(&ev.revoked, "cause", ledger_failover_signal_name(in->signal));
-		store_event_add(&st, &key, &ev.revoked);
-	}
-	if (d->request_after != lk.request.status || d->client_error != NULL) {
-		lk.request.status = d->request_after;
-		if (d->client_error != NULL) {
-			ledger_render_client_error(&client_error, d->client_error, request_id,
-						   &lk.request);
-			free(lk.client_error);
-			lk.client_error = ledger_buf_steal(&client_error, NULL);
-		}
-		store_event_start(&ev.status, "request_status", lk.named.attempt_id);
-		store_event_str(&ev.status, "status",
-				ledger_attempt_request_status_name(d->request_after));
-		store_event_str(&ev.status, "client_error", d->client_error);
-		store_event_add(&st, &key, &ev.status);
-	}
-	if (created != NULL) {
-		store_rows_attempt_insert(&st, tenant, request_id, created, &ev.created, false);
-		lk.request.attempt_count = created->epoch;
-	}
-	store_rows_request_set(&st, tenant, request_id, &lk.request, lk.client_error);
-	decision_event(&ev.decision, in, policy, &before, &f, d, created);
-	store_event_add(&st, &key, &ev.decision);
-	out->body =
-		render_answer(request_id, in, d, d->client_error != NULL ? lk.client_error : NULL,
-			      created, &lk.request, f.settled);
-	if (out->body == NULL) {
-		store_step_abort(conn);
-		rc = LEDGER_ERR_NOMEM;
-		goto out;
-	}
-	if (d->final) {
-		const char *params[6] = {tenant,
-					 request_id,
-					 in->source_attempt_id,
-					 ledger_failover_signal_name(in->signal),
-					 ledger_failover_action_name(d->action),
-					 out->body};
-		store_step_add(&st, &decision_insert, params);
-	}
-	rc = store_step_commit(&st);
+	rc = perform(&st, &key, in, policy, &lk, &f, created, &ev, out);
 out:
 	store_step_clear(&st);
-	ledger_buf_free(&client_error);
 	events_free(&ev);
 	facts_clear(&f);
 	store_rows_locked_clear(&lk);
