@@ -23,11 +23,6 @@ void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
-static void reset_attempt_result(void *out)
-{
-	ledger_store_attempt_result_clear(out);
-}
-
 /* Hands the request as it stands, and its client error, to the result. */
 static void take_request(struct ledger_attempt_result *out, struct store_locked *lk)
 {
@@ -50,19 +45,13 @@ static void event_refused_attempt(struct store_step *st, const char *tenant, con
 
 /* --- create --- */
 
-struct create_arg {
-	const char *tenant;
-	const char *request_id;
-	const struct ledger_attempt_request *in;
-	const struct ledger_policy *policy;
-};
-
-static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err create_op(struct ledger_store_conn *conn, const char *tenant,
+				 const char *request_id, const struct ledger_attempt_request *in,
+				 const struct ledger_policy *policy,
+				 struct ledger_attempt_result *out)
 {
-	const struct create_arg *a = arg;
-	struct ledger_attempt_result *out = out_;
-	const struct store_lookup look = {.attempt_id = a->in->attempt_id, .calls_summary = true};
-	struct ledger_call_key key = {a->tenant, a->request_id, NULL};
+	const struct store_lookup look = {.attempt_id = in->attempt_id, .calls_summary = true};
+	struct ledger_call_key key = {tenant, request_id, NULL};
 	struct ledger_create_decision d;
 	struct ledger_budget budget = {0, 0};
 	struct store_event created, superseded, reopened;
@@ -76,18 +65,18 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 	memset(&superseded, 0, sizeof(superseded));
 	memset(&reopened, 0, sizeof(reopened));
 	store_step_begin(&st, conn);
-	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, true, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, tenant, request_id, true, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	out->found = true;
 	/* Only a retry needs the pool-wide budget, and its per-tenant lock. */
 	if (!lk.named.exists && lk.request.attempt_count > 0) {
-		rc = store_rows_read_budget(conn, a->tenant, a->policy, &budget);
+		rc = store_rows_read_budget(conn, tenant, policy, &budget);
 		if (rc != LEDGER_OK)
 			goto out;
 	}
-	ledger_attempt_decide_create(a->in, &lk.request, &lk.named, &lk.newest, &lk.calls, &budget,
-				     a->policy, &d);
+	ledger_attempt_decide_create(in, &lk.request, &lk.named, &lk.newest, &lk.calls, &budget,
+				     policy, &d);
 	out->outcome.create = d.outcome;
 	out->retry_after_ms = d.retry_after_ms;
 
@@ -103,34 +92,33 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 			rc = store_step_rollback(conn);
 			goto out;
 		}
-		event_refused_attempt(&st, a->tenant, a->request_id, &created, "attempt_create",
-				      ledger_attempt_create_code(d.outcome), a->in->attempt_id,
-				      NULL);
+		event_refused_attempt(&st, tenant, request_id, &created, "attempt_create",
+				      ledger_attempt_create_code(d.outcome), in->attempt_id, NULL);
 		rc = store_step_commit(&st);
 		goto out;
 	}
 
 	memset(&next, 0, sizeof(next));
 	next.exists = true;
-	snprintf(next.attempt_id, sizeof(next.attempt_id), "%s", a->in->attempt_id);
+	snprintf(next.attempt_id, sizeof(next.attempt_id), "%s", in->attempt_id);
 	next.epoch = lk.request.attempt_count + 1;
-	snprintf(next.replica, sizeof(next.replica), "%s", a->in->replica ? a->in->replica : "");
+	snprintf(next.replica, sizeof(next.replica), "%s", in->replica ? in->replica : "");
 	snprintf(next.model_revision, sizeof(next.model_revision), "%s",
 		 d.model_revision ? d.model_revision : "");
-	next.revision_given = a->in->model_revision != NULL;
+	next.revision_given = in->model_revision != NULL;
 	next.state = LEDGER_ATTEMPT_LIVE;
-	next.lease_ms_left = a->in->lease_ms;
+	next.lease_ms_left = in->lease_ms;
 	next.is_retry = d.is_retry;
 
 	if (d.supersede_newest) {
-		store_rows_attempt_set(&st, a->tenant, a->request_id, lk.newest.attempt_id,
+		store_rows_attempt_set(&st, tenant, request_id, lk.newest.attempt_id,
 				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
 		store_event_start(&superseded, "attempt_revoked", lk.newest.attempt_id);
 		store_event_str(&superseded, "state", "superseded");
 		store_event_str(&superseded, "cause", "next_attempt");
 		store_event_add(&st, &key, &superseded);
 	}
-	store_rows_attempt_insert(&st, a->tenant, a->request_id, &next, &created, d.reopen);
+	store_rows_attempt_insert(&st, tenant, request_id, &next, &created, d.reopen);
 	lk.request.attempt_count = next.epoch;
 	lk.request.max_attempts = d.max_attempts;
 	if (lk.request.model_revision[0] == '\0')
@@ -143,7 +131,7 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const void *arg
 		store_event_str(&reopened, "cause", "reopened");
 		store_event_add(&st, &key, &reopened);
 	}
-	store_rows_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
+	store_rows_request_set(&st, tenant, request_id, &lk.request, lk.client_error);
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
 		out->attempt = next;
@@ -164,10 +152,16 @@ enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, cons
 					    const struct ledger_policy *p,
 					    struct ledger_attempt_result *out)
 {
-	struct create_arg a = {tenant, request_id, in, p};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, create_op, &a, out, sizeof(*out),
-				       reset_attempt_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		/* What a failed try left; a first try's zeroed result stays zeroed. */
+		ledger_store_attempt_result_clear(out);
+		rc = create_op(conn, tenant, request_id, in, p, out);
+	}
+	return rc;
 }
 
 /* --- an attempt's own calls --- */
@@ -176,13 +170,6 @@ static const char *const op_names[] = {
 	[LEDGER_OP_RENEW] = "attempt_renew", [LEDGER_OP_DELIVER] = "deliver",
 	[LEDGER_OP_CANCEL] = "cancel",       [LEDGER_OP_CANCEL_ACK] = "cancel_ack",
 	[LEDGER_OP_FINISH] = "finish",
-};
-
-struct call_arg {
-	const char *tenant;
-	const char *request_id;
-	const char *attempt_id;
-	const struct ledger_attempt_call *call;
 };
 
 /* Decides @p call on attempt @p a of request @p r. */
@@ -208,17 +195,16 @@ static enum ledger_attempt_op_outcome decide(const struct ledger_attempt_call *c
  * Queues the writes of a call decided DONE, and their events (@p ev and
  * @p ev2 outlive the step); leaves the result's rows as they will be.
  */
-static void apply(struct store_step *st, const struct call_arg *a, struct store_locked *lk,
+static void apply(struct store_step *st, const struct ledger_call_key *key,
+		  const struct ledger_attempt_call *call, struct store_locked *lk,
 		  struct ledger_attempt *att, struct store_event *ev, struct store_event *ev2)
 {
-	const struct ledger_attempt_call *call = a->call;
 	struct ledger_request *r = &lk->request;
-	struct ledger_call_key key = {a->tenant, a->request_id, NULL};
 	int64_t delivered = call->delivered_output_tokens;
 
 	switch (call->op) {
 	case LEDGER_OP_RENEW:
-		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
 				       LEDGER_ATTEMPT_LIVE, call->lease_ms, 0, NULL);
 		att->lease_ms_left = call->lease_ms;
 		return;
@@ -231,18 +217,18 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 		break;
 	case LEDGER_OP_CANCEL:
 		att->state = LEDGER_ATTEMPT_CANCEL_REQUESTED;
-		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
-				       0, NULL);
+		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
+				       att->state, 0, 0, NULL);
 		store_event_start(ev, "attempt_cancel_requested", att->attempt_id);
 		store_event_str(ev, "reason", call->reason);
-		store_event_add(st, &key, ev);
+		store_event_add(st, key, ev);
 		return;
 	case LEDGER_OP_CANCEL_ACK:
 		att->state = LEDGER_ATTEMPT_CANCELLED;
-		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
-				       0, NULL);
+		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
+				       att->state, 0, 0, NULL);
 		store_event_start(ev, "attempt_cancelled", att->attempt_id);
-		store_event_add(st, &key, ev);
+		store_event_add(st, key, ev);
 		return;
 	}
 
@@ -252,36 +238,38 @@ static void apply(struct store_step *st, const struct call_arg *a, struct store_
 			r->first_delta_sent = true;
 			store_event_start(ev, "first_delta", att->attempt_id);
 			store_event_int(ev, "delivered_output_tokens", r->delivered_output_tokens);
-			store_event_add(st, &key, ev);
+			store_event_add(st, key, ev);
 		}
-		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id,
+		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
 				       LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
 	} else {
 		att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
 		att->lease_ms_left = 0;
-		store_rows_attempt_set(st, a->tenant, a->request_id, att->attempt_id, att->state, 0,
-				       att->delivered_output_tokens,
+		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
+				       att->state, 0, att->delivered_output_tokens,
 				       call->completed ? "completed" : "failed");
 		store_event_start(ev, "attempt_finished", att->attempt_id);
 		store_event_str(ev, "outcome", call->completed ? "completed" : "failed");
 		store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
 		store_event_str(ev, "reason", call->reason);
-		store_event_add(st, &key, ev);
+		store_event_add(st, key, ev);
 		if (call->completed) {
 			r->status = LEDGER_REQUEST_COMPLETED;
 			store_event_start(ev2, "request_status", att->attempt_id);
 			store_event_str(ev2, "status", "completed");
-			store_event_add(st, &key, ev2);
+			store_event_add(st, key, ev2);
 		}
 	}
-	store_rows_request_set(st, a->tenant, a->request_id, r, lk->client_error);
+	store_rows_request_set(st, key->tenant, key->request_id, r, lk->client_error);
 }
 
-static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err call_op(struct ledger_store_conn *conn, const char *tenant,
+			       const char *request_id, const char *attempt_id,
+			       const struct ledger_attempt_call *call,
+			       struct ledger_attempt_result *out)
 {
-	const struct call_arg *a = arg;
-	struct ledger_attempt_result *out = out_;
-	const struct store_lookup look = {.attempt_id = a->attempt_id};
+	const struct store_lookup look = {.attempt_id = attempt_id};
+	const struct ledger_call_key key = {tenant, request_id, NULL};
 	enum ledger_attempt_op_outcome o;
 	struct store_event ev, ev2;
 	struct store_locked lk;
@@ -292,7 +280,7 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, 
 	memset(&ev, 0, sizeof(ev));
 	memset(&ev2, 0, sizeof(ev2));
 	store_step_begin(&st, conn);
-	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, tenant, request_id, false, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (!lk.named.exists) {
@@ -301,7 +289,7 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, 
 	}
 	out->found = true;
 	out->attempt = lk.named;
-	o = decide(a->call, &lk.request, &lk.named);
+	o = decide(call, &lk.request, &lk.named);
 	out->outcome.op = o;
 	switch (o) {
 	case LEDGER_ATTEMPT_OP_REPEATED:
@@ -309,12 +297,12 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const void *arg, 
 		break;
 	case LEDGER_ATTEMPT_OP_FENCED:
 		/* A zombie trying to act is what an incident review looks for. */
-		event_refused_attempt(&st, a->tenant, a->request_id, &ev, op_names[a->call->op],
-				      "attempt_fenced", a->attempt_id, &lk.named);
+		event_refused_attempt(&st, tenant, request_id, &ev, op_names[call->op],
+				      "attempt_fenced", attempt_id, &lk.named);
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_ATTEMPT_OP_DONE:
-		apply(&st, a, &lk, &out->attempt, &ev, &ev2);
+		apply(&st, &key, call, &lk, &out->attempt, &ev, &ev2);
 		rc = store_step_commit(&st);
 		break;
 	}
@@ -332,7 +320,14 @@ enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const 
 					  const struct ledger_attempt_call *call,
 					  struct ledger_attempt_result *out)
 {
-	struct call_arg a = {tenant, request_id, attempt_id, call};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, call_op, &a, out, sizeof(*out), reset_attempt_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		/* What a failed try left; a first try's zeroed result stays zeroed. */
+		ledger_store_attempt_result_clear(out);
+		rc = call_op(conn, tenant, request_id, attempt_id, call, out);
+	}
+	return rc;
 }

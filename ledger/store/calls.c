@@ -91,11 +91,12 @@ static const struct store_stmt call_resolved_not_executed = {
 
 /* clang-format on */
 
-/* Clears a result between tries, keeping nothing of the last one. */
-static void reset_result(void *out)
+/*
+ * Clears a result between tries, keeping nothing of the last one; on the
+ * zeroed result of a first try it leaves it zeroed.
+ */
+static void reset_result(struct ledger_call_result *r)
 {
-	struct ledger_call_result *r = out;
-
 	ledger_call_clear(&r->call);
 	memset(r, 0, sizeof(*r));
 }
@@ -133,6 +134,68 @@ static void diverge(struct store_step *st, const struct ledger_call_key *key,
 	store_rows_request_set(st, key->tenant, key->request_id, &after, lk->client_error);
 }
 
+/*
+ * A claim granted: a new row under token 1, or the row taken again under
+ * the next token, with the claimed event in the same commit.
+ */
+static enum ledger_err grant(struct store_step *st, const struct ledger_call_key *key,
+			     const struct ledger_claim_request *req, enum ledger_claim_outcome o,
+			     struct store_event *ev, struct ledger_call_result *out)
+{
+	const struct ledger_claim *c = &req->claim;
+	int64_t next = o == LEDGER_CLAIM_NEW ? 1 : out->call.fencing_token + 1;
+	char lease[24], token[24];
+	enum ledger_err rc;
+
+	store_step_fmt_int(lease, c->lease_ms);
+	store_event_start(ev, "claimed", c->attempt_id);
+	if (o == LEDGER_CLAIM_NEW) {
+		const char *params[11] = {key->tenant,
+					  key->request_id,
+					  key->tool_call_id,
+					  c->tool,
+					  c->args_sha256,
+					  req->args,
+					  c->tool_dedupes ? "true" : "false",
+					  c->claim_id,
+					  c->attempt_id,
+					  c->owner,
+					  lease};
+		store_event_claimed(ev, c, next, NULL);
+		store_step_add(st, &call_insert, params);
+	} else {
+		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
+					 token,       c->claim_id,     c->attempt_id,
+					 c->owner,    req->args,       lease};
+		store_step_fmt_int(token, out->call.fencing_token);
+		store_event_claimed(ev, c, next, ledger_call_state_name(out->call.state));
+		store_step_add(st, &call_reclaim, params);
+	}
+	store_event_add(st, key, ev);
+	rc = store_step_commit(st);
+	if (rc == LEDGER_OK)
+		store_rows_set_claimed(&out->call, c, next);
+	return rc;
+}
+
+/* A refusal's event: its code, and the evidence a reviewer needs for a mismatch or a holder. */
+static void refusal_event(struct store_event *ev, const struct ledger_claim *c,
+			  enum ledger_claim_outcome o, const struct ledger_call_result *out)
+{
+	store_event_refused(ev, "claim", ledger_decide_claim_code(o), c->attempt_id);
+	if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
+		store_event_str(ev, "field", out->mismatch);
+		store_event_str(ev, "expected_args_sha256", out->call.args_sha256);
+		store_event_str(ev, "got_args_sha256", c->args_sha256);
+	}
+	if (o == LEDGER_CLAIM_IN_PROGRESS) {
+		store_event_int(ev, "fencing_token", out->call.fencing_token);
+		store_event_str(ev, "holder_attempt_id", out->call.attempt_id);
+		store_event_str(ev, "holder_owner", out->call.owner);
+	}
+	store_event_str(ev, "owner", c->owner);
+}
+
 static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				    const struct ledger_call_key *key,
 				    const struct ledger_claim_request *req,
@@ -146,8 +209,6 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 	struct store_locked lk;
 	struct store_step st;
 	struct store_event ev, revoked, failed;
-	char lease[24], token[24];
-	const char *from = NULL;
 	enum ledger_err rc;
 
 	memset(&lk, 0, sizeof(lk));
@@ -165,46 +226,12 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 				&out->mismatch);
 	out->outcome.claim = o;
 	out->no_attempts = lk.request.attempt_count == 0;
-	store_step_fmt_int(lease, c->lease_ms);
 
 	switch (o) {
-	case LEDGER_CLAIM_NEW: {
-		const char *params[11] = {key->tenant,
-					  key->request_id,
-					  key->tool_call_id,
-					  c->tool,
-					  c->args_sha256,
-					  req->args,
-					  c->tool_dedupes ? "true" : "false",
-					  c->claim_id,
-					  c->attempt_id,
-					  c->owner,
-					  lease};
-		store_event_start(&ev, "claimed", c->attempt_id);
-		store_event_claimed(&ev, c, 1, NULL);
-		store_step_add(&st, &call_insert, params);
-		store_event_add(&st, key, &ev);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			store_rows_set_claimed(&out->call, c, 1);
+	case LEDGER_CLAIM_NEW:
+	case LEDGER_CLAIM_RECLAIM:
+		rc = grant(&st, key, req, o, &ev, out);
 		break;
-	}
-	case LEDGER_CLAIM_RECLAIM: {
-		int64_t next = out->call.fencing_token + 1;
-		const char *params[9] = {key->tenant, key->request_id, key->tool_call_id,
-					 token,       c->claim_id,     c->attempt_id,
-					 c->owner,    req->args,       lease};
-		store_step_fmt_int(token, out->call.fencing_token);
-		from = ledger_call_state_name(out->call.state);
-		store_event_start(&ev, "claimed", c->attempt_id);
-		store_event_claimed(&ev, c, next, from);
-		store_step_add(&st, &call_reclaim, params);
-		store_event_add(&st, key, &ev);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			store_rows_set_claimed(&out->call, c, next);
-		break;
-	}
 	case LEDGER_CLAIM_HELD:
 	case LEDGER_CLAIM_REPLAY:
 	case LEDGER_CLAIM_RESULT_EXPIRED:
@@ -221,18 +248,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 			rc = store_step_rollback(conn);
 			break;
 		}
-		store_event_refused(&ev, "claim", ledger_decide_claim_code(o), c->attempt_id);
-		if (o == LEDGER_CLAIM_ARGS_MISMATCH) {
-			store_event_str(&ev, "field", out->mismatch);
-			store_event_str(&ev, "expected_args_sha256", out->call.args_sha256);
-			store_event_str(&ev, "got_args_sha256", c->args_sha256);
-		}
-		if (o == LEDGER_CLAIM_IN_PROGRESS) {
-			store_event_int(&ev, "fencing_token", out->call.fencing_token);
-			store_event_str(&ev, "holder_attempt_id", out->call.attempt_id);
-			store_event_str(&ev, "holder_owner", out->call.owner);
-		}
-		store_event_str(&ev, "owner", c->owner);
+		refusal_event(&ev, c, o, out);
 		store_event_add(&st, key, &ev);
 		if (o == LEDGER_CLAIM_ARGS_MISMATCH && attempt == LEDGER_STANDING_HAS_RIGHTS)
 			diverge(&st, key, &lk, &revoked, &failed);
@@ -248,27 +264,22 @@ out:
 	return rc;
 }
 
-struct claim_arg {
-	const struct ledger_call_key *key;
-	const struct ledger_claim_request *req;
-};
-
-static enum ledger_err claim_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err claim_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				const struct ledger_claim_request *req,
+				struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct claim_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
 
-	if (a->req->claim.attempt_id == NULL && ledger_store_fast_paths()) {
+	if (req->claim.attempt_id == NULL && ledger_store_fast_paths()) {
 		struct ledger_batch_op fast = {
-			.kind = LEDGER_BATCH_CLAIM, .key = *a->key, .claim = a->req};
+			.kind = LEDGER_BATCH_CLAIM, .key = *key, .claim = req};
 
 		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
 	}
-	return claim_locked(conn, a->key, a->req, out);
+	return claim_locked(conn, key, req, out);
 }
 
 enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
@@ -276,9 +287,15 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 				   const struct ledger_claim_request *req,
 				   struct ledger_call_result *out)
 {
-	struct claim_arg a = {key, req};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, claim_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = claim_op(conn, key, req, out);
+	}
+	return rc;
 }
 
 /* --- complete --- */
@@ -318,6 +335,49 @@ static enum ledger_err check_resolution(struct store_step *st, const struct ledg
 	store_event_int(ev, "current_token", out->call.fencing_token);
 	store_event_bool(ev, "newer_holder", newer);
 	return LEDGER_OK;
+}
+
+/*
+ * A final outcome stored, from the current holder or late from an older
+ * one (the effect happened all the same), with its event and any
+ * contradiction it proved; @p out gets the row as it now stands.
+ */
+static enum ledger_err settle(struct store_step *st, const struct ledger_call_key *key,
+			      const struct ledger_completion *c, enum ledger_complete_outcome o,
+			      struct store_event *ev, struct store_event *contradiction,
+			      struct ledger_call_result *out)
+{
+	enum ledger_completed_by by =
+		o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER : LEDGER_COMPLETED_LATE;
+	char read_token[24], given[24];
+	const char *params[9] = {key->tenant,
+				 key->request_id,
+				 key->tool_call_id,
+				 read_token,
+				 c->succeeded ? "succeeded" : "failed",
+				 c->result,
+				 given,
+				 store_rows_completed_by_name(by),
+				 read_token};
+	enum ledger_err rc;
+
+	store_step_fmt_int(read_token, out->call.fencing_token);
+	store_step_fmt_int(given, c->fencing_token);
+	store_event_start(ev, o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
+			  out->call.attempt_id);
+	store_event_completion(ev, c);
+	if (o == LEDGER_COMPLETE_LATE) {
+		store_event_int(ev, "current_token", out->call.fencing_token);
+		store_event_str(ev, "previous_state", ledger_call_state_name(out->call.state));
+	}
+	store_step_add(st, &call_settle, params);
+	store_event_add(st, key, ev);
+	if (contradiction->type != NULL)
+		store_event_add(st, key, contradiction);
+	rc = store_step_commit(st);
+	if (rc == LEDGER_OK)
+		rc = store_rows_set_completed(&out->call, c, st->res[0], 0, 0, by);
+	return rc;
 }
 
 static enum ledger_err complete_locked(struct ledger_store_conn *conn,
@@ -371,36 +431,9 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_COMPLETE_STORED:
-	case LEDGER_COMPLETE_LATE: {
-		enum ledger_completed_by by = o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER
-									  : LEDGER_COMPLETED_LATE;
-		const char *params[9] = {key->tenant,
-					 key->request_id,
-					 key->tool_call_id,
-					 read_token,
-					 c->succeeded ? "succeeded" : "failed",
-					 c->result,
-					 given,
-					 store_rows_completed_by_name(by),
-					 read_token};
-		store_event_start(&ev,
-				  o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
-				  out->call.attempt_id);
-		store_event_completion(&ev, c);
-		if (o == LEDGER_COMPLETE_LATE) {
-			store_event_int(&ev, "current_token", out->call.fencing_token);
-			store_event_str(&ev, "previous_state",
-					ledger_call_state_name(out->call.state));
-		}
-		store_step_add(&st, &call_settle, params);
-		store_event_add(&st, key, &ev);
-		if (contradiction.type != NULL)
-			store_event_add(&st, key, &contradiction);
-		rc = store_step_commit(&st);
-		if (rc == LEDGER_OK)
-			rc = store_rows_set_completed(&out->call, c, st.res[0], 0, 0, by);
+	case LEDGER_COMPLETE_LATE:
+		rc = settle(&st, key, c, o, &ev, &contradiction, out);
 		break;
-	}
 	case LEDGER_COMPLETE_RELEASED: {
 		const char *params[5] = {key->tenant, key->request_id, key->tool_call_id,
 					 read_token, read_token};
@@ -422,27 +455,23 @@ out:
 	return rc;
 }
 
-struct complete_arg {
-	const struct ledger_call_key *key;
-	const struct ledger_completion *c;
-};
-
-static enum ledger_err complete_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err complete_op(struct ledger_store_conn *conn,
+				   const struct ledger_call_key *key,
+				   const struct ledger_completion *c,
+				   struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct complete_arg *a = arg;
 	bool done = false;
 	enum ledger_err rc;
 
 	if (ledger_store_fast_paths()) {
 		struct ledger_batch_op fast = {
-			.kind = LEDGER_BATCH_COMPLETE, .key = *a->key, .completion = a->c};
+			.kind = LEDGER_BATCH_COMPLETE, .key = *key, .completion = c};
 
 		rc = store_fast_run(conn, &fast, out, &done);
 		if (rc != LEDGER_OK || done)
 			return rc;
 	}
-	return complete_locked(conn, a->key, a->c, out);
+	return complete_locked(conn, key, c, out);
 }
 
 enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
@@ -450,25 +479,23 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 				      const struct ledger_completion *c,
 				      struct ledger_call_result *out)
 {
-	struct complete_arg a = {key, c};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, complete_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = complete_op(conn, key, c, out);
+	}
+	return rc;
 }
 
 /* --- renew --- */
 
-struct renew_arg {
-	const struct ledger_call_key *key;
-	int64_t fencing_token;
-	int64_t lease_ms;
-};
-
-static enum ledger_err renew_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err renew_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				int64_t fencing_token, int64_t lease_ms,
+				struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct renew_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	int64_t fencing_token = a->fencing_token, lease_ms = a->lease_ms;
 	char token[24], lease[24];
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, lease};
 	enum ledger_standing attempt = LEDGER_STANDING_NOT_GIVEN;
@@ -538,26 +565,23 @@ enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
 				   const struct ledger_call_key *key, int64_t fencing_token,
 				   int64_t lease_ms, struct ledger_call_result *out)
 {
-	struct renew_arg a = {key, fencing_token, lease_ms};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, renew_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = renew_op(conn, key, fencing_token, lease_ms, out);
+	}
+	return rc;
 }
 
 /* --- release --- */
 
-struct release_arg {
-	const struct ledger_call_key *key;
-	int64_t fencing_token;
-	const char *reason;
-};
-
-static enum ledger_err release_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err release_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				  int64_t fencing_token, const char *reason,
+				  struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct release_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	int64_t fencing_token = a->fencing_token;
-	const char *reason = a->reason;
 	char token[24];
 	const char *params[5] = {key->tenant, key->request_id, key->tool_call_id, token, token};
 	enum ledger_release_outcome o;
@@ -613,9 +637,15 @@ enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
 				     const struct ledger_call_key *key, int64_t fencing_token,
 				     const char *reason, struct ledger_call_result *out)
 {
-	struct release_arg a = {key, fencing_token, reason};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, release_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = release_op(conn, key, fencing_token, reason, out);
+	}
+	return rc;
 }
 
 /* --- resolve --- */
@@ -633,22 +663,11 @@ static const char *resolution_name(enum ledger_resolution r)
 	abort();
 }
 
-struct resolve_arg {
-	const struct ledger_call_key *key;
-	enum ledger_resolution resolution;
-	const char *result;
-	size_t result_len;
-	const char *note;
-};
-
-static enum ledger_err resolve_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+static enum ledger_err resolve_op(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				  enum ledger_resolution resolution, const char *result,
+				  size_t result_len, const char *note,
+				  struct ledger_call_result *out)
 {
-	struct ledger_call_result *out = out_;
-	const struct resolve_arg *a = arg;
-	const struct ledger_call_key *key = a->key;
-	enum ledger_resolution resolution = a->resolution;
-	const char *result = a->result, *note = a->note;
-	size_t result_len = a->result_len;
 	char read_token[24], next_token[24];
 	enum ledger_resolve_outcome o;
 	enum ledger_call_state previous;
@@ -739,9 +758,15 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 				     size_t result_len, const char *note,
 				     struct ledger_call_result *out)
 {
-	struct resolve_arg a = {key, resolution, result, result_len, note};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, resolve_op, &a, out, sizeof(*out), reset_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		reset_result(out);
+		rc = resolve_op(conn, key, resolution, result, result_len, note, out);
+	}
+	return rc;
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

@@ -50,18 +50,6 @@ void ledger_store_failover_result_clear(struct ledger_failover_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
-static void reset_failover_result(void *out)
-{
-	ledger_store_failover_result_clear(out);
-}
-
-struct failover_arg {
-	const char *tenant;
-	const char *request_id;
-	const struct ledger_failover_request *in;
-	const struct ledger_policy *policy;
-};
-
 /* What a decision reads beyond the lock: its record, the budget, the settled calls. */
 struct facts {
 	char *recorded; /* owned: the recorded answer, or NULL */
@@ -76,12 +64,13 @@ static void facts_clear(struct facts *f)
 	memset(f, 0, sizeof(*f));
 }
 
-static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct failover_arg *a,
-				  struct facts *f)
+static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct ledger_call_key *key,
+				  const struct ledger_failover_request *in,
+				  const struct ledger_policy *policy, struct facts *f)
 {
-	const char *rec[4] = {a->tenant, a->request_id, a->in->source_attempt_id,
-			      ledger_failover_signal_name(a->in->signal)};
-	const char *req[2] = {a->tenant, a->request_id};
+	const char *rec[4] = {key->tenant, key->request_id, in->source_attempt_id,
+			      ledger_failover_signal_name(in->signal)};
+	const char *req[2] = {key->tenant, key->request_id};
 	struct store_step st;
 	enum ledger_err rc;
 
@@ -101,16 +90,17 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct f
 	f->settled = st.res[1];
 	st.res[1] = NULL;
 	store_step_clear(&st);
-	rc = store_rows_read_budget(conn, a->tenant, a->policy, &f->budget);
+	rc = store_rows_read_budget(conn, key->tenant, policy, &f->budget);
 out:
 	store_step_clear(&st);
 	return rc;
 }
 
 /* The answer of a decision taken now, as it is recorded and sent. */
-static char *render_answer(const struct failover_arg *a, const struct ledger_failover_decision *d,
-			   const char *client_error, const struct ledger_attempt *next,
-			   const struct ledger_request *r, const PGresult *settled)
+static char *render_answer(const char *request_id, const struct ledger_failover_request *in,
+			   const struct ledger_failover_decision *d, const char *client_error,
+			   const struct ledger_attempt *next, const struct ledger_request *r,
+			   const PGresult *settled)
 {
 	struct ledger_buf buf = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
@@ -120,11 +110,11 @@ static char *render_answer(const struct failover_arg *a, const struct ledger_fai
 	ledger_jsonw_key(&w, "action");
 	ledger_jsonw_string(&w, ledger_failover_action_name(d->action));
 	ledger_jsonw_key(&w, "request_id");
-	ledger_jsonw_string(&w, a->request_id);
+	ledger_jsonw_string(&w, request_id);
 	ledger_jsonw_key(&w, "attempt_id");
-	ledger_jsonw_string(&w, a->in->source_attempt_id);
+	ledger_jsonw_string(&w, in->source_attempt_id);
 	ledger_jsonw_key(&w, "signal");
-	ledger_jsonw_string(&w, ledger_failover_signal_name(a->in->signal));
+	ledger_jsonw_string(&w, ledger_failover_signal_name(in->signal));
 	ledger_jsonw_key(&w, "source_state");
 	ledger_jsonw_string(&w, ledger_attempt_state_name(d->source_after));
 	ledger_jsonw_key(&w, "request_status");
@@ -140,7 +130,7 @@ static char *render_answer(const struct failover_arg *a, const struct ledger_fai
 	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL) {
 		ledger_jsonw_key(&w, "attempt");
 		if (next != NULL)
-			ledger_render_attempt(&w, a->request_id, next, r, NULL);
+			ledger_render_attempt(&w, request_id, next, r, NULL);
 		else
 			ledger_jsonw_null(&w);
 		ledger_jsonw_key(&w, "settled_tool_calls");
@@ -166,15 +156,15 @@ static char *render_answer(const struct failover_arg *a, const struct ledger_fai
 }
 
 /* The decision's inputs and outcome, for the request's history. */
-static void decision_event(struct store_event *ev, const struct failover_arg *a,
-			   const struct store_locked *lk, const struct facts *f,
-			   const struct ledger_failover_decision *d,
+static void decision_event(struct store_event *ev, const struct ledger_failover_request *in,
+			   const struct ledger_policy *policy, const struct store_locked *lk,
+			   const struct facts *f, const struct ledger_failover_decision *d,
 			   const struct ledger_attempt *next)
 {
 	const struct ledger_attempt *src = &lk->named;
 
-	store_event_start(ev, "failover_decision", a->in->source_attempt_id);
-	store_event_str(ev, "signal", ledger_failover_signal_name(a->in->signal));
+	store_event_start(ev, "failover_decision", in->source_attempt_id);
+	store_event_str(ev, "signal", ledger_failover_signal_name(in->signal));
 	store_event_str(ev, "action", ledger_failover_action_name(d->action));
 	ledger_jsonw_key(&ev->w, "inputs");
 	ledger_jsonw_object_begin(&ev->w);
@@ -188,8 +178,8 @@ static void decision_event(struct store_event *ev, const struct failover_arg *a,
 	store_event_int(ev, "max_attempts", lk->request.max_attempts);
 	store_event_int(ev, "window_attempts", f->budget.attempts);
 	store_event_int(ev, "window_retries", f->budget.retries);
-	store_event_int(ev, "retry_prefill_tokens", a->in->retry_prefill_tokens);
-	store_event_int(ev, "max_retry_prefill_tokens", a->policy->max_retry_prefill_tokens);
+	store_event_int(ev, "retry_prefill_tokens", in->retry_prefill_tokens);
+	store_event_int(ev, "max_retry_prefill_tokens", policy->max_retry_prefill_tokens);
 	store_event_int(ev, "unknown_tool_calls", lk->calls.unknown);
 	store_event_int(ev, "held_tool_call_ms", lk->calls.held_by_newest_ms);
 	ledger_jsonw_object_end(&ev->w);
@@ -204,22 +194,22 @@ static void decision_event(struct store_event *ev, const struct failover_arg *a,
 }
 
 /*
- * The rerun a retry_prefill creates, checked as POST attempts would check
+ * The rerun @p in a retry_prefill creates, checked as POST attempts would check
  * it (its id unused, its revision the request's when the policy says so).
  * @return LEDGER_FAILOVER_ANSWERED when it may be created
  */
-static enum ledger_failover_status prepare_next(const struct failover_arg *a,
+static enum ledger_failover_status prepare_next(const struct ledger_attempt_request *in,
+						const struct ledger_policy *policy,
 						const struct store_locked *lk,
 						struct ledger_attempt *next)
 {
-	const struct ledger_attempt_request *in = a->in->next;
 	const char *revision = in->model_revision;
 
 	if (lk->second.exists)
 		return LEDGER_FAILOVER_NEXT_MISMATCH;
 	if (revision == NULL && lk->request.model_revision[0] != '\0')
 		revision = lk->request.model_revision;
-	if (a->policy->require_same_revision && lk->request.model_revision[0] != '\0' &&
+	if (policy->require_same_revision && lk->request.model_revision[0] != '\0' &&
 	    revision != NULL && strcmp(revision, lk->request.model_revision) != 0)
 		return LEDGER_FAILOVER_NEXT_REVISION;
 	memset(next, 0, sizeof(*next));
@@ -249,21 +239,124 @@ static void events_free(struct decision_events *e)
 	store_event_free(&e->created);
 }
 
-static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *arg, void *out_)
+/*
+ * A refusal (the source fenced, the request closed) moves nothing: the
+ * caller learns the current attempt, and the history who asked.
+ */
+static enum ledger_err refuse(struct store_step *st, const struct ledger_call_key *key,
+			      const struct ledger_failover_request *in, struct store_locked *lk,
+			      struct store_event *ev, struct ledger_failover_result *out)
 {
-	const struct failover_arg *a = arg;
-	struct ledger_failover_result *out = out_;
+	const struct ledger_failover_decision *d = &out->decision;
+
+	out->status = LEDGER_FAILOVER_REFUSED;
+	snprintf(out->current_attempt_id, sizeof(out->current_attempt_id), "%s",
+		 lk->newest.attempt_id);
+	out->client_error = lk->client_error;
+	lk->client_error = NULL;
+	store_event_refused(ev, "failover", ledger_failover_action_name(d->action),
+			    in->source_attempt_id);
+	store_event_str(ev, "signal", ledger_failover_signal_name(in->signal));
+	store_event_str(ev, "current_attempt_id", lk->newest.attempt_id);
+	store_event_add(st, key, ev);
+	return store_step_commit(st);
+}
+
+/* The source loses its rights in this very transaction. */
+static void revoke_source(struct store_step *st, const struct ledger_call_key *key,
+			  const struct ledger_failover_request *in, const struct store_locked *lk,
+			  const struct ledger_failover_decision *d, struct store_event *ev)
+{
+	if (d->source_after == lk->named.state)
+		return;
+	store_rows_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
+			       d->source_after, 0, 0, NULL);
+	store_event_start(ev, "attempt_revoked", lk->named.attempt_id);
+	store_event_str(ev, "state", ledger_attempt_state_name(d->source_after));
+	store_event_str(ev, "cause", ledger_failover_signal_name(in->signal));
+	store_event_add(st, key, ev);
+}
+
+/* The request's new status, and the client error it answers with once it has ended. */
+static void set_status(struct store_step *st, const struct ledger_call_key *key,
+		       struct store_locked *lk, const struct ledger_failover_decision *d,
+		       struct store_event *ev)
+{
+	if (d->request_after == lk->request.status && d->client_error == NULL)
+		return;
+	lk->request.status = d->request_after;
+	if (d->client_error != NULL) {
+		struct ledger_buf client_error = LEDGER_BUF_INIT;
+
+		ledger_render_client_error(&client_error, d->client_error, key->request_id,
+					   &lk->request);
+		free(lk->client_error);
+		lk->client_error = ledger_buf_steal(&client_error, NULL); /* frees the buffer */
+	}
+	store_event_start(ev, "request_status", lk->named.attempt_id);
+	store_event_str(ev, "status", ledger_attempt_request_status_name(d->request_after));
+	store_event_str(ev, "client_error", d->client_error);
+	store_event_add(st, key, ev);
+}
+
+/*
+ * Performs an answered decision in one transaction: the source revoked,
+ * the request's status, the rerun @p created (or none), the decision's
+ * event with the inputs it was taken on, and its answer in out->body,
+ * recorded when final so that a retried call gets the very same text.
+ */
+static enum ledger_err perform(struct store_step *st, const struct ledger_call_key *key,
+			       const struct ledger_failover_request *in,
+			       const struct ledger_policy *policy, struct store_locked *lk,
+			       const struct facts *f, const struct ledger_attempt *created,
+			       struct decision_events *ev, struct ledger_failover_result *out)
+{
+	const struct ledger_failover_decision *d = &out->decision;
+	struct store_locked before = *lk; /* the inputs, as the event records them */
+
+	revoke_source(st, key, in, lk, d, &ev->revoked);
+	set_status(st, key, lk, d, &ev->status);
+	if (created != NULL) {
+		store_rows_attempt_insert(st, key->tenant, key->request_id, created, &ev->created,
+					  false);
+		lk->request.attempt_count = created->epoch;
+	}
+	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+	decision_event(&ev->decision, in, policy, &before, f, d, created);
+	store_event_add(st, key, &ev->decision);
+	out->body = render_answer(key->request_id, in, d,
+				  d->client_error != NULL ? lk->client_error : NULL, created,
+				  &lk->request, f->settled);
+	if (out->body == NULL) {
+		store_step_abort(st->conn);
+		return LEDGER_ERR_NOMEM;
+	}
+	if (d->final) {
+		const char *params[6] = {key->tenant,
+					 key->request_id,
+					 in->source_attempt_id,
+					 ledger_failover_signal_name(in->signal),
+					 ledger_failover_action_name(d->action),
+					 out->body};
+		store_step_add(st, &decision_insert, params);
+	}
+	return store_step_commit(st);
+}
+
+static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *tenant,
+				   const char *request_id, const struct ledger_failover_request *in,
+				   const struct ledger_policy *policy,
+				   struct ledger_failover_result *out)
+{
 	const struct store_lookup look = {
-		.attempt_id = a->in->source_attempt_id,
-		.second_attempt_id = a->in->next != NULL ? a->in->next->attempt_id : NULL,
+		.attempt_id = in->source_attempt_id,
+		.second_attempt_id = in->next != NULL ? in->next->attempt_id : NULL,
 		.calls_summary = true,
 	};
-	struct ledger_call_key key = {a->tenant, a->request_id, NULL};
+	struct ledger_call_key key = {tenant, request_id, NULL};
 	struct ledger_failover_input input;
 	struct ledger_failover_decision *d = &out->decision;
-	struct ledger_buf client_error = LEDGER_BUF_INIT;
 	struct ledger_attempt next, *created = NULL;
-	struct store_locked before;
 	struct decision_events ev;
 	struct store_locked lk;
 	struct store_step st;
@@ -274,7 +367,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 	memset(&f, 0, sizeof(f));
 	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
-	rc = store_rows_lock_and_read(conn, a->tenant, a->request_id, false, &look, &lk, NULL);
+	rc = store_rows_lock_and_read(conn, tenant, request_id, false, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
 		goto out;
 	if (!lk.named.exists) {
@@ -282,7 +375,7 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		rc = store_step_rollback(conn);
 		goto out;
 	}
-	rc = read_facts(conn, a, &f);
+	rc = read_facts(conn, &key, in, policy, &f);
 	if (rc != LEDGER_OK)
 		goto out;
 	/* 1: a retried call gets the decision already taken, as it was */
@@ -295,90 +388,29 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const void *a
 		goto out;
 	}
 
-	input.signal = a->in->signal;
-	input.retry_prefill_tokens = a->in->retry_prefill_tokens;
+	input.signal = in->signal;
+	input.retry_prefill_tokens = in->retry_prefill_tokens;
 	input.source_is_newest = strcmp(lk.newest.attempt_id, lk.named.attempt_id) == 0;
-	ledger_failover_decide(&lk.request, &lk.named, &input, &lk.calls, &f.budget, a->policy, d);
+	ledger_failover_decide(&lk.request, &lk.named, &input, &lk.calls, &f.budget, policy, d);
 
 	if (d->action == LEDGER_FAILOVER_ATTEMPT_FENCED ||
 	    d->action == LEDGER_FAILOVER_REQUEST_CLOSED) {
-		out->status = LEDGER_FAILOVER_REFUSED;
-		snprintf(out->current_attempt_id, sizeof(out->current_attempt_id), "%s",
-			 lk.newest.attempt_id);
-		out->client_error = lk.client_error;
-		lk.client_error = NULL;
-		store_event_refused(&ev.decision, "failover",
-				    ledger_failover_action_name(d->action),
-				    a->in->source_attempt_id);
-		store_event_str(&ev.decision, "signal", ledger_failover_signal_name(a->in->signal));
-		store_event_str(&ev.decision, "current_attempt_id", lk.newest.attempt_id);
-		store_event_add(&st, &key, &ev.decision);
-		rc = store_step_commit(&st);
+		rc = refuse(&st, &key, in, &lk, &ev.decision, out);
 		goto out;
 	}
-	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && a->in->next != NULL) {
-		out->status = prepare_next(a, &lk, &next);
+	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && in->next != NULL) {
+		out->status = prepare_next(in->next, policy, &lk, &next);
 		if (out->status != LEDGER_FAILOVER_ANSWERED) {
-			rc = store_step_rollback(
-				conn); /* nothing moves: the router fixes its call */
+			/* Nothing moves: the router fixes its call. */
+			rc = store_step_rollback(conn);
 			goto out;
 		}
 		created = &next;
 	}
 	out->status = LEDGER_FAILOVER_ANSWERED;
-	before = lk; /* the inputs, as the event records them */
-
-	/* The source loses its rights in this very transaction. */
-	if (d->source_after != lk.named.state) {
-		store_rows_attempt_set(&st, a->tenant, a->request_id, lk.named.attempt_id,
-				       d->source_after, 0, 0, NULL);
-		store_event_start(&ev.revoked, "attempt_revoked", lk.named.attempt_id);
-		store_event_str(&ev.revoked, "state", ledger_attempt_state_name(d->source_after));
-		store_event_str(&ev.revoked, "cause", ledger_failover_signal_name(a->in->signal));
-		store_event_add(&st, &key, &ev.revoked);
-	}
-	if (d->request_after != lk.request.status || d->client_error != NULL) {
-		lk.request.status = d->request_after;
-		if (d->client_error != NULL) {
-			ledger_render_client_error(&client_error, d->client_error, a->request_id,
-						   &lk.request);
-			free(lk.client_error);
-			lk.client_error = ledger_buf_steal(&client_error, NULL);
-		}
-		store_event_start(&ev.status, "request_status", lk.named.attempt_id);
-		store_event_str(&ev.status, "status",
-				ledger_attempt_request_status_name(d->request_after));
-		store_event_str(&ev.status, "client_error", d->client_error);
-		store_event_add(&st, &key, &ev.status);
-	}
-	if (created != NULL) {
-		store_rows_attempt_insert(&st, a->tenant, a->request_id, created, &ev.created,
-					  false);
-		lk.request.attempt_count = created->epoch;
-	}
-	store_rows_request_set(&st, a->tenant, a->request_id, &lk.request, lk.client_error);
-	decision_event(&ev.decision, a, &before, &f, d, created);
-	store_event_add(&st, &key, &ev.decision);
-	out->body = render_answer(a, d, d->client_error != NULL ? lk.client_error : NULL, created,
-				  &lk.request, f.settled);
-	if (out->body == NULL) {
-		store_step_abort(conn);
-		rc = LEDGER_ERR_NOMEM;
-		goto out;
-	}
-	if (d->final) {
-		const char *params[6] = {a->tenant,
-					 a->request_id,
-					 a->in->source_attempt_id,
-					 ledger_failover_signal_name(a->in->signal),
-					 ledger_failover_action_name(d->action),
-					 out->body};
-		store_step_add(&st, &decision_insert, params);
-	}
-	rc = store_step_commit(&st);
+	rc = perform(&st, &key, in, policy, &lk, &f, created, &ev, out);
 out:
 	store_step_clear(&st);
-	ledger_buf_free(&client_error);
 	events_free(&ev);
 	facts_clear(&f);
 	store_rows_locked_clear(&lk);
@@ -391,10 +423,16 @@ enum ledger_err ledger_store_failover(struct ledger_store_conn *conn, const char
 				      const struct ledger_policy *p,
 				      struct ledger_failover_result *out)
 {
-	struct failover_arg a = {tenant, request_id, in, p};
+	struct store_retry r = {0};
+	enum ledger_err rc = LEDGER_OK;
 
-	return store_step_with_retries(conn, failover_op, &a, out, sizeof(*out),
-				       reset_failover_result);
+	memset(out, 0, sizeof(*out));
+	while (store_step_retry(conn, &r, &rc)) {
+		/* What a failed try left; a first try's zeroed result stays zeroed. */
+		ledger_store_failover_result_clear(out);
+		rc = failover_op(conn, tenant, request_id, in, p, out);
+	}
+	return rc;
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

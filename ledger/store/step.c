@@ -168,23 +168,23 @@ static void report_pooler(const char *what)
 			(int)strcspn(what, "\n"), what);
 }
 
-enum ledger_err store_step_run(struct store_step *st)
+/* The words of a step's failure, as logged and kept in the connection's failure. */
+#define WHAT_MAX 300
+
+/*
+ * Reads a result for each message the step sent, then the sync, by
+ * @p deadline: a prepare's result is cleared, a statement's kept in the
+ * step (*@p nres of them). The first failure names the cause in @p what
+ * (the server skipped the rest) and says whether the session changed.
+ * @return LEDGER_OK, or the class of the failure that ended the reading
+ */
+static enum ledger_err read_results(struct store_step *st, int64_t deadline, char *what,
+				    bool *swapped, unsigned *nres)
 {
 	struct ledger_store_conn *c = st->conn;
 	enum ledger_err rc = LEDGER_OK;
 	PGresult *res = NULL;
-	unsigned nres = 0;
-	int64_t deadline = store_conn_deadline(c);
-	char what[300] = "";
-	bool swapped = false;
 
-	c->unreplicated = false;
-	atomic_fetch_add(&round_trips, 1);
-	if (PQpipelineSync(c->pg) != 1) {
-		rc = LEDGER_ERR_UNAVAILABLE;
-		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
-		goto out;
-	}
 	for (unsigned i = 0; i < st->nsent; i++) {
 		ExecStatusType status;
 		bool ok;
@@ -194,7 +194,7 @@ enum ledger_err store_step_run(struct store_step *st)
 		res = PQgetResult(c->pg);
 		if (res == NULL) {
 			rc = LEDGER_ERR_UNAVAILABLE;
-			snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+			snprintf(what, WHAT_MAX, "%s", PQerrorMessage(c->pg));
 			goto out;
 		}
 		status = PQresultStatus(res);
@@ -202,15 +202,15 @@ enum ledger_err store_step_run(struct store_step *st)
 		if (!ok && rc == LEDGER_OK) {
 			/* The first failure names the cause; the rest were skipped. */
 			rc = classify(res, c->pg);
-			snprintf(what, sizeof(what), "%s", PQresultErrorMessage(res));
-			swapped = session_changed(res);
+			snprintf(what, WHAT_MAX, "%s", PQresultErrorMessage(res));
+			*swapped = session_changed(res);
 		}
 		if (st->sent[i] != NULL) {
 			if (!ok)
 				forget_prepared(c, st->sent[i]);
 			PQclear(res);
 		} else {
-			st->res[nres++] = res;
+			st->res[(*nres)++] = res;
 		}
 		res = NULL; /* cleared or the step's now */
 		if (!store_conn_await(c, deadline))
@@ -230,43 +230,15 @@ enum ledger_err store_step_run(struct store_step *st)
 	res = PQgetResult(c->pg);
 	if ((res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) && rc == LEDGER_OK) {
 		rc = LEDGER_ERR_UNAVAILABLE;
-		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+		snprintf(what, WHAT_MAX, "%s", PQerrorMessage(c->pg));
 	}
 	if (c->unreplicated && rc == LEDGER_OK) {
 		/* Committed here, maybe not on the standby: never answered as durable. */
 		rc = LEDGER_ERR_UNAVAILABLE;
-		snprintf(what, sizeof(what), "commit not confirmed by the synchronous standby");
+		snprintf(what, WHAT_MAX, "commit not confirmed by the synchronous standby");
 	}
 out:
 	PQclear(res);
-	if (swapped) {
-		/* A set-up refused, not a bug: the step is rolled back and the call answered 503. */
-		rc = LEDGER_ERR_UNAVAILABLE;
-		report_pooler(what);
-	}
-	if (rc != LEDGER_OK) {
-		store_conn_count_error(rc);
-		what[strcspn(what, "\n")] = '\0';
-		snprintf(c->failure, sizeof(c->failure), "%s", what);
-		if (c->quiet)
-			;
-		else if (rc == LEDGER_ERR_INTERNAL)
-			LOG_ERROR("database error: %s", what);
-		else
-			LOG_DEBUG("database step failed: %s", what);
-		if (c->stuck) {
-			/* Nothing is cancelled: ledger_store_settle() reads the rest. */
-		} else if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
-			/* The connection broke mid-step: nothing more can be read. */
-			rc = LEDGER_ERR_UNAVAILABLE;
-			store_conn_drop(c);
-		} else {
-			store_step_abort(c);
-			/* What it thinks is prepared is wrong: start again from nothing. */
-			if (swapped)
-				store_conn_drop(c);
-		}
-	}
 	return rc;
 late:
 	/*
@@ -277,9 +249,71 @@ late:
 	 */
 	c->stuck = true;
 	rc = LEDGER_ERR_UNAVAILABLE;
-	snprintf(what, sizeof(what), "the database did not answer within %lld ms",
+	snprintf(what, WHAT_MAX, "the database did not answer within %lld ms",
 		 (long long)ledger_store_timeout());
 	goto out;
+}
+
+/*
+ * What a failed step leaves: the failure counted, kept (a batch logs it
+ * with each of its calls' ids) and logged, and no transaction open, unless
+ * the connection is stuck (ledger_store_settle() reads the rest) or has to go.
+ * @return @p rc, or LEDGER_ERR_UNAVAILABLE when the connection broke
+ */
+static enum ledger_err after_failure(struct store_step *st, enum ledger_err rc, char *what,
+				     bool swapped, unsigned nres)
+{
+	struct ledger_store_conn *c = st->conn;
+
+	store_conn_count_error(rc);
+	what[strcspn(what, "\n")] = '\0';
+	snprintf(c->failure, sizeof(c->failure), "%s", what);
+	if (c->quiet)
+		;
+	else if (rc == LEDGER_ERR_INTERNAL)
+		LOG_ERROR("database error: %s", what);
+	else
+		LOG_DEBUG("database step failed: %s", what);
+	if (c->stuck) {
+		/* Nothing is cancelled: ledger_store_settle() reads the rest. */
+	} else if (PQstatus(c->pg) != CONNECTION_OK || nres < st->n) {
+		/* The connection broke mid-step: nothing more can be read. */
+		rc = LEDGER_ERR_UNAVAILABLE;
+		store_conn_drop(c);
+	} else {
+		store_step_abort(c);
+		/* What it thinks is prepared is wrong: start again from nothing. */
+		if (swapped)
+			store_conn_drop(c);
+	}
+	return rc;
+}
+
+enum ledger_err store_step_run(struct store_step *st)
+{
+	struct ledger_store_conn *c = st->conn;
+	enum ledger_err rc = LEDGER_OK;
+	unsigned nres = 0;
+	int64_t deadline = store_conn_deadline(c);
+	char what[WHAT_MAX] = "";
+	bool swapped = false;
+
+	c->unreplicated = false;
+	atomic_fetch_add(&round_trips, 1);
+	if (PQpipelineSync(c->pg) != 1) {
+		rc = LEDGER_ERR_UNAVAILABLE;
+		snprintf(what, sizeof(what), "%s", PQerrorMessage(c->pg));
+	} else {
+		rc = read_results(st, deadline, what, &swapped, &nres);
+	}
+	if (swapped) {
+		/* A set-up refused, not a bug: the step is rolled back and the call answered 503. */
+		rc = LEDGER_ERR_UNAVAILABLE;
+		report_pooler(what);
+	}
+	if (rc != LEDGER_OK)
+		rc = after_failure(st, rc, what, swapped, nres);
+	return rc;
 }
 
 const char *store_step_int(struct store_step *st, int64_t v)
@@ -451,23 +485,16 @@ void store_step_fmt_int(char buf[24], int64_t v)
 /* Serialization failures and deadlocks are rare under one row lock: a few tries do. */
 #define MAX_TRIES 3
 
-enum ledger_err store_step_with_retries(struct ledger_store_conn *conn,
-					enum ledger_err (*op)(struct ledger_store_conn *conn,
-							      const void *arg, void *out),
-					const void *arg, void *out, size_t size,
-					void (*reset)(void *out))
+bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r, enum ledger_err *rc)
 {
-	enum ledger_err rc;
-
-	memset(out, 0, size);
-	if (!store_conn_ready(conn))
-		return LEDGER_ERR_UNAVAILABLE;
-	for (int i = 0;; i++) {
-		rc = op(conn, arg, out);
-		if (rc != LEDGER_ERR_CONFLICT || i + 1 == MAX_TRIES)
-			return rc;
-		reset(out);
+	if (r->tries == 0 && !store_conn_ready(conn)) {
+		*rc = LEDGER_ERR_UNAVAILABLE;
+		return false;
 	}
+	if (r->tries > 0 && (*rc != LEDGER_ERR_CONFLICT || r->tries == MAX_TRIES))
+		return false;
+	r->tries++;
+	return true;
 }
 
 void store_step_array_add(struct ledger_buf *b, const char *s)

@@ -113,17 +113,24 @@ LEDGER_MUSTCHECK enum ledger_err store_step_commit(struct store_step *st);
 /** Ends a transaction that wrote nothing. */
 LEDGER_MUSTCHECK enum ledger_err store_step_rollback(struct ledger_store_conn *conn);
 
+/* The tries of one operation, counted by store_step_retry(). */
+struct store_retry {
+	unsigned tries; /* begun so far */
+};
+
 /**
- * Runs @p op (whose arguments are @p arg) on @p out (zeroed first, @p size
- * bytes), and again on a serialization failure or a deadlock, after
- * @p reset frees what the failed try left in it: every operation is
- * idempotent. Answers LEDGER_ERR_UNAVAILABLE at once while the connection
- * is down.
+ * Whether an operation runs (again), as the condition of its own loop,
+ * which calls it with its own typed parameters: the first time while the
+ * connection is up (else *@p rc = LEDGER_ERR_UNAVAILABLE at once), and
+ * again after a serialization failure or a deadlock
+ * (*@p rc == LEDGER_ERR_CONFLICT), up to three tries in all: every
+ * operation is idempotent. The operation zeroes its result before the
+ * loop and, in it, frees what a failed try left before the next.
+ * @param r zeroed before the loop, then the loop's own
+ * @param rc the last try's answer, which the loop returns
  */
-LEDGER_MUSTCHECK enum ledger_err store_step_with_retries(
-	struct ledger_store_conn *conn,
-	enum ledger_err (*op)(struct ledger_store_conn *conn, const void *arg, void *out),
-	const void *arg, void *out, size_t size, void (*reset)(void *out));
+LEDGER_MUSTCHECK bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r,
+				       enum ledger_err *rc);
 
 /** Writes @p v in decimal, as a statement parameter. */
 void store_step_fmt_int(char buf[24], int64_t v);

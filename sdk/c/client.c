@@ -527,6 +527,82 @@ enum ledger_client_err client_answer_read(long status, char *body, size_t len,
 	return LEDGER_CLIENT_OK;
 }
 
+/* A pooled handle keeps its last call's options: this call's URL, headers, method and sink. */
+static bool set_request(const struct ledger_client *c, struct client_conn *k, const char *url,
+			const struct ledger_buf *body, struct sink *s)
+{
+	if (curl_easy_setopt(k->curl, CURLOPT_URL, url) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, s) != CURLE_OK ||
+	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER,
+			     body == NULL ? c->get_headers : c->post_headers) != CURLE_OK)
+		return false;
+	if (body == NULL)
+		return curl_easy_setopt(k->curl, CURLOPT_HTTPGET, 1L) == CURLE_OK;
+	if (curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body->data != NULL ? body->data : "") !=
+	    CURLE_OK)
+		return false;
+	return curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len) ==
+	       CURLE_OK;
+}
+
+/*
+ * Sends the request set on @p k, and sends it again, unchanged, while no
+ * answer comes or the answer is 502/503/504, with back-off, until
+ * @p retry_ms have passed since @p start (the call's, not this loop's).
+ * @return LEDGER_CLIENT_OK with the final answer's status in *@p status
+ *         and its body in @p s; else why not, with @p err saying more
+ */
+static enum ledger_client_err exchange(struct client_conn *k, struct sink *s, uint64_t start,
+				       uint32_t retry_ms, long *status,
+				       struct ledger_client_error *err)
+{
+	uint32_t delay = BACKOFF_FIRST_MS;
+	CURLcode code;
+
+	for (;;) {
+		uint64_t elapsed, hint = 0;
+		enum ledger_client_failure failure;
+
+		ledger_buf_free(&s->buf);
+		s->too_large = false;
+		k->errbuf[0] = '\0';
+		code = curl_easy_perform(k->curl);
+		if (s->buf.oom)
+			return LEDGER_CLIENT_ERR_NOMEM;
+		*status = 0;
+		if (code == CURLE_OK &&
+		    curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, status) != CURLE_OK)
+			*status = 0;
+		if (code == CURLE_OK && *status != 502 && *status != 503 && *status != 504)
+			return LEDGER_CLIENT_OK;
+		failure = code == CURLE_OK ? LEDGER_CLIENT_FAILURE_NONE
+					   : classify(code, s->too_large);
+		if (failure != LEDGER_CLIENT_FAILURE_NONE && !resend_after(code, failure)) {
+			set_failure(err, k, code, failure);
+			return failure == LEDGER_CLIENT_FAILURE_TOO_LARGE
+				       ? LEDGER_CLIENT_ERR_PROTOCOL
+				       : LEDGER_CLIENT_ERR_UNAVAILABLE;
+		}
+		if (code == CURLE_OK) {
+			/* A 503 says how long to back off; keep its body for the caller. */
+			size_t len = s->buf.len;
+			char *text = ledger_buf_steal(&s->buf, &len);
+
+			if (text == NULL)
+				return LEDGER_CLIENT_ERR_NOMEM;
+			(void)error_from_answer(*status, text, len, err);
+			if (err != NULL)
+				hint = err->retry_after_ms;
+		} else {
+			set_failure(err, k, code, failure);
+		}
+		elapsed = client_now_ms() - start;
+		if (elapsed >= retry_ms)
+			return LEDGER_CLIENT_ERR_UNAVAILABLE;
+		client_backoff(&delay, hint, retry_ms - elapsed);
+	}
+}
+
 enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
 				   struct ledger_client_answer *ans,
@@ -537,11 +613,9 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 	struct client_conn *k = NULL;
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
 	uint64_t start = client_now_ms();
-	uint32_t delay = BACKOFF_FIRST_MS;
 	long status = 0;
 	char *answer = NULL;
 	size_t answer_len = 0;
-	CURLcode code;
 
 	memset(ans, 0, sizeof(*ans));
 	ledger_buf_puts(&url, c->base);
@@ -554,69 +628,19 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 		client_error_set(err, "", "libcurl could not make a handle");
 		goto out;
 	}
-	if (curl_easy_setopt(k->curl, CURLOPT_URL, url.data) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, &s) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER,
-			     body == NULL ? c->get_headers : c->post_headers) != CURLE_OK ||
-	    (body == NULL ? curl_easy_setopt(k->curl, CURLOPT_HTTPGET, 1L) != CURLE_OK
-			  : (curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS,
-					      body->data != NULL ? body->data : "") != CURLE_OK ||
-			     curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-					      (curl_off_t)body->len) != CURLE_OK))) {
+	if (!set_request(c, k, url.data, body, &s)) {
 		rc = LEDGER_CLIENT_ERR_INTERNAL;
 		client_error_set(err, "", "libcurl refused an option");
 		goto out;
 	}
-
-	for (;;) {
-		uint64_t elapsed, hint = 0;
-		enum ledger_client_failure failure;
-
-		ledger_buf_free(&s.buf);
-		s.too_large = false;
-		k->errbuf[0] = '\0';
-		code = curl_easy_perform(k->curl);
-		if (s.buf.oom)
-			goto out;
-		status = 0;
-		if (code == CURLE_OK &&
-		    curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
-			status = 0;
-		if (code == CURLE_OK && status != 502 && status != 503 && status != 504)
-			break;
-		failure =
-			code == CURLE_OK ? LEDGER_CLIENT_FAILURE_NONE : classify(code, s.too_large);
-		if (failure != LEDGER_CLIENT_FAILURE_NONE && !resend_after(code, failure)) {
-			rc = failure == LEDGER_CLIENT_FAILURE_TOO_LARGE
-				     ? LEDGER_CLIENT_ERR_PROTOCOL
-				     : LEDGER_CLIENT_ERR_UNAVAILABLE;
-			set_failure(err, k, code, failure);
-			goto out;
-		}
-		if (code == CURLE_OK) {
-			/* A 503 says how long to back off; keep its body for the caller. */
-			size_t len = s.buf.len;
-			char *text = ledger_buf_steal(&s.buf, &len);
-
-			if (text == NULL)
-				goto out;
-			(void)error_from_answer(status, text, len, err);
-			if (err != NULL)
-				hint = err->retry_after_ms;
-		} else {
-			set_failure(err, k, code, failure);
-		}
-		elapsed = client_now_ms() - start;
-		if (elapsed >= retry_ms) {
-			rc = LEDGER_CLIENT_ERR_UNAVAILABLE;
-			goto out;
-		}
-		client_backoff(&delay, hint, retry_ms - elapsed);
-	}
-
-	answer = ledger_buf_steal(&s.buf, &answer_len);
-	if (answer == NULL)
+	rc = exchange(k, &s, start, retry_ms, &status, err);
+	if (rc != LEDGER_CLIENT_OK)
 		goto out;
+	answer = ledger_buf_steal(&s.buf, &answer_len);
+	if (answer == NULL) {
+		rc = LEDGER_CLIENT_ERR_NOMEM;
+		goto out;
+	}
 	rc = client_answer_read(status, answer, answer_len, ans, err);
 out:
 	if (k != NULL) {
