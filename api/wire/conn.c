@@ -5,8 +5,13 @@
  * connections per address, and its state machine:
  *
  *   HANDSHAKE (TLS) -> HEAD -> CALL -> [BODY] -> CALL -> [DROP] -> WRITE
- *                       ^------------- keep-alive ------------------'
+ *                       ^                                  \-> STREAM   |
+ *                       '------------- keep-alive ---------------------'
  *                                                   or LINGER -> closed
+ *
+ * STREAM is a call handed to a thread of the server's (api/wire/stream.c):
+ * what the thread queues is written as it comes, the client is watched
+ * for EOF meanwhile, and the call ends once the thread let go.
  *
  * Every state but CALL has a deadline, checked once a second by its
  * thread (api/wire/net.c): a head
@@ -235,6 +240,8 @@ void wire_conn_end_call(struct wire_conn *c, bool replied)
 	ledger_buf_free(&c->body);
 	atomic_fetch_sub(&c->net->in_flight, 1);
 	c->net->ops->end(call, replied);
+	wire_stream_free(c->pipe);
+	c->pipe = NULL;
 }
 
 void wire_conn_free(struct wire_conn *c)
@@ -251,6 +258,7 @@ void wire_conn_free(struct wire_conn *c)
 	free(c->out);
 	free(c->head_buf);
 	ledger_buf_free(&c->body);
+	wire_stream_free(c->pipe);
 	free(c);
 }
 
@@ -273,6 +281,8 @@ void wire_conn_close(struct wire_conn *c)
 	c->addr = NULL;
 	atomic_fetch_sub(&c->net->connections, 1);
 	wire_stats_connections(-1);
+	if (c->pipe != NULL)
+		wire_stream_lost(c->pipe);
 	if (!c->held) {
 		wire_conn_end_call(c, false);
 		wire_conn_free(c);
@@ -348,44 +358,31 @@ static bool fill(struct wire_conn *c, size_t limit)
 
 /* --- replies --- */
 
-static void http_date(char *out, size_t outlen)
-{
-	time_t t = time(NULL);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	strftime(out, outlen, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
-
 /* Queues the reply's bytes: head and body in one buffer, written as one. */
 static bool compose(struct wire_conn *c, unsigned status, const char *headers, const char *body,
 		    size_t len)
 {
-	char date[64], *out;
-	int n;
-	size_t hlen = headers != NULL ? strlen(headers) : 0, cap;
+	char framing[48], *out;
+	size_t cap = 512 + (headers != NULL ? strlen(headers) : 0) + len, n;
 
-	http_date(date, sizeof(date));
-	cap = 256 + hlen + len;
+	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
+	if (strcmp(c->head.method != NULL ? c->head.method : "", "HEAD") == 0)
+		len = 0; /* the head alone, with the length the body would have */
 	out = malloc(cap);
 	if (out == NULL)
 		return false;
-	n = snprintf(out, cap, "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
-		     status, wire_http_reason(status), date, len, headers != NULL ? headers : "",
-		     c->close_after       ? "Connection: close\r\n"
-		     : c->head.minor == 0 ? "Connection: keep-alive\r\n"
-					  : "");
-	if (n < 0 || (size_t)n + len >= cap) {
+	n = wire_http_format_head(out, cap, status, time(NULL), framing, headers,
+				  c->close_after       ? "close"
+				  : c->head.minor == 0 ? "keep-alive"
+						       : NULL);
+	if (n == 0) {
 		free(out);
 		return false;
 	}
-	if (strcmp(c->head.method != NULL ? c->head.method : "", "HEAD") != 0)
-		memcpy(out + n, body, len);
-	else
-		len = 0;
+	memcpy(out + n, body, len);
 	free(c->out);
 	c->out = out;
-	c->out_len = (size_t)n + len;
+	c->out_len = n + len;
 	c->out_off = 0;
 	return true;
 }
@@ -482,18 +479,7 @@ bool wire_conn_held(const struct wire_conn *c)
 
 void wire_conn_wake(struct wire_conn *c)
 {
-	struct loop *l = c->loop;
-	uint64_t one = 1;
-	bool first;
-
-	pthread_mutex_lock(&l->wake_lock);
-	first = l->woken == NULL;
-	c->wake_next = l->woken;
-	l->woken = c;
-	pthread_mutex_unlock(&l->wake_lock);
-	if (first && write(l->wakefd, &one, sizeof(one)) < 0) {
-		/* The counter is only full when the loop is far behind; it will see the list. */
-	}
+	wire_wake_push(c, WIRE_WAKE_RELEASE);
 }
 
 bool wire_conn_draining(const struct wire_conn *c)
@@ -509,6 +495,12 @@ void wire_conn_after_call(struct wire_conn *c)
 {
 	if (c->dead)
 		return;
+	if (c->pipe != NULL) {
+		/* A thread writes the reply; meanwhile the client is watched for EOF. */
+		wire_conn_enter(c, C_STREAM);
+		set_events(c, EPOLLRDHUP);
+		return;
+	}
 	if (c->reply_ready) {
 		bool unread = c->head.body != WIRE_HTTP_BODY_NONE && !c->body_done;
 
@@ -696,120 +688,183 @@ static void written(struct wire_conn *c)
 	set_events(c, EPOLLIN); /* wire_conn_step() goes on: a pipelined request may be in already */
 }
 
+/* --- the states' steps: each true when the connection may go on at once --- */
+
+static bool step_handshake(struct wire_conn *c)
+{
+	int r = SSL_do_handshake(c->ssl);
+	unsigned want = EPOLLIN;
+
+	if (r == 1) {
+		wire_conn_enter(c, C_HEAD);
+		set_events(c, EPOLLIN);
+		return true;
+	}
+	if (tls_wait(c, r, &want) != IO_AGAIN) {
+		wire_conn_close(c);
+		return false;
+	}
+	set_events(c, want);
+	return false;
+}
+
+static bool step_head(struct wire_conn *c)
+{
+	size_t start = 0, end = 0;
+	size_t scanned = c->scanned > c->in_off ? c->scanned - c->in_off : 0;
+	struct wire_http_error err;
+	enum wire_http_verdict v;
+	bool open = fill(c, WIRE_HTTP_MAX_HEAD + 4);
+
+	if (c->in_off < c->in_len && !c->head_started) {
+		c->head_started = true;
+		c->since_ms = wire_conn_now_ms();
+	}
+	v = wire_http_find_head(c->in + c->in_off, c->in_len - c->in_off, &scanned, &start, &end,
+				&err);
+	if (v == WIRE_HTTP_DONE) {
+		begin_call(c, start, end);
+		return true;
+	}
+	c->scanned = c->in_len;
+	if (v == WIRE_HTTP_REFUSED) {
+		wire_conn_refuse(c, &err);
+		return true;
+	}
+	if (!open)
+		wire_conn_close(c); /* a client that closes between requests is done; mid-head, broken */
+	return false;
+}
+
+static bool step_body(struct wire_conn *c)
+{
+	bool open = fill(c, 65536);
+
+	if (!take_body(c))
+		return true; /* done, refused or answered: on in its new state */
+	if (c->in_off == c->in_len)
+		c->in_off = c->in_len = c->scanned = 0;
+	if (!open)
+		wire_conn_close(c);
+	return false;
+}
+
+enum out {
+	OUT_DRAINED, /* every byte of the output is written */
+	OUT_BLOCKED, /* the socket is full: the epoll set waits for it */
+	OUT_BROKEN,  /* the connection is closed */
+};
+
+/* Writes what the output holds; when it blocks, waits for the socket and @p also. */
+static enum out write_out(struct wire_conn *c, unsigned also)
+{
+	while (c->out_off < c->out_len) {
+		size_t put = 0;
+		unsigned want;
+		enum io r = io_write(c, c->out + c->out_off, c->out_len - c->out_off, &put, &want);
+
+		if (r == IO_OK) {
+			c->out_off += put;
+			c->last_io_ms = wire_conn_now_ms();
+		} else if (r == IO_AGAIN) {
+			set_events(c, want | also);
+			return OUT_BLOCKED;
+		} else {
+			wire_conn_close(c);
+			return OUT_BROKEN;
+		}
+	}
+	return OUT_DRAINED;
+}
+
+/*
+ * After a reply: whether a next request may be waiting to be read. Nothing
+ * of one buffered: epoll, waiting for input again, says when one is in the
+ * socket (at once, for a client that pipelines), so no read is spent on an
+ * empty one. TLS may hold a request decrypted already: read on.
+ */
+static bool next_may_wait(const struct wire_conn *c)
+{
+	return c->state != C_HEAD || c->in_off < c->in_len || c->ssl != NULL;
+}
+
+static bool step_write(struct wire_conn *c)
+{
+	if (write_out(c, 0) != OUT_DRAINED)
+		return false;
+	written(c);
+	return next_may_wait(c);
+}
+
+static bool step_stream(struct wire_conn *c)
+{
+	bool close_after = false;
+
+	if (write_out(c, EPOLLRDHUP) != OUT_DRAINED)
+		return false;
+	switch (wire_stream_pull(c, &close_after)) {
+	case WIRE_STREAM_MORE:
+		return true;
+	case WIRE_STREAM_WAIT:
+		set_events(c, EPOLLRDHUP);
+		return false;
+	case WIRE_STREAM_DONE:
+		c->close_after = c->close_after || close_after;
+		written(c);
+		return next_may_wait(c);
+	case WIRE_STREAM_CUT:
+		break;
+	}
+	wire_conn_close(c);
+	return false;
+}
+
+static bool step_linger(struct wire_conn *c)
+{
+	char sink[16384];
+	size_t got = 0;
+	unsigned want;
+	enum io r;
+
+	while ((r = io_read(c, sink, sizeof(sink), &got, &want)) == IO_OK) {
+		c->lingered += got;
+		if (c->lingered > c->net->cfg.discard_max)
+			break;
+	}
+	if (r != IO_AGAIN)
+		wire_conn_close(c);
+	return false;
+}
+
 /* Moves the connection on as far as its input and output allow. */
 void wire_conn_step(struct wire_conn *c)
 {
-	for (;;) {
-		if (c->dead)
-			return;
+	bool more = true;
+
+	while (more && !c->dead) {
 		switch (c->state) {
-		case C_HANDSHAKE: {
-			int r = SSL_do_handshake(c->ssl);
-			unsigned want = EPOLLIN;
-
-			if (r == 1) {
-				wire_conn_enter(c, C_HEAD);
-				set_events(c, EPOLLIN);
-				break;
-			}
-			if (tls_wait(c, r, &want) != IO_AGAIN) {
-				wire_conn_close(c);
-				return;
-			}
-			set_events(c, want);
-			return;
-		}
-		case C_HEAD: {
-			size_t start = 0, end = 0;
-			size_t scanned = c->scanned > c->in_off ? c->scanned - c->in_off : 0;
-			struct wire_http_error err;
-			enum wire_http_verdict v;
-			bool open = fill(c, WIRE_HTTP_MAX_HEAD + 4);
-
-			if (c->in_off < c->in_len && !c->head_started) {
-				c->head_started = true;
-				c->since_ms = wire_conn_now_ms();
-			}
-			v = wire_http_find_head(c->in + c->in_off, c->in_len - c->in_off, &scanned,
-					       &start, &end, &err);
-			if (v == WIRE_HTTP_DONE) {
-				begin_call(c, start, end);
-				break;
-			}
-			c->scanned = c->in_len;
-			if (v == WIRE_HTTP_REFUSED) {
-				wire_conn_refuse(c, &err);
-				break;
-			}
-			if (!open) {
-				/* A client that closes between requests is done; mid-head, broken. */
-				wire_conn_close(c);
-				return;
-			}
-			return;
-		}
-		case C_BODY:
-		case C_DROP: {
-			bool open = fill(c, 65536);
-
-			if (!take_body(c))
-				break; /* done, refused or answered: on in its new state */
-			if (c->in_off == c->in_len)
-				c->in_off = c->in_len = c->scanned = 0;
-			if (!open) {
-				wire_conn_close(c);
-				return;
-			}
-			return;
-		}
-		case C_WRITE: {
-			size_t put = 0;
-			unsigned want;
-			enum io r;
-
-			while (c->out_off < c->out_len) {
-				r = io_write(c, c->out + c->out_off, c->out_len - c->out_off, &put,
-					     &want);
-				if (r == IO_OK) {
-					c->out_off += put;
-					c->last_io_ms = wire_conn_now_ms();
-					continue;
-				}
-				if (r == IO_AGAIN) {
-					set_events(c, want);
-					return;
-				}
-				wire_conn_close(c);
-				return;
-			}
-			written(c);
-			/*
-			 * Nothing of a next request is buffered: epoll, waiting for
-			 * input again, says when one is in the socket (at once, for a
-			 * client that pipelines), so no read is spent on an empty one.
-			 * TLS may hold a request decrypted already: read on.
-			 */
-			if (c->state == C_HEAD && c->in_off == c->in_len && c->ssl == NULL)
-				return;
+		case C_HANDSHAKE:
+			more = step_handshake(c);
 			break;
-		}
-		case C_LINGER: {
-			char sink[16384];
-			size_t got = 0;
-			unsigned want;
-			enum io r;
-
-			while ((r = io_read(c, sink, sizeof(sink), &got, &want)) == IO_OK) {
-				c->lingered += got;
-				if (c->lingered > c->net->cfg.discard_max)
-					break;
-			}
-			if (r != IO_AGAIN)
-				wire_conn_close(c);
-			return;
-		}
+		case C_HEAD:
+			more = step_head(c);
+			break;
+		case C_BODY:
+		case C_DROP:
+			more = step_body(c);
+			break;
+		case C_WRITE:
+			more = step_write(c);
+			break;
+		case C_STREAM:
+			more = step_stream(c);
+			break;
+		case C_LINGER:
+			more = step_linger(c);
+			break;
 		case C_CALL:
-			return;
+			more = false;
+			break;
 		}
 	}
 }

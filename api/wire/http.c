@@ -6,6 +6,7 @@
  */
 #include "api/wire/http.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -38,7 +39,7 @@ static bool is_value_char(unsigned char c)
 }
 
 enum wire_http_verdict wire_http_find_head(const char *buf, size_t len, size_t *scanned,
-					 size_t *start, size_t *end, struct wire_http_error *err)
+					   size_t *start, size_t *end, struct wire_http_error *err)
 {
 	size_t s = 0, i;
 
@@ -307,7 +308,7 @@ static bool check_framing(struct wire_http_head *h, struct wire_http_error *err)
 }
 
 enum wire_http_verdict wire_http_parse_head(char *buf, size_t len, struct wire_http_head *head,
-					  struct wire_http_error *err)
+					    struct wire_http_error *err)
 {
 	char *p = buf, *end = buf + len, *line;
 
@@ -365,56 +366,91 @@ int wire_http_hex_value(char c)
 	return -1;
 }
 
-enum wire_http_verdict wire_http_chunked_step(struct wire_http_chunked *d, const char *in, size_t len,
-					    size_t *used, const char **data, size_t *data_len,
-					    struct wire_http_error *err)
+static enum wire_http_verdict chunk_refused(struct wire_http_error *err, const char *message)
+{
+	MALFORMED(err, message);
+	return WIRE_HTTP_REFUSED;
+}
+
+/*
+ * Takes one framing byte @p c in any state but CH_DATA and CH_DONE.
+ * @return INCOMPLETE to go on, DONE once the body ended, or REFUSED
+ */
+static enum wire_http_verdict chunk_byte(struct wire_http_chunked *d, char c,
+					 struct wire_http_error *err)
+{
+	switch (d->state) {
+	case CH_SIZE:
+		if (wire_http_hex_value(c) >= 0) {
+			if (++d->digits > CH_MAX_DIGITS)
+				return chunk_refused(err, "a chunk size has too many digits");
+			d->left = d->left * 16 + (uint64_t)wire_http_hex_value(c);
+			return WIRE_HTTP_INCOMPLETE;
+		}
+		if (d->digits == 0 || (c != ';' && c != '\r'))
+			return chunk_refused(err, "a chunk size is not hexadecimal digits");
+		d->state = c == ';' ? CH_EXT : CH_SIZE_LF;
+		d->line = 0;
+		return WIRE_HTTP_INCOMPLETE;
+	case CH_EXT:
+		if (c == '\r')
+			d->state = CH_SIZE_LF;
+		else if (c == '\n' || c == '\0' || ++d->line > CH_MAX_LINE)
+			return chunk_refused(err, "a chunk extension is malformed or too long");
+		return WIRE_HTTP_INCOMPLETE;
+	case CH_SIZE_LF:
+		if (c != '\n')
+			return chunk_refused(err, "a chunk size line does not end in CRLF");
+		d->digits = 0;
+		d->line = 0;
+		d->state = d->left == 0 ? CH_TRAILER : CH_DATA;
+		return WIRE_HTTP_INCOMPLETE;
+	case CH_DATA_CR:
+	case CH_DATA_LF:
+		if (c != (d->state == CH_DATA_CR ? '\r' : '\n'))
+			return chunk_refused(err, "a chunk's data does not end in CRLF");
+		d->state = d->state == CH_DATA_CR ? CH_DATA_LF : CH_SIZE;
+		return WIRE_HTTP_INCOMPLETE;
+	case CH_TRAILER:
+		if (c == '\r')
+			d->state = CH_TRAILER_LF;
+		else if (c == '\n' || c == '\0' || ++d->trailer > CH_MAX_TRAILER)
+			return chunk_refused(err,
+					     "the chunked body's trailer is malformed or too long");
+		else
+			d->line++;
+		return WIRE_HTTP_INCOMPLETE;
+	case CH_TRAILER_LF:
+		if (c != '\n')
+			return chunk_refused(err, "a trailer line does not end in CRLF");
+		if (d->line == 0) {
+			d->state = CH_DONE;
+			return WIRE_HTTP_DONE;
+		}
+		d->line = 0;
+		d->state = CH_TRAILER;
+		return WIRE_HTTP_INCOMPLETE;
+	default:
+		return WIRE_HTTP_DONE;
+	}
+}
+
+enum wire_http_verdict wire_http_chunked_step(struct wire_http_chunked *d, const char *in,
+					      size_t len, size_t *used, const char **data,
+					      size_t *data_len, struct wire_http_error *err)
 {
 	size_t i = 0;
 
 	*data = NULL;
 	*data_len = 0;
 	while (i < len) {
-		char c = in[i];
+		enum wire_http_verdict v;
 
-		switch (d->state) {
-		case CH_SIZE:
-			if (wire_http_hex_value(c) >= 0) {
-				if (++d->digits > CH_MAX_DIGITS) {
-					MALFORMED(err, "a chunk size has too many digits");
-					return WIRE_HTTP_REFUSED;
-				}
-				d->left = d->left * 16 + (uint64_t)wire_http_hex_value(c);
-				i++;
-				break;
-			}
-			if (d->digits == 0 || (c != ';' && c != '\r')) {
-				MALFORMED(err, "a chunk size is not hexadecimal digits");
-				return WIRE_HTTP_REFUSED;
-			}
-			d->state = c == ';' ? CH_EXT : CH_SIZE_LF;
-			d->line = 0;
-			i++;
-			break;
-		case CH_EXT:
-			if (c == '\r') {
-				d->state = CH_SIZE_LF;
-			} else if (c == '\n' || c == '\0' || ++d->line > CH_MAX_LINE) {
-				MALFORMED(err, "a chunk extension is malformed or too long");
-				return WIRE_HTTP_REFUSED;
-			}
-			i++;
-			break;
-		case CH_SIZE_LF:
-			if (c != '\n') {
-				MALFORMED(err, "a chunk size line does not end in CRLF");
-				return WIRE_HTTP_REFUSED;
-			}
-			i++;
-			d->digits = 0;
-			d->line = 0;
-			d->state = d->left == 0 ? CH_TRAILER : CH_DATA;
-			break;
-		case CH_DATA: {
+		if (d->state == CH_DONE) {
+			*used = i;
+			return WIRE_HTTP_DONE;
+		}
+		if (d->state == CH_DATA) {
 			size_t n = len - i;
 
 			if ((uint64_t)n > d->left)
@@ -427,44 +463,10 @@ enum wire_http_verdict wire_http_chunked_step(struct wire_http_chunked *d, const
 			*used = i + n;
 			return WIRE_HTTP_INCOMPLETE;
 		}
-		case CH_DATA_CR:
-		case CH_DATA_LF:
-			if (c != (d->state == CH_DATA_CR ? '\r' : '\n')) {
-				MALFORMED(err, "a chunk's data does not end in CRLF");
-				return WIRE_HTTP_REFUSED;
-			}
-			d->state = d->state == CH_DATA_CR ? CH_DATA_LF : CH_SIZE;
-			i++;
-			break;
-		case CH_TRAILER:
-			if (c == '\r') {
-				d->state = CH_TRAILER_LF;
-			} else if (c == '\n' || c == '\0' || ++d->trailer > CH_MAX_TRAILER) {
-				MALFORMED(err,
-					  "the chunked body's trailer is malformed or too long");
-				return WIRE_HTTP_REFUSED;
-			} else {
-				d->line++;
-			}
-			i++;
-			break;
-		case CH_TRAILER_LF:
-			if (c != '\n') {
-				MALFORMED(err, "a trailer line does not end in CRLF");
-				return WIRE_HTTP_REFUSED;
-			}
-			i++;
-			if (d->line == 0) {
-				d->state = CH_DONE;
-				*used = i;
-				return WIRE_HTTP_DONE;
-			}
-			d->line = 0;
-			d->state = CH_TRAILER;
-			break;
-		default:
+		v = chunk_byte(d, in[i++], err);
+		if (v != WIRE_HTTP_INCOMPLETE) {
 			*used = i;
-			return WIRE_HTTP_DONE;
+			return v;
 		}
 	}
 	*used = i;
@@ -480,8 +482,24 @@ const char *wire_http_reason(unsigned status)
 		return "OK";
 	case 201:
 		return "Created";
+	case 202:
+		return "Accepted";
 	case 204:
 		return "No Content";
+	case 206:
+		return "Partial Content";
+	case 301:
+		return "Moved Permanently";
+	case 302:
+		return "Found";
+	case 303:
+		return "See Other";
+	case 304:
+		return "Not Modified";
+	case 307:
+		return "Temporary Redirect";
+	case 308:
+		return "Permanent Redirect";
 	case 400:
 		return "Bad Request";
 	case 401:
@@ -504,17 +522,44 @@ const char *wire_http_reason(unsigned status)
 		return "Expectation Failed";
 	case 422:
 		return "Unprocessable Content";
+	case 429:
+		return "Too Many Requests";
 	case 431:
 		return "Request Header Fields Too Large";
 	case 500:
 		return "Internal Server Error";
 	case 501:
 		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
 	case 503:
 		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
 	case 505:
 		return "HTTP Version Not Supported";
 	default:
 		return "";
 	}
+}
+
+bool wire_http_bodiless(unsigned status)
+{
+	return status < 200 || status == 204 || status == 304;
+}
+
+size_t wire_http_format_head(char *out, size_t cap, unsigned status, time_t now,
+			     const char *framing, const char *headers, const char *connection)
+{
+	char date[64];
+	struct tm tm;
+	int n;
+
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	n = snprintf(out, cap, "HTTP/1.1 %u %s\r\nDate: %s\r\n%s%s%s%s%s\r\n", status,
+		     wire_http_reason(status), date, framing != NULL ? framing : "",
+		     headers != NULL ? headers : "", connection != NULL ? "Connection: " : "",
+		     connection != NULL ? connection : "", connection != NULL ? "\r\n" : "");
+	return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }

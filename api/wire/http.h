@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* The most a request head may take: request line, fields and every line end. */
 #define WIRE_HTTP_MAX_HEAD 16384
@@ -106,5 +107,18 @@ int wire_http_hex_value(char c);
 
 /** The reason phrase of @p status ("Bad Request"), "" for none. */
 const char *wire_http_reason(unsigned status);
+
+/** True when a response of @p status has no body, whatever its framing says (1xx, 204, 304). */
+bool wire_http_bodiless(unsigned status);
+
+/**
+ * Writes a response head into @p out: the status line, a Date of @p now,
+ * @p framing (a "Content-Length: N\r\n" or "Transfer-Encoding: chunked\r\n"
+ * line, or NULL), @p headers (whole lines, or NULL), a Connection field of
+ * @p connection unless it is NULL, and the empty line.
+ * @return the head's length, or 0 when it does not fit in @p cap bytes
+ */
+size_t wire_http_format_head(char *out, size_t cap, unsigned status, time_t now,
+			     const char *framing, const char *headers, const char *connection);
 
 #endif

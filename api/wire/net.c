@@ -88,6 +88,13 @@ static void sweep(struct loop *l, int64_t now)
 			if (now - c->since_ms >= (c->refused ? LINGER_REFUSED_MS : LINGER_MS))
 				wire_conn_close(c);
 			break;
+		case C_STREAM:
+			/* A reader too slow for the bytes waiting; a thread's silence is its own. */
+			if (c->out_off < c->out_len && now - c->last_io_ms >= cfg->idle_timeout_ms) {
+				wire_stats_timeout("write");
+				wire_conn_close(c);
+			}
+			break;
 		case C_CALL:
 			break;
 		}
@@ -205,39 +212,31 @@ static void accept_on(struct loop *l, unsigned li)
 
 /* --- the polling threads --- */
 
+/* The connections other threads handed back, in the order they came. */
 static void take_woken(struct loop *l)
 {
 	struct wire_conn *c, *next;
 	uint64_t n;
 
 	if (read(l->wakefd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: a wake raced the read; the list below is what counts. */
+		/* EAGAIN: a wake raced the read; the list is what counts. */
 	}
-	pthread_mutex_lock(&l->wake_lock);
-	c = l->woken;
-	l->woken = NULL;
-	pthread_mutex_unlock(&l->wake_lock);
-	/* Handed back in the order they were queued. */
-	{
-		struct wire_conn *rev = NULL;
-
-		for (; c != NULL; c = next) {
-			next = c->wake_next;
-			c->wake_next = rev;
-			rev = c;
+	for (c = wire_wake_take(l); c != NULL; c = next) {
+		next = c->taken_next;
+		if ((c->taken_what & WIRE_WAKE_RELEASE) != 0) {
+			c->held = false;
+			if (c->dead) {
+				wire_conn_end_call(c, false);
+				wire_conn_free(c);
+				continue;
+			}
+			if (c->pipe == NULL) {
+				c->net->ops->resume(c->call);
+				wire_conn_after_call(c);
+			}
+		} else if (c->dead) {
+			continue; /* a stream's bytes for a client that is gone */
 		}
-		c = rev;
-	}
-	for (; c != NULL; c = next) {
-		next = c->wake_next;
-		c->held = false;
-		if (c->dead) {
-			wire_conn_end_call(c, false);
-			wire_conn_free(c);
-			continue;
-		}
-		c->net->ops->resume(c->call);
-		wire_conn_after_call(c);
 		wire_conn_step(c);
 	}
 }
@@ -266,6 +265,11 @@ static void *loop_main(void *arg)
 
 				if ((evs[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
 				    (evs[i].events & EPOLLIN) == 0) {
+					wire_conn_close(c);
+					continue;
+				}
+				if (c->state == C_STREAM && (evs[i].events & EPOLLRDHUP) != 0) {
+					/* The client left while a thread writes its reply. */
 					wire_conn_close(c);
 					continue;
 				}

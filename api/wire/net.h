@@ -54,6 +54,15 @@ struct wire_net_config {
 	unsigned threads;
 };
 
+/* Limits for a server with no settings of its own: the defaults of the project's
+ * --head-timeout, --body-timeout, --idle-timeout and connection limits. */
+#define WIRE_NET_DEFAULTS                                                                   \
+	{                                                                                   \
+		.head_timeout_ms = 10000, .body_timeout_ms = 30000, .idle_timeout_ms = 60000, \
+		.max_connections = 4096, .max_per_address = 256,                              \
+		.discard_max = (size_t)9 << 20, .threads = 2,                                 \
+	}
+
 struct wire_net_listener {
 	int fd;              /* owned from wire_net_start() on */
 	struct wire_tls *tls; /* NULL: plaintext; borrowed */
@@ -72,7 +81,11 @@ LEDGER_MUSTCHECK enum ledger_err wire_net_start(const struct wire_net_config *cf
 /** Stops accepting: the listeners close; calls in flight go on; replies close. */
 void wire_net_drain(struct wire_net *net);
 
-/** Stops the threads and closes every connection. */
+/**
+ * Stops the threads and closes every connection. No call may be held by
+ * another thread any more (a worker's, a stream's): wait for
+ * wire_net_in_flight() to reach 0 after wire_net_drain() first.
+ */
 void wire_net_stop(struct wire_net *net);
 
 /** Calls begun and not yet ended. Thread-safe. */

@@ -25,6 +25,7 @@ enum conn_state {
 	C_DROP,      /* the reply is ready; dropping the rest of the body first */
 	C_WRITE,     /* writing the reply */
 	C_LINGER,    /* reply written, write side shut: reading until the client closes */
+	C_STREAM,    /* a thread of the server's writes the reply (api/wire/stream.h) */
 };
 
 /*
@@ -61,9 +62,14 @@ struct wire_conn {
 	void *call;
 	struct wire_http_head head;
 	char *head_buf; /* the head, copied out of the input buffer for the call's life */
-	bool held;      /* a worker will wake the call */
-	bool woken;     /* wake arrived; resume() is due */
-	struct wire_conn *wake_next;
+	bool held;              /* another thread has the call until it wakes it */
+	struct wire_pipe *pipe; /* the call's reply comes from a thread (api/wire/stream.c) */
+	/* The wake list (api/wire/wake.c). */
+	unsigned wake_what;          /* under the loop's wake_lock: the WIRE_WAKE_* asked */
+	bool wake_listed;            /* under the loop's wake_lock: on the loop's list */
+	struct wire_conn *wake_next; /* under the loop's wake_lock */
+	unsigned taken_what;         /* on the loop's thread: what the last take found */
+	struct wire_conn *taken_next;
 	bool body_asked, body_done, reply_ready;
 	size_t body_max;
 	uint64_t body_left; /* Content-Length bytes still to come */
@@ -74,7 +80,7 @@ struct wire_conn {
 	char *out;
 	size_t out_len, out_off;
 	bool close_after;
-	bool dead; /* the connection is gone; the call is ended once no worker holds it */
+	bool dead; /* the connection is gone; the call is ended once no thread holds it */
 
 	int64_t since_ms;   /* when the current state's deadline started */
 	int64_t last_io_ms; /* last byte in or out */
@@ -88,7 +94,7 @@ struct loop {
 	int epfd, wakefd;
 	struct wire_conn *conns; /* every connection of this thread */
 	pthread_mutex_t wake_lock;
-	struct wire_conn *woken; /* handed back by workers */
+	struct wire_conn *woken; /* woken by other threads, newest first (api/wire/wake.c) */
 	bool started;
 };
 
@@ -114,6 +120,40 @@ struct wire_net {
 	struct addr_count *addrs[ADDR_BUCKETS];
 	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
 };
+
+/* What another thread asks of a connection's polling thread. */
+enum {
+	WIRE_WAKE_RELEASE = 1, /* the thread that held the call lets go of it */
+	WIRE_WAKE_KICK = 2,    /* a stream's thread queued bytes */
+};
+
+/* From any thread: puts @p c on its loop's wake list, asking @p what. */
+void wire_wake_push(struct wire_conn *c, unsigned what);
+
+/*
+ * On the loop's thread: takes the wake list, oldest first, linked by
+ * taken_next, each connection's asks in taken_what.
+ */
+struct wire_conn *wire_wake_take(struct loop *l);
+
+/* What a stream's pipe holds for the polling thread (api/wire/stream.c). */
+enum wire_stream_pull {
+	WIRE_STREAM_MORE, /* bytes were moved into the connection's output */
+	WIRE_STREAM_WAIT, /* nothing yet: the thread kicks when there is */
+	WIRE_STREAM_DONE, /* the reply ended whole and the thread let go */
+	WIRE_STREAM_CUT,  /* the reply ended cut short, or could not be kept */
+};
+
+struct wire_pipe;
+
+/* On the polling thread, its output written: takes what the thread queued. */
+enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after);
+
+/* The client is gone: the thread's next write says so, and a waiting one wakes. */
+void wire_stream_lost(struct wire_pipe *p);
+
+/* Frees a pipe no thread uses any more. NULL-safe. */
+void wire_stream_free(struct wire_pipe *p);
 
 /* Monotonic milliseconds. */
 int64_t wire_conn_now_ms(void);
