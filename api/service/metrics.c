@@ -288,27 +288,11 @@ static void batch_histogram(struct ledger_buf *out, uint64_t calls)
 		(unsigned long long)calls, cumulative);
 }
 
-void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
-			long in_flight)
+/* What the tool calls and failovers came to. */
+static void render_outcomes(struct ledger_buf *out)
 {
-	static const char *const shed_names[LEDGER_STORE_SHED_KINDS] = {
-		[LEDGER_STORE_SHED_QUEUE_FULL] = "queue_full",
-		[LEDGER_STORE_SHED_STALLED] = "stalled",
-		[LEDGER_STORE_SHED_EXPIRED] = "expired",
-	};
-	static const struct {
-		enum ledger_err kind;
-		const char *name;
-	} db_errors[] = {
-		{LEDGER_ERR_UNAVAILABLE, "unavailable"},
-		{LEDGER_ERR_CONFLICT, "conflict"},
-		{LEDGER_ERR_INTERNAL, "internal"},
-	};
 	int64_t unknown = ledger_maintenance_unknown();
-	size_t cache_entries = 0, cache_bytes = 0;
-	uint64_t batches = 0, batched = 0;
 
-	render_http(out);
 	header(out, "ledger_claim_outcomes_total", "counter", "Tool-call claims by outcome.");
 	for (size_t i = 0; i < COUNT(claim_names); i++)
 		ledger_buf_printf(out, "ledger_claim_outcomes_total{outcome=\"%s\"} %llu\n",
@@ -351,6 +335,13 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 		       "Tool calls whose outcome is unknown, all tenants (counted every 15 s).");
 		ledger_buf_printf(out, "ledger_unknown_outcomes %lld\n", (long long)unknown);
 	}
+}
+
+/* The replay cache: what it answered and what it holds. */
+static void render_cache(struct ledger_buf *out)
+{
+	size_t cache_entries = 0, cache_bytes = 0;
+
 	ledger_replay_cache_stats(&cache_entries, &cache_bytes);
 	header(out, "ledger_replay_cache_hits_total", "counter",
 	       "Replays answered from memory, without the database.");
@@ -360,6 +351,26 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	ledger_buf_printf(out, "ledger_replay_cache_entries %zu\n", cache_entries);
 	header(out, "ledger_replay_cache_bytes", "gauge", "Memory held by the replay cache.");
 	ledger_buf_printf(out, "ledger_replay_cache_bytes %zu\n", cache_bytes);
+}
+
+/* The database and the workers that talk to it. */
+static void render_store(struct ledger_buf *out, size_t queue_depth, unsigned stalled)
+{
+	static const char *const shed_names[LEDGER_STORE_SHED_KINDS] = {
+		[LEDGER_STORE_SHED_QUEUE_FULL] = "queue_full",
+		[LEDGER_STORE_SHED_STALLED] = "stalled",
+		[LEDGER_STORE_SHED_EXPIRED] = "expired",
+	};
+	static const struct {
+		enum ledger_err kind;
+		const char *name;
+	} db_errors[] = {
+		{LEDGER_ERR_UNAVAILABLE, "unavailable"},
+		{LEDGER_ERR_CONFLICT, "conflict"},
+		{LEDGER_ERR_INTERNAL, "internal"},
+	};
+	uint64_t batches = 0, batched = 0;
+
 	header(out, "ledger_database_up", "gauge",
 	       "1 while this process's connection attempts reach the database, 0 from the "
 	       "first that failed until one succeeds.");
@@ -397,6 +408,15 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	header(out, "ledger_store_stalled_workers", "gauge",
 	       "Database workers waiting on a database that stopped answering.");
 	ledger_buf_printf(out, "ledger_store_stalled_workers %u\n", stalled);
+}
+
+void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
+			long in_flight)
+{
+	render_http(out);
+	render_outcomes(out);
+	render_cache(out);
+	render_store(out, queue_depth, stalled);
 	header(out, "ledger_http_in_flight", "gauge", "HTTP calls being served.");
 	ledger_buf_printf(out, "ledger_http_in_flight %ld\n", in_flight);
 	header(out, "ledger_token_lookups_total", "counter",
