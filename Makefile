@@ -92,6 +92,11 @@ TEST_OBJ := $(filter-out $(BUILD)/api/cli/main.o,$(API_OBJ)) $(BUILD)/libledger.
 $(BUILD)/libledger_common.a: $(COMMON_SRC:%.c=$(BUILD)/%.o)
 	rm -f $@ && $(AR) rcs $@ $^
 
+# The wire (api/wire/: HTTP/1.1 and TLS, no domain words): ledger-gateway
+# and ledger-mcp serve on it as ledgerd does.
+$(BUILD)/libledger_wire.a: $(patsubst %.c,$(BUILD)/%.o,$(wildcard api/wire/*.c))
+	rm -f $@ && $(AR) rcs $@ $^
+
 $(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(SDK_LIBS)
 
@@ -153,14 +158,16 @@ $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
 
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
-$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags libmicrohttpd jansson)
-$(BUILD)/ledger-gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_client.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd jansson) $(SDK_LIBS)
+$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson)
+$(BUILD)/ledger-gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_wire.a $(BUILD)/libledger_client.a \
+		$(BUILD)/libledger_common.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson libssl) $(SDK_LIBS)
 
 # ledger-mcp: the exactly-once MCP proxy (sdk/programs/ledger-mcp/README.md), on the C SDK's
 # archive, with ledger/common's JSON reader and writer as ledgerctl has them.
-$(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_common.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libmicrohttpd) $(SDK_LIBS)
+$(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_wire.a $(BUILD)/libledger_client.a \
+		$(BUILD)/libledger_common.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libssl) $(SDK_LIBS)
 
 # The .pc is written here, for the PREFIX of this install (build/'s is for make's own).
 install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 # The libraries' headers and the build's tools, for gcc (make) and clang (make fuzz) alike.
-LIB_PKGS="make pkg-config libmicrohttpd-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
+LIB_PKGS="make pkg-config libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
 BUILD_PKGS="gcc $LIB_PKGS"
 RUN_PKGS="postgresql-15 python3"
 # The HA engine: Patroni, its etcd client and etcd. tests/ha runs ledgerd's
@@ -27,7 +27,7 @@ BENCH_PKGS="wrk gnuplot-nox nodejs"
 # What the built programs need at run time and nothing to build them: the
 # shared libraries of ledgerd, ledgerctl and gateway, and curl for a health
 # check. The final stage of docker/Dockerfile installs exactly these.
-RUNTIME_PKGS="libmicrohttpd12 libpq5 libssl3 libyaml-0-2 libcurl4 libjansson4 curl ca-certificates"
+RUNTIME_PKGS="libpq5 libssl3 libyaml-0-2 libcurl4 libjansson4 curl ca-certificates"
 # make image-test: podman builds docker/Dockerfile with no Docker engine,
 # runc runs its containers, debootstrap makes the Debian base image (its
 # archive keyring checks what it fetches), catatonit is podman's --init.

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 from conftest import LEDGERD
 
@@ -33,7 +34,9 @@ class _Replica(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if b'"slow"' in body:  # a prompt that takes a while before its first token
+            time.sleep(self.server.slow_s)
         self.server.served.append((self.headers.get("X-Ledger-Request-Id"),
                                    self.headers.get("X-Ledger-Attempt-Id")))
         chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake",
@@ -53,12 +56,14 @@ class _Replica(http.server.BaseHTTPRequestHandler):
 
 
 class Replica:
-    """A _Replica on a free loopback port; .url, .served; close() when done."""
+    """A _Replica on a free loopback port; .url, .served; close() when done. A
+    completion whose body says "slow" waits @slow_s before its first event."""
 
-    def __init__(self):
+    def __init__(self, slow_s=0):
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replica)
         self._server.daemon_threads = True
         self._server.served = []
+        self._server.slow_s = slow_s
         self.url = "http://127.0.0.1:%d" % self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 

@@ -1,6 +1,8 @@
-"""What ledgerd does with malformed or ambiguous HTTP/1.1 (RFC 9112).
+"""What the servers on the project's HTTP/1.1 layer (api/wire/) do with
+malformed or ambiguous HTTP/1.1 (RFC 9112): ledgerd, ledger-gateway and
+ledger-mcp alike, each case run against all three (wire_targets.py).
 
-A front proxy and ledgerd must never read one stream as different
+A front proxy and a server must never read one stream as different
 requests, so every message whose framing two readers could take apart
 differently is refused with 400 and the connection closed, before any
 route runs. Every refusal is one JSON envelope, written once."""
@@ -12,10 +14,19 @@ import time
 
 import pytest
 
+import wire_targets
 from conftest import hold_request_lock, new_id
 from wire import connect, exchange, parse, read_all, request
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n"
+
+
+@pytest.fixture(scope="module", params=["ledgerd", "ledger-gateway", "ledger-mcp"])
+def target(request, service, tmp_path_factory):
+    """One of the three servers, for the module's cases that hold for each."""
+    t, close = wire_targets.start(request.param, service, tmp_path_factory.mktemp("wire"))
+    yield t
+    close()
 
 
 def assert_nothing_written(svc, rid):
@@ -43,71 +54,79 @@ def refused_once(svc, raw, status=400, code="malformed_request", timeout=10.0):
     return answers[0]
 
 
+def post(target, headers, body=b"", path=None):
+    """The bytes of a POST to @target's path that reads its body."""
+    return request("POST", path or target.body_path(), target.body_headers + headers, body)
+
+
 # --- request smuggling ------------------------------------------------------
 
 
-def test_two_content_lengths_are_refused_and_the_rest_never_runs(service):
-    rid = new_id()
-    body = b'{"claim_id": "0123456789abcdef0123"}'
-    raw = request("POST", claim_path(rid),
-                  [("Authorization", "Bearer " + service.token()),
-                   ("Content-Length", "2"), ("Content-Length", str(len(body)))], body)
-    refused_once(service, raw + HEALTHZ)
-    assert_nothing_written(service, rid)
+def nothing_ran(target, service, path):
+    """For ledgerd, the claim at @path left no row: its refusal ran nothing."""
+    if target.name == "ledgerd":
+        assert_nothing_written(service, path.split("/")[3])
 
 
-def test_equal_content_lengths_are_refused_too(service):
-    refused_once(service, request("POST", "/healthz", [("Content-Length", "2"),
-                                                       ("Content-Length", "2")], b"{}"))
+def test_two_content_lengths_are_refused_and_the_rest_never_runs(target, service):
+    path = target.body_path()
+    raw = post(target, [("Content-Length", "2"), ("Content-Length", str(len(target.body)))],
+               target.body, path=path)
+    refused_once(target, raw + HEALTHZ)
+    nothing_ran(target, service, path)
 
 
-def test_content_length_beside_transfer_encoding_is_refused(service):
-    rid = new_id()
-    raw = request("POST", claim_path(rid),
-                  [("Authorization", "Bearer " + service.token()), ("Content-Length", "5"),
-                   ("Transfer-Encoding", "chunked")], b"2\r\n{}\r\n0\r\n\r\n")
-    refused_once(service, raw + HEALTHZ)
-    assert_nothing_written(service, rid)
+def test_equal_content_lengths_are_refused_too(target):
+    refused_once(target, request("POST", "/healthz", [("Content-Length", "2"),
+                                                      ("Content-Length", "2")], b"{}"))
 
 
-def test_whitespace_before_a_colon_is_refused(service):
+def test_content_length_beside_transfer_encoding_is_refused(target, service):
+    path = target.body_path()
+    raw = post(target, [("Content-Length", "5"), ("Transfer-Encoding", "chunked")],
+               b"2\r\n{}\r\n0\r\n\r\n", path=path)
+    refused_once(target, raw + HEALTHZ)
+    nothing_ran(target, service, path)
+
+
+def test_whitespace_before_a_colon_is_refused(target):
     raw = (b"POST /healthz HTTP/1.1\r\nHost: ledgerd\r\nTransfer-Encoding : chunked\r\n\r\n"
            b"0\r\n\r\n")
-    refused_once(service, raw + HEALTHZ)
+    refused_once(target, raw + HEALTHZ)
 
 
 @pytest.mark.parametrize("coding", ["gzip", "chunked, gzip", "chunked, chunked", "identity"])
-def test_a_coding_that_does_not_end_in_chunked_is_refused_at_once(service, coding):
+def test_a_coding_that_does_not_end_in_chunked_is_refused_at_once(target, coding):
     raw = request("POST", "/healthz", [("Transfer-Encoding", coding)]) + b"0\r\n\r\n"
-    refused_once(service, raw, timeout=6)
+    refused_once(target, raw, timeout=6)
 
 
-def test_an_unknown_coding_before_chunked_is_not_implemented(service):
+def test_an_unknown_coding_before_chunked_is_not_implemented(target):
     raw = request("POST", "/healthz", [("Transfer-Encoding", "gzip, chunked")]) + b"0\r\n\r\n"
-    refused_once(service, raw, status=501, code="not_implemented", timeout=6)
+    refused_once(target, raw, status=501, code="not_implemented", timeout=6)
 
 
-def test_http11_without_host_is_refused(service):
-    refused_once(service, request("GET", "/healthz", host=False) + HEALTHZ)
+def test_http11_without_host_is_refused(target):
+    refused_once(target, request("GET", "/healthz", host=False) + HEALTHZ)
 
 
-def test_http10_without_host_is_served(service):
-    answers, _, closed = exchange(service, request("GET", "/healthz", host=False,
-                                                   version="HTTP/1.0"))
+def test_http10_without_host_is_served(target):
+    answers, _, closed = exchange(target, request("GET", "/healthz", host=False,
+                                                  version="HTTP/1.0"))
     assert [a.status for a in answers] == [200] and closed
 
 
 @pytest.mark.parametrize("field", ["Host", "Authorization", "Content-Type"])
-def test_a_field_given_twice_that_may_appear_once_is_refused(service, field):
+def test_a_field_given_twice_that_may_appear_once_is_refused(target, field):
     raw = request("GET", "/healthz", [(field, "a"), (field, "b")], host=field != "Host")
-    refused_once(service, raw)
+    refused_once(target, raw)
 
 
 @pytest.mark.parametrize("value", ["+2", "-1", "2, 2", "0x2", "2 2", "", "1e1"])
-def test_a_malformed_content_length_is_answered_once(service, value):
+def test_a_malformed_content_length_is_answered_once(target, value):
     raw = b"POST /healthz HTTP/1.1\r\nHost: ledgerd\r\nContent-Length: %s\r\n\r\n{}" % (
         value.encode())
-    refused_once(service, raw + HEALTHZ)
+    refused_once(target, raw + HEALTHZ)
 
 
 @pytest.mark.parametrize("raw", [
@@ -131,55 +150,50 @@ def test_a_malformed_content_length_is_answered_once(service, value):
 ], ids=["obs-fold", "bare-lf", "bare-cr", "nul", "control", "no-colon", "no-name",
         "bad-name", "two-spaces", "trailing-space", "no-version", "bad-method",
         "relative-target", "absolute-form", "del-in-target", "not-http", "long-minor"])
-def test_a_malformed_head_is_answered_once(service, raw):
-    refused_once(service, raw + HEALTHZ)
+def test_a_malformed_head_is_answered_once(target, raw):
+    refused_once(target, raw + HEALTHZ)
 
 
 @pytest.mark.parametrize("version", ["HTTP/2.0", "HTTP/1.2", "HTTP/0.9", "HTTP/3.0"])
-def test_another_http_version_is_505(service, version):
-    refused_once(service, request("GET", "/healthz", version=version), status=505,
+def test_another_http_version_is_505(target, version):
+    refused_once(target, request("GET", "/healthz", version=version), status=505,
                  code="http_version_not_supported")
 
 
-def test_another_expectation_is_417(service):
-    refused_once(service, request("POST", "/healthz", [("Expect", "200-ok")], b"{}"),
+def test_another_expectation_is_417(target):
+    refused_once(target, request("POST", "/healthz", [("Expect", "200-ok")], b"{}"),
                  status=417, code="expectation_failed")
 
 
-def test_a_malformed_chunk_is_refused_once_the_caller_is_known(service):
-    rid = new_id()
-    raw = request("POST", claim_path(rid),
-                  [("Authorization", "Bearer " + service.token()),
-                   ("Transfer-Encoding", "chunked")]) + b"zz\r\n{}\r\n0\r\n\r\n"
-    refused_once(service, raw + HEALTHZ)
-    assert_nothing_written(service, rid)
+def test_a_malformed_chunk_is_refused_once_the_body_is_read(target, service):
+    path = target.body_path()
+    raw = post(target, [("Transfer-Encoding", "chunked")], path=path) + b"zz\r\n{}\r\n0\r\n\r\n"
+    refused_once(target, raw + HEALTHZ)
+    nothing_ran(target, service, path)
 
 
 @pytest.mark.parametrize("tail", [b"2\r\n{}0\r\n\r\n", b"2\n{}\r\n0\r\n\r\n",
                                   b"2\r\n{}\r\n0\r\nX-T: 1\n\r\n"],
                          ids=["data-without-crlf", "size-bare-lf", "trailer-bare-lf"])
-def test_chunk_framing_needs_every_crlf(service, tail):
-    rid = new_id()
-    raw = request("POST", claim_path(rid), [("Authorization", "Bearer " + service.token()),
-                                           ("Transfer-Encoding", "chunked")]) + tail
-    refused_once(service, raw + HEALTHZ)
-    assert_nothing_written(service, rid)
+def test_chunk_framing_needs_every_crlf(target, service, tail):
+    path = target.body_path()
+    raw = post(target, [("Transfer-Encoding", "chunked")], path=path) + tail
+    refused_once(target, raw + HEALTHZ)
+    nothing_ran(target, service, path)
 
 
-def test_a_chunked_body_with_extensions_and_trailers_is_read(service):
-    rid = new_id()
-    body = b'{"claim_id": "0123456789abcdef0123"}'
-    raw = request("POST", claim_path(rid), [("Authorization", "Bearer " + service.token()),
-                                           ("Transfer-Encoding", "chunked")])
+def test_a_chunked_body_with_extensions_and_trailers_is_read(target):
+    body = target.body
+    raw = post(target, [("Transfer-Encoding", "chunked")])
     raw += b"%x;ext=1\r\n%s\r\n0\r\nX-Trailer: yes\r\n\r\n" % (len(body), body)
-    s = connect(service)
+    s = connect(target)
     try:
         s.sendall(raw + HEALTHZ)
         data, _ = read_all(s, until_answers=2)
     finally:
         s.close()
     answers, _ = parse(data)
-    assert [a.status for a in answers] == [201, 200], answers
+    assert [a.status for a in answers] == [target.body_status, 200], answers
 
 
 # --- limits, at their edges --------------------------------------------------
@@ -191,20 +205,20 @@ def padded_head(total):
     return base.replace(b"X-Pad: ", b"X-Pad: " + b"a" * (total - len(base)))
 
 
-def test_a_head_of_16384_bytes_is_served(service):
+def test_a_head_of_16384_bytes_is_served(target):
     raw = padded_head(16384)
     assert len(raw) == 16384
-    answers, _, _ = exchange(service, raw + request("GET", "/healthz", [("Connection", "close")]))
+    answers, _, _ = exchange(target, raw + request("GET", "/healthz", [("Connection", "close")]))
     assert [a.status for a in answers] == [200, 200], answers
 
 
-def test_a_head_of_16385_bytes_is_431(service):
+def test_a_head_of_16385_bytes_is_431(target):
     raw = padded_head(16385)
-    refused_once(service, raw, status=431, code="headers_too_large")
+    refused_once(target, raw, status=431, code="headers_too_large")
 
 
-def test_a_head_far_too_large_is_431_without_waiting_for_its_end(service):
-    s = connect(service)
+def test_a_head_far_too_large_is_431_without_waiting_for_its_end(target):
+    s = connect(target)
     try:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: ledgerd\r\nX-Pad: " + b"a" * 40000)
         data, closed = read_all(s, timeout=5)
@@ -215,34 +229,32 @@ def test_a_head_far_too_large_is_431_without_waiting_for_its_end(service):
     assert answers[0].error()["code"] == "headers_too_large"
 
 
-def test_empty_lines_before_a_request_are_ignored(service):
-    answers, _, _ = exchange(service, b"\r\n\r\n" + request("GET", "/healthz",
-                                                              [("Connection", "close")]))
+def test_empty_lines_before_a_request_are_ignored(target):
+    answers, _, _ = exchange(target, b"\r\n\r\n" + request("GET", "/healthz",
+                                                             [("Connection", "close")]))
     assert [a.status for a in answers] == [200]
 
 
-def test_100_fields_are_served_and_101_are_431(service):
+def test_100_fields_are_served_and_101_are_431(target):
     fields = [("X-F%d" % i, "v") for i in range(99)]
     # Host, 98 more and Connection: 100 fields.
-    answers, _, _ = exchange(service, request("GET", "/healthz",
-                                              fields[:98] + [("Connection", "close")]))
+    answers, _, _ = exchange(target, request("GET", "/healthz",
+                                             fields[:98] + [("Connection", "close")]))
     assert [a.status for a in answers] == [200], answers
     # Host, 99 more and one again: 101.
-    refused_once(service, request("GET", "/healthz", fields + [("X-Last", "v")]),
+    refused_once(target, request("GET", "/healthz", fields + [("X-Last", "v")]),
                  status=431, code="headers_too_large")
 
 
-def test_an_over_limit_chunked_body_is_413_before_its_end(service):
+def test_an_over_limit_chunked_body_is_413_before_its_end(target, service):
     """The 413 goes out as soon as the limit is passed, while the client
     still holds the body open: it is not read to its end first."""
-    rid = new_id()
-    s = connect(service)
+    path = target.body_path()
+    s = connect(target)
     try:
-        s.sendall(request("POST", claim_path(rid),
-                          [("Authorization", "Bearer " + service.token()),
-                           ("Transfer-Encoding", "chunked")]))
+        s.sendall(post(target, [("Transfer-Encoding", "chunked")], path=path))
         chunk = b"x" * 65536
-        for _ in range(17):  # 1 MiB + 64 KiB, and no last chunk
+        for _ in range(target.max_body // len(chunk) + 1):  # the limit and 64 KiB, no last chunk
             s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         data, closed = read_all(s, timeout=5, until_answers=1)
     finally:
@@ -251,13 +263,13 @@ def test_an_over_limit_chunked_body_is_413_before_its_end(service):
     assert [a.status for a in answers] == [413], answers
     assert answers[0].error()["code"] == "body_too_large"
     assert answers[0].header("Connection") == "close"
-    assert_nothing_written(service, rid)
+    nothing_ran(target, service, path)
 
 
-def test_pipelined_requests_are_answered_in_order(service):
-    s = connect(service)
+def test_pipelined_requests_are_answered_in_order(target):
+    s = connect(target)
     try:
-        s.sendall(HEALTHZ + request("GET", "/nope") + HEALTHZ)
+        s.sendall(HEALTHZ + request("GET", target.missing_target) + HEALTHZ)
         data, closed = read_all(s, timeout=5, until_answers=3)
         assert not closed
         s.sendall(HEALTHZ)
@@ -275,61 +287,77 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_request_sent_while_a_call_runs_waits_for_it_without_spinning(service):
-    """A client that sends its next request before the answer to a call
-    the database holds: the call is answered first, then the request, and
-    meanwhile ledgerd does not poll the readable socket in a loop (one
-    core at 100% for as long as the database takes)."""
+def slow_request(target, service):
+    """A request whose answer waits a while, its status, and the thread to join after:
+    for ledgerd a claim behind a request's row lock, for a proxy a slow upstream."""
+    if target.name != "ledgerd":
+        raw, status = target.slow
+        return raw, status, None
     led, token = service.ledgerd, service.token()
     rid = new_id()
     assert led.post(claim_path(rid), {"claim_id": "0123456789abcdef0123"},
                     token=token).status == 201
     lock = hold_request_lock(service.sql, rid, 2)
-    body = b'{"claim_id": "0123456789abcdef0124"}'
-    s = connect(service)
+    raw = request("POST", claim_path(rid).replace("call_01", "call_02"),
+                  [("Authorization", "Bearer " + token)], b'{"claim_id": "0123456789abcdef0124"}')
+    return raw, 201, lock
+
+
+def test_a_request_sent_while_a_call_runs_waits_for_it_without_spinning(target, service):
+    """A client that sends its next request before the answer to a call
+    that waits (on the database, on an upstream): the call is answered
+    first, then the request, and meanwhile the server does not poll the
+    readable socket in a loop (one core at 100% for as long as it waits)."""
+    raw, status, lock = slow_request(target, service)
+    s = connect(target)
     try:
-        s.sendall(request("POST", claim_path(rid).replace("call_01", "call_02"),
-                          [("Authorization", "Bearer " + token)], body))
-        time.sleep(0.2)  # the claim waits on the lock now; the next request comes
+        s.sendall(raw)
+        time.sleep(0.2)  # the call waits now; the next request comes
         s.sendall(HEALTHZ)
         time.sleep(0.1)
-        before, t0 = cpu_seconds(led.proc.pid), time.monotonic()
+        before, t0 = cpu_seconds(target.pid), time.monotonic()
         time.sleep(1.0)
-        used, took = cpu_seconds(led.proc.pid) - before, time.monotonic() - t0
+        used, took = cpu_seconds(target.pid) - before, time.monotonic() - t0
         data, closed = read_all(s, timeout=10, until_answers=2)
     finally:
         s.close()
-        lock.join()
+        if lock is not None:
+            lock.join()
     answers, _ = parse(data)
-    assert [a.status for a in answers] == [201, 200], answers
+    assert [a.status for a in answers] == [status, 200], answers
     assert not closed
-    assert used < 0.25 * took, "ledgerd used %.2f s of CPU in %.2f s, waiting" % (used, took)
+    assert used < 0.25 * took, "%s used %.2f s of CPU in %.2f s, waiting" % (
+        target.name, used, took)
 
 
-def test_head_requests_get_the_head_alone(service):
-    answers, rest, _ = exchange(service, request("HEAD", "/healthz", [("Connection", "close")]))
+def test_head_requests_get_the_head_alone(target):
+    answers, rest, closed = exchange(target, request("HEAD", "/healthz",
+                                                     [("Connection", "close")]))
     # A HEAD answer has a Content-Length and no body; parse() would wait for it.
-    assert answers == [] and rest.startswith(b"HTTP/1.1 405 "), rest
+    assert answers == [] and rest.startswith(b"HTTP/1.1 ") and rest.endswith(b"\r\n\r\n")
+    assert b"\r\nContent-Length: " in rest and closed, rest
 
 
-def test_thousands_of_pipelined_requests_are_all_answered(service):
+def test_thousands_of_pipelined_requests_are_all_answered(target):
     """Each reply of a pipelined stream is answered before the next head
     is read, in a loop: 20,000 requests sent at once once grew the stack
-    by a frame pair each, until it overflowed."""
-    n = 20000
-    s = connect(service)
+    by a frame pair each, until it overflowed. (ledger-mcp forwards each
+    to its upstream, a Python server: 2,000 of them.)"""
+    n = 2000 if target.name == "ledger-mcp" else 20000
+    s = connect(target)
     try:
         sender = threading.Thread(target=s.sendall, args=(HEALTHZ * n + request(
             "GET", "/healthz", [("Connection", "close")]),))
         sender.start()
-        data, closed = read_all(s, timeout=60)
+        data, closed = read_all(s, timeout=120)
         sender.join()
     finally:
         s.close()
     answers, rest = parse(data)
     assert len(answers) == n + 1 and closed and rest == b"", (len(answers), rest[:100])
     assert {a.status for a in answers} == {200}
-    assert service.ledgerd.get("/healthz").status == 200
+    answers, _, _ = exchange(target, request("GET", "/healthz", [("Connection", "close")]))
+    assert [a.status for a in answers] == [200]
 
 
 @pytest.mark.parametrize("name", ["si%ce", "%ff%fe", "a%00b", "%1b[31m", "x" * 65])

@@ -1,6 +1,8 @@
-"""Raw HTTP/1.1 on a socket, for tests of what ledgerd does with bytes no
-well-behaved client sends: every reply in a stream is parsed back out, so a
-test sees how many answers came, each one's head and body, and whether the
+"""Raw HTTP/1.1 on a socket, for tests of what a server on the project's
+HTTP layer (ledgerd, ledger-gateway, ledger-mcp) does with bytes no
+well-behaved client sends: every reply in a stream is parsed back out,
+whether its body has a Content-Length or comes in chunks, so a test sees
+how many answers came, each one's head and body, and whether the
 connection was closed after them."""
 
 import json
@@ -32,8 +34,14 @@ class Answer:
         return "<%d %r %r>" % (self.status, self.headers, self.body[:200])
 
 
+def address(svc):
+    """(host, port) of a test's service (its ledgerd) or of a wire target."""
+    server = getattr(svc, "ledgerd", svc)
+    return server.host, server.port
+
+
 def connect(svc, source=None, timeout=10):
-    s = socket.create_connection((svc.ledgerd.host, svc.ledgerd.port), timeout=timeout,
+    s = socket.create_connection(address(svc), timeout=timeout,
                                  source_address=(source, 0) if source else None)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
@@ -63,8 +71,30 @@ def read_all(sock, timeout=10.0, until_answers=None):
     return data, closed
 
 
+def dechunk(data):
+    """A chunked body at the start of @data: (body bytes, bytes after it), or None if cut short."""
+    body = b""
+    while True:
+        eol = data.find(b"\r\n")
+        if eol < 0:
+            return None
+        size = int(data[:eol].split(b";")[0], 16)
+        data = data[eol + 2:]
+        if size == 0:  # then the trailer's lines, if any, and an empty line
+            if data.startswith(b"\r\n"):
+                return body, data[2:]
+            end = data.find(b"\r\n\r\n")
+            return None if end < 0 else (body, data[end + 4:])
+        if len(data) < size + 2:
+            return None
+        assert data[size:size + 2] == b"\r\n", data[:size + 2]
+        body += data[:size]
+        data = data[size + 2:]
+
+
 def parse(data):
-    """Splits @data into answers. Returns (answers, leftover bytes)."""
+    """Splits @data into answers, each framed by its Content-Length or its chunks.
+    Returns (answers, leftover bytes)."""
     answers = []
     while data:
         end = data.find(b"\r\n\r\n")
@@ -75,12 +105,19 @@ def parse(data):
         assert version == "HTTP/1.1", head[0]
         headers = [tuple(x.strip() for x in line.split(":", 1)) for line in head[1:]]
         length = [int(v) for k, v in headers if k.lower() == "content-length"]
-        assert len(length) == 1, headers
-        if len(data) < end + 4 + length[0]:
-            break
-        body = data[end + 4:end + 4 + length[0]].decode("utf-8", "replace")
-        answers.append(Answer(int(status), reason, headers, body))
-        data = data[end + 4 + length[0]:]
+        chunked = [v for k, v in headers if k.lower() == "transfer-encoding"]
+        assert len(length) + len(chunked) == 1 and chunked in ([], ["chunked"]), headers
+        if chunked:
+            whole = dechunk(data[end + 4:])
+            if whole is None:
+                break
+            body, data = whole
+        else:
+            if len(data) < end + 4 + length[0]:
+                break
+            body = data[end + 4:end + 4 + length[0]]
+            data = data[end + 4 + length[0]:]
+        answers.append(Answer(int(status), reason, headers, body.decode("utf-8", "replace")))
     return answers, data
 
 

@@ -56,10 +56,10 @@ def test_ledgerd_without_help_still_refuses_what_it_does_not_know():
 def test_gateway_help_is_the_usage_on_stdout_and_exit_0(args):
     r = run(GATEWAY, *args)
     assert r.returncode == 0, r
-    assert r.stdout.startswith("usage: gateway ") and r.stderr == ""
+    assert r.stdout.startswith("usage: ledger-gateway ") and r.stderr == ""
 
 
 def test_gateway_misuse_is_exit_2_with_the_usage_on_stderr():
     r = run(GATEWAY, "--no-such-flag", "x")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("gateway: unknown flag\nusage: gateway ")
+    assert r.stderr.startswith("ledger-gateway: unknown flag\nusage: ledger-gateway ")

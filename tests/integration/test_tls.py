@@ -239,6 +239,80 @@ def test_the_gateway_streams_through_an_https_ledgerd(service, pki):
     assert [a["state"] for a in seen["attempts"]] == ["finished"], seen
 
 
+class Endpoint:
+    """A listener's host and port, for served_fingerprint() and wait_served()."""
+
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+
+
+def https_get(host, port, ca, path, method="GET", body=None):
+    conn = http.client.HTTPSConnection(host, port, timeout=30,
+                                       context=ssl.create_default_context(cafile=str(ca)))
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_gateway_serves_https_and_reloads_its_certificate_on_sighup(service, pki, tmp_path):
+    """ledger-gateway's listener is the wire ledgerd serves on: --tls-cert and
+    --tls-key serve HTTPS, and SIGHUP reads both files again."""
+    live = Pair(tmp_path / "live" / "tls.crt", tmp_path / "live" / "tls.key")
+    live.cert.parent.mkdir()
+    install(pki.server, live)
+    replica = Replica()
+    gw = Gateway(https_url(service.ledgerd), service.token("router"), replica.url,
+                 ["--ledger-ca-file", pki.ca] + tls_args(live), clean_env())
+    try:
+        assert gw.lines[-1]["tls"] is True, gw.lines
+        status, headers, text = https_get(*gw.address, pki.ca, "/v1/chat/completions", "POST",
+                                          json.dumps({"model": "m", "messages": [],
+                                                      "stream": True}))
+        assert status == 200 and REPLY in text and text.rstrip().endswith("data: [DONE]"), text
+        assert served_fingerprint(*gw.address, pki.ca) == fingerprint(pki.server.cert)
+        install(pki.server2, live)
+        gw.proc.send_signal(signal.SIGHUP)
+        wait_served(Endpoint(*gw.address), pki.ca, fingerprint(pki.server2.cert))
+        assert https_get(*gw.address, pki.ca, "/healthz")[0] == 200
+    finally:
+        gw.close()
+        replica.close()
+
+
+def test_ledger_mcp_serves_https_on_the_same_layer(service, pki, tmp_path):
+    """ledger-mcp http --tls-cert --tls-key: the client's side is HTTPS, the
+    upstream's whatever its URL says."""
+    sys.path.insert(0, str(ROOT / "tests" / "http"))
+    from wire_targets import LEDGER_MCP, Upstream
+
+    upstream = Upstream()
+    proc = subprocess.Popen(
+        [str(LEDGER_MCP), "http", "--listen", "127.0.0.1:0",
+         "--upstream", "http://127.0.0.1:%d/mcp" % upstream.port,
+         "--ledger-url", https_url(service.ledgerd), "--ca-file", str(pki.ca),
+         "--token", service.token()] + tls_args(pki.server),
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        for line in proc.stderr:
+            entry = json.loads(line)
+            if entry.get("msg") == "listening":
+                break
+        else:
+            raise AssertionError("ledger-mcp exited %s" % proc.wait())
+        assert entry["tls"] is True, entry
+        host, port = entry["address"].rsplit(":", 1)
+        status, _, text = https_get(host, int(port), pki.ca, "/healthz")
+        assert status == 200 and json.loads(text) == {"ok": True}
+        assert served_fingerprint(host, int(port), pki.ca) == fingerprint(pki.server.cert)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+        upstream.close()
+
+
 # --- refusals ------------------------------------------------------------------------
 
 def test_every_client_refuses_ledgerd_when_its_ca_is_another(service, pki):

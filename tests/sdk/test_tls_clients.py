@@ -298,7 +298,7 @@ def test_gateway_refuses_a_ca_file_it_cannot_read_at_start_up(tmp_path, source):
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=10)
     assert p.returncode == 2, p
     assert p.stderr.splitlines()[0] == (
-        "gateway: %s: cannot read the CA file %s: No such file or directory"
+        "ledger-gateway: %s: cannot read the CA file %s: No such file or directory"
         % (source, missing)), p.stderr
 
 

@@ -1,33 +1,34 @@
 /*
  * sdk/programs/ledger-gateway/config.c: the gateway's settings, from its flags and its
- * environment, checked before anything starts, and its listening socket.
+ * environment, checked before anything starts.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "sdk/programs/ledger-gateway/config.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
+		"usage: ledger-gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
 		"               [--ledger-ca-file FILE] --replica NAME=URL [--replica NAME=URL ...]\n"
 		"               [--lease-ms N] [--soft-timeout-ms N] [--stall-timeout-ms N]"
 		" [--max-attempts N]\n"
+		"               [--tls-cert FILE --tls-key FILE]\n"
+		"--listen: HOST:PORT, [V6]:PORT or unix:/path (default 127.0.0.1:8000)\n"
 		"--ledger-ca-file: the PEM file of the CAs that may sign the ledger's certificate,\n"
 		"               for an https URL (else the system's trust store); always verified\n"
+		"--tls-cert, --tls-key: serve HTTPS with this PEM certificate chain and key\n"
+		"               (SIGHUP reloads both)\n"
 		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, LEDGER_CA_FILE,"
-		" GATEWAY_REPLICAS (NAME=URL,NAME=URL)\n");
+		" GATEWAY_REPLICAS (NAME=URL,NAME=URL),\n"
+		"             GATEWAY_TLS_CERT, GATEWAY_TLS_KEY\n");
 }
 
 noreturn void config_usage_exit(const char *why)
 {
-	fprintf(stderr, "gateway: %s\n", why);
+	fprintf(stderr, "ledger-gateway: %s\n", why);
 	usage(stderr);
 	exit(2);
 }
@@ -67,6 +68,8 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 	gw->ledger_url = getenv("LEDGER_URL");
 	gw->ledger_token = getenv("LEDGER_TOKEN");
 	gw->ledger_ca_file = getenv("LEDGER_CA_FILE");
+	gw->tls_cert = getenv("GATEWAY_TLS_CERT");
+	gw->tls_key = getenv("GATEWAY_TLS_KEY");
 	if (gw->ledger_ca_file != NULL && gw->ledger_ca_file[0] == '\0')
 		gw->ledger_ca_file = NULL;
 	for (int i = 1; i < argc; i++) {
@@ -96,6 +99,10 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 			gw->soft_ms = parse_ms(value, "--soft-timeout-ms is 1..3600000");
 		else if (strcmp(flag, "--stall-timeout-ms") == 0)
 			gw->stall_ms = parse_ms(value, "--stall-timeout-ms is 1..3600000");
+		else if (strcmp(flag, "--tls-cert") == 0)
+			gw->tls_cert = value;
+		else if (strcmp(flag, "--tls-key") == 0)
+			gw->tls_key = value;
 		else if (strcmp(flag, "--max-attempts") == 0)
 			gw->max_attempts = parse_ms(value, "--max-attempts is a positive number");
 		else
@@ -115,6 +122,12 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 		config_usage_exit("the ledger's URL and a router token are required");
 	if (gw->n_replicas == 0)
 		config_usage_exit("at least one replica is required");
+	if (gw->tls_cert != NULL && gw->tls_cert[0] == '\0')
+		gw->tls_cert = NULL;
+	if (gw->tls_key != NULL && gw->tls_key[0] == '\0')
+		gw->tls_key = NULL;
+	if ((gw->tls_cert == NULL) != (gw->tls_key == NULL))
+		config_usage_exit("--tls-cert and --tls-key go together");
 	if (gw->soft_ms >= gw->stall_ms)
 		config_usage_exit("the soft timeout must be shorter than the stall timeout");
 	if (gw->ledger_ca_file != NULL) {
@@ -126,29 +139,4 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 			config_usage_exit(why);
 		}
 	}
-}
-
-int config_bind(const char *listen_at, unsigned *port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sa);
-	const char *colon = strrchr(listen_at, ':');
-	char host[64];
-	int fd, one = 1;
-
-	if (colon == NULL || (size_t)(colon - listen_at) >= sizeof(host))
-		config_usage_exit("--listen is HOST:PORT");
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - listen_at), listen_at);
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-		config_usage_exit("--listen needs an IPv4 address");
-	sa.sin_port = htons((uint16_t)atoi(colon + 1));
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-		fprintf(stderr, "gateway: cannot listen on %s: %s\n", listen_at, strerror(errno));
-		exit(1);
-	}
-	*port = ntohs(sa.sin_port);
-	return fd;
 }

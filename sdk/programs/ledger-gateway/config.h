@@ -1,6 +1,6 @@
 /*
  * sdk/programs/ledger-gateway/config.h: the gateway's settings, from its flags and its
- * environment (the flag wins), and its listening socket.
+ * environment (the flag wins).
  */
 #ifndef GATEWAY_CONFIG_H
 #define GATEWAY_CONFIG_H
@@ -25,6 +25,8 @@ struct gateway {
 	const char *ledger_url;
 	const char *ledger_token;
 	const char *ledger_ca_file; /* the CAs of an https ledger; NULL: the system's */
+	const char *tls_cert;       /* the listener's certificate chain (PEM); NULL: plain HTTP */
+	const char *tls_key;        /* its private key */
 	struct replica replicas[MAX_REPLICAS];
 	size_t n_replicas;
 	uint32_t lease_ms;
@@ -40,9 +42,6 @@ struct gateway {
  * Prints the usage and exits 0 for --help, 2 for a usage error.
  */
 void config_parse(struct gateway *gw, int argc, char **argv);
-
-/** Binds HOST:PORT (port 0: any free one); returns the socket and the port. Exits on failure. */
-int config_bind(const char *listen_at, unsigned *port);
 
 /** Says @p why and the usage on stderr, and exits 2. */
 noreturn void config_usage_exit(const char *why);

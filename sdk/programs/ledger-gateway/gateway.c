@@ -27,8 +27,12 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <ledger_client.h>
-#include <microhttpd.h>
 
+#include "api/wire/conn.h"
+#include "api/wire/listen.h"
+#include "api/wire/net.h"
+#include "api/wire/stream.h"
+#include "api/wire/tls.h"
 #include "sdk/programs/ledger-gateway/config.h"
 #include "sdk/programs/ledger-gateway/upstream.h"
 
@@ -36,6 +40,7 @@
 #define DOWN_MS 5000u /* a failed replica is skipped this long */
 #define MAX_FENCE_WAIT_MS 60000u
 #define INFO_TIMEOUT_MS 1000L
+#define DRAIN_MS 30000u /* how long a stop waits for the streams in flight */
 
 /* What makes two replicas' output interchangeable: it names the model revision. */
 static const char *const REVISION_KEYS[] = {"weights_revision", "quantization",   "tokenizer",
@@ -55,7 +60,7 @@ struct stream {
 	size_t replica;                 /* its replica */
 	struct upstream *up;
 	uint64_t delivered; /* content tokens handed to the client */
-	char *out;          /* bytes for the client not yet handed to libmicrohttpd */
+	char *out;          /* the next bytes for the client */
 	size_t out_len, out_off;
 	bool started;  /* the 200 and the first event are queued */
 	bool finished; /* the last event is queued: nothing more will come */
@@ -490,84 +495,121 @@ static void next_event(struct stream *s)
 	}
 }
 
-/* --- HTTP --- */
+/* --- HTTP, on the project's own wire (api/wire/) --- */
 
-static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+/*
+ * A call as the wire hands it over. Its polling thread and, once handed
+ * off, the thread that serves it both hold it: the last to let go frees it.
+ */
+struct call {
+	struct wire_conn *conn;
+	atomic_uint refs;
+	struct stream s;
+};
+
+static void call_release(struct call *c)
 {
-	struct stream *s = cls;
-	size_t n;
-
-	(void)pos;
-	while (s->out_off == s->out_len) {
-		if (s->finished)
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		next_event(s);
-		if (s->out == NULL)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-	}
-	n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
-	memcpy(buf, s->out + s->out_off, n);
-	s->out_off += n;
-	return (ssize_t)n;
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	drop_attempt(&c->s); /* closing the upstream is what tells the replica to stop */
+	free(c->s.body);
+	free(c->s.out);
+	free(c);
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, const char *json,
-				  const struct stream *s, bool no_retry)
+/* A whole reply from the serving thread: @p status, its type, @p body. */
+static void send_whole(struct call *c, unsigned status, const char *headers, const char *body)
 {
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
-	enum MHD_Result ret;
+	size_t len = strlen(body);
 
-	if (r == NULL)
-		return MHD_NO;
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	if (s != NULL && s->rid[0] != '\0')
-		MHD_add_response_header(r, "x-request-id", s->rid);
-	if (no_retry)
-		MHD_add_response_header(r, "x-should-retry", "false");
-	ret = MHD_queue_response(conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
+	if (wire_stream_head(c->conn, status, headers, (int64_t)len) == LEDGER_OK &&
+	    wire_stream_write(c->conn, body, len) == LEDGER_OK)
+		wire_stream_end(c->conn, true);
+	else
+		wire_stream_end(c->conn, false);
 }
 
-/* A request error in OpenAI's shape; @p allow, if set, names the methods served. */
-static enum MHD_Result reply_invalid(struct MHD_Connection *conn, unsigned status,
-				     const char *message, const char *allow)
+/* A request error in OpenAI's shape, with API.md's @p code, as a JSON body. */
+static char *invalid_body(const char *code, const char *message)
 {
-	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", message, "type",
-			      "invalid_request_error", "param", "code");
+	json_t *e = json_pack("{s:{s:s,s:s,s:s,s:n}}", "error", "code", code, "message", message,
+			      "type", "invalid_request_error", "param");
 	char *text = e != NULL ? json_dumps(e, JSON_COMPACT) : NULL;
-	struct MHD_Response *r =
-		text != NULL
-			? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY)
-			: NULL;
-	enum MHD_Result ret = MHD_NO;
 
-	if (r != NULL) {
-		MHD_add_response_header(r, "Content-Type", "application/json");
-		if (allow != NULL)
-			MHD_add_response_header(r, "Allow", allow);
-		ret = MHD_queue_response(conn, status, r);
-		MHD_destroy_response(r);
-	}
-	free(text);
 	json_decref(e);
-	return ret;
+	return text;
+}
+
+/* On the polling thread: answers a request error before any thread serves it. */
+static void reply_invalid(struct wire_conn *conn, unsigned status, const char *code,
+			  const char *message, const char *allow)
+{
+	char headers[128];
+	char *text = invalid_body(code, message);
+
+	snprintf(headers, sizeof(headers), "Content-Type: application/json\r\n%s%s%s",
+		 allow != NULL ? "Allow: " : "", allow != NULL ? allow : "",
+		 allow != NULL ? "\r\n" : "");
+	if (text == NULL)
+		text = strdup("{}");
+	wire_conn_reply(conn, status, headers, text, text != NULL ? strlen(text) : 0);
 }
 
 /* Answers a failure before any byte: the client error as the HTTP error. */
-static enum MHD_Result reply_error(struct MHD_Connection *conn, struct stream *s, char *error)
+static void reply_error(struct call *c, char *error)
 {
+	struct stream *s = &c->s;
 	json_t *ce = json_loads(error, 0, NULL);
 	json_t *retryable = json_object_get(json_object_get(ce, "error"), "retryable");
-	enum MHD_Result ret =
-		reply_json(conn, MHD_HTTP_SERVICE_UNAVAILABLE, error, s, !json_is_true(retryable));
+	char headers[160];
 
+	snprintf(headers, sizeof(headers),
+		 "Content-Type: application/json\r\nx-request-id: %s\r\n%s", s->rid,
+		 json_is_true(retryable) ? "" : "x-should-retry: false\r\n");
 	log_line("answered with an error", s, "\"client_error\":%s", error);
 	json_decref(ce);
+	send_whole(c, 503, headers, error);
 	free(error);
 	s->finished = true;
-	return ret;
+}
+
+/* The client left mid-stream: the upstream is cancelled and nothing new starts. */
+static void client_gone(struct stream *s)
+{
+	struct ledger_client_error err = {0};
+	struct ledger_decision d = {0};
+
+	log_line("client went away", s, NULL);
+	if (ask_failover(s, LEDGER_SIGNAL_CLIENT_DISCONNECTED, &d, &err) != LEDGER_CLIENT_OK)
+		log_line("failover refused", s, "\"code\":\"%s\"", err.code);
+	ledger_client_decision_clear(&d);
+	ledger_client_error_clear(&err);
+}
+
+/* Writes the stream's events as they come, from the first, until its last. */
+static bool stream_out(struct call *c)
+{
+	struct stream *s = &c->s;
+	char headers[128];
+
+	snprintf(headers, sizeof(headers),
+		 "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nx-request-id: %s\r\n",
+		 s->rid);
+	if (wire_stream_head(c->conn, 200, headers, -1) != LEDGER_OK)
+		return false;
+	for (;;) {
+		if (s->out_len > 0 &&
+		    wire_stream_write(c->conn, s->out, s->out_len) != LEDGER_OK) {
+			if (!s->finished && s->attempt != NULL)
+				client_gone(s);
+			return false;
+		}
+		if (s->finished)
+			return true;
+		next_event(s);
+		if (s->out == NULL)
+			return false;
+	}
 }
 
 static bool new_request_id(char rid[40])
@@ -586,119 +628,132 @@ static bool new_request_id(char rid[40])
 	return true;
 }
 
-static enum MHD_Result serve_completion(struct MHD_Connection *conn, struct stream *s)
+/* The serving thread: a streamed completion, from its first attempt to its last event. */
+static void *serve_completion(void *arg)
 {
-	struct MHD_Response *r = NULL;
-	json_t *body = json_loadb(s->body != NULL ? s->body : "", s->body_len, 0, NULL);
-	bool streaming = json_is_true(json_object_get(body, "stream"));
+	struct call *c = arg;
+	struct stream *s = &c->s;
 	char *event = NULL, *error = NULL;
-	enum MHD_Result ret;
 
-	bool parsed = json_is_object(body);
+	if (!new_request_id(s->rid)) {
+		char *text = invalid_body("internal_error", "no randomness");
 
-	json_decref(body);
-	if (s->too_large)
-		return reply_invalid(conn, 413, "the body is over 1 MiB", NULL);
-	if (!parsed)
-		return reply_invalid(conn, MHD_HTTP_BAD_REQUEST, "the body is not a JSON object",
-				     NULL);
-	if (!streaming)
-		return reply_invalid(conn, MHD_HTTP_BAD_REQUEST,
-				     "only streamed completions are served: \"stream\": true",
-				     NULL);
-	if (!new_request_id(s->rid))
-		return reply_invalid(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "no randomness", NULL);
-
+		send_whole(c, 500, "Content-Type: application/json\r\n", text != NULL ? text : "{}");
+		free(text);
+		goto out;
+	}
 	error = first_event(s, &event);
-	if (error != NULL)
-		return reply_error(conn, s, error);
+	if (error != NULL) {
+		reply_error(c, error);
+		goto out;
+	}
 	/* deliver succeeded: only now do the headers and the first event go out. */
 	queue_out(s, event);
 	s->started = true;
-	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read_stream, s, NULL);
-	if (r == NULL)
-		return MHD_NO;
-	MHD_add_response_header(r, "Content-Type", "text/event-stream");
-	MHD_add_response_header(r, "Cache-Control", "no-cache");
-	MHD_add_response_header(r, "x-request-id", s->rid);
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
-	return ret;
+	wire_stream_end(c->conn, stream_out(c));
+out:
+	call_release(c);
+	return NULL;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload,
-				  size_t *upload_size, void **req_cls)
+/* The path of @p target, without its query, equals @p path. */
+static bool path_is(const char *target, const char *path)
 {
-	struct stream *s = *req_cls;
+	size_t n = strcspn(target, "?");
 
-	(void)cls, (void)version;
-	if (s == NULL) {
-		s = calloc(1, sizeof(*s));
-		*req_cls = s;
-		return s != NULL ? MHD_YES : MHD_NO;
-	}
-	if (*upload_size != 0) {
-		if (s->body_len + *upload_size > MAX_BODY) {
-			s->too_large = true;
-		} else {
-			char *p = realloc(s->body, s->body_len + *upload_size + 1);
-
-			if (p == NULL)
-				return MHD_NO;
-			s->body = p;
-			memcpy(s->body + s->body_len, upload, *upload_size);
-			s->body_len += *upload_size;
-			s->body[s->body_len] = '\0';
-		}
-		*upload_size = 0;
-		return MHD_YES;
-	}
-	if (strcmp(url, "/healthz") == 0)
-		return reply_json(conn, MHD_HTTP_OK, "{\"status\":\"ok\"}", NULL, false);
-	if (strcmp(url, "/v1/chat/completions") != 0)
-		return reply_invalid(conn, MHD_HTTP_NOT_FOUND, "no such path", NULL);
-	if (strcmp(method, "POST") != 0)
-		return reply_invalid(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only POST is served",
-				     "POST");
-	return serve_completion(conn, s);
+	return strlen(path) == n && strncmp(target, path, n) == 0;
 }
 
-/*
- * The request is over. A stream the client left before its end cancels the
- * upstream and starts nothing.
- */
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-			 enum MHD_RequestTerminationCode why)
+/* A head passed the wire's checks: what the head alone decides, or the body asked for. */
+static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_head *head,
+		      unsigned listener)
 {
-	struct stream *s = *req_cls;
-	struct ledger_client_error err = {0};
-	struct ledger_decision d = {0};
+	struct call *c = calloc(1, sizeof(*c));
 
-	(void)cls, (void)conn;
-	if (s == NULL)
+	(void)ctx, (void)listener;
+	if (c == NULL)
+		return NULL;
+	c->conn = conn;
+	atomic_init(&c->refs, 1);
+	if (path_is(head->target, "/healthz") && strcmp(head->method, "GET") == 0) {
+		char *ok = strdup("{\"status\":\"ok\"}");
+
+		wire_conn_reply(conn, 200, "Content-Type: application/json\r\n", ok,
+				ok != NULL ? strlen(ok) : 0);
+	} else if (!path_is(head->target, "/v1/chat/completions")) {
+		reply_invalid(conn, 404, "not_found", "no such path", NULL);
+	} else if (strcmp(head->method, "POST") != 0) {
+		reply_invalid(conn, 405, "method_not_allowed", "only POST is served", "POST");
+	} else if (head->body == WIRE_HTTP_BODY_LENGTH && head->content_length > MAX_BODY) {
+		reply_invalid(conn, 413, "body_too_large", "the body is over 1 MiB", NULL);
+	} else {
+		wire_conn_read_body(conn, MAX_BODY);
+	}
+	return c;
+}
+
+/* The body is in (NULL: over the limit): a streamed completion goes to a thread of its own. */
+static void on_body(void *call, struct ledger_buf *body)
+{
+	struct call *c = call;
+	json_t *doc = NULL;
+
+	if (body == NULL) {
+		reply_invalid(c->conn, 413, "body_too_large", "the body is over 1 MiB", NULL);
 		return;
-	if (s->started && !s->finished && s->attempt != NULL) {
-		log_line("client went away", s, "\"why\":%d", (int)why);
-		if (ask_failover(s, LEDGER_SIGNAL_CLIENT_DISCONNECTED, &d, &err) !=
-		    LEDGER_CLIENT_OK)
-			log_line("failover refused", s, "\"code\":\"%s\"", err.code);
-		ledger_client_decision_clear(&d);
-		ledger_client_error_clear(&err);
 	}
-	drop_attempt(s); /* closing the upstream is what tells the replica to stop */
-	free(s->body);
-	free(s->out);
-	free(s);
-	*req_cls = NULL;
+	doc = json_loadb(body->data != NULL ? body->data : "", body->len, 0, NULL);
+	if (!json_is_object(doc)) {
+		reply_invalid(c->conn, 400, "invalid_json", "the body is not a JSON object", NULL);
+	} else if (!json_is_true(json_object_get(doc, "stream"))) {
+		reply_invalid(c->conn, 400, "invalid_field",
+			      "only streamed completions are served: \"stream\": true", NULL);
+	} else {
+		c->s.body = body->data;
+		c->s.body_len = body->len;
+		memset(body, 0, sizeof(*body));
+		atomic_fetch_add(&c->refs, 1);
+		if (wire_stream_start(c->conn, serve_completion, c) != LEDGER_OK) {
+			atomic_fetch_sub(&c->refs, 1);
+			reply_invalid(c->conn, 503, "unavailable", "no thread for the request", NULL);
+		}
+	}
+	json_decref(doc);
+}
+
+static void on_resume(void *call)
+{
+	(void)call; /* nothing is held but handed-off streams, which end on their own */
+}
+
+static void on_end(void *call, bool replied)
+{
+	(void)replied;
+	call_release(call);
+}
+
+/* Waits for the calls in flight, at most @p ms. @return true once none is left */
+static bool drain(struct wire_net *net, unsigned ms)
+{
+	for (unsigned waited = 0; wire_net_in_flight(net) > 0; waited += 10) {
+		if (waited >= ms)
+			return false;
+		sleep_ms(10);
+	}
+	return true;
 }
 
 int main(int argc, char **argv)
 {
+	static const struct wire_net_ops ops = {
+		.begin = on_begin, .body = on_body, .resume = on_resume, .end = on_end};
 	struct ledger_client_options opts = {0};
-	struct MHD_Daemon *daemon = NULL;
+	struct wire_net *net = NULL;
+	struct wire_tls *tls = NULL;
+	struct wire_net_listener listener;
+	struct wire_net_config ncfg = WIRE_NET_DEFAULTS;
+	char bound[300], err[400];
 	sigset_t stop;
-	unsigned port = 0;
 	int fd, sig = 0;
 
 	config_parse(&gw, argc, argv);
@@ -709,28 +764,51 @@ int main(int argc, char **argv)
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
 	    ledger_client_open(&opts, &gw.ledger) != LEDGER_CLIENT_OK)
 		config_usage_exit("the ledger URL must be http(s)://HOST:PORT");
-	fd = config_bind(gw.listen, &port);
+	if (gw.tls_cert != NULL &&
+	    wire_tls_open(gw.tls_cert, gw.tls_key, &tls, err, sizeof(err)) != LEDGER_OK)
+		config_usage_exit(err);
+	fd = wire_listen_open(gw.listen, bound, sizeof(bound), err, sizeof(err));
+	if (fd == -2)
+		config_usage_exit(err);
+	if (fd < 0) {
+		fprintf(stderr, "ledger-gateway: %s\n", err);
+		return 1;
+	}
 
-	/* SIGTERM and SIGINT are taken by main alone; every other thread blocks them. */
+	/* SIGTERM, SIGINT and SIGHUP are taken by main alone; every other thread blocks them. */
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	/* A thread per connection: a stream's thread may block on its replica. */
-	daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
-				  0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-				  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
-	if (daemon == NULL) {
-		fprintf(stderr, "gateway: libmicrohttpd would not start\n");
+	listener = (struct wire_net_listener){fd, tls, strncmp(gw.listen, "unix:", 5) != 0};
+	ncfg.max_connections = wire_listen_room(ncfg.max_connections, 0);
+	ncfg.discard_max = MAX_BODY + (size_t)8 * 1024 * 1024;
+	if (wire_net_start(&ncfg, &ops, &listener, 1, &net) != LEDGER_OK) {
+		fprintf(stderr, "ledger-gateway: cannot start serving on %s\n", bound);
 		return 1;
 	}
-	fprintf(stderr, "{\"msg\":\"listening\",\"address\":\"%.*s:%u\",\"replicas\":%zu}\n",
-		(int)(strrchr(gw.listen, ':') - gw.listen), gw.listen, port, gw.n_replicas);
-	sigwait(&stop, &sig);
-	MHD_stop_daemon(daemon);
+	fprintf(stderr, "{\"msg\":\"listening\",\"address\":\"%s\",\"tls\":%s,\"replicas\":%zu}\n",
+		bound, tls != NULL ? "true" : "false", gw.n_replicas);
+	while (sigwait(&stop, &sig) == 0 && sig == SIGHUP) {
+		if (tls == NULL)
+			log_line("SIGHUP: no TLS credentials to reload", NULL, NULL);
+		else if (wire_tls_reload(tls, err, sizeof(err)) != LEDGER_OK)
+			log_line("SIGHUP: TLS credentials not reloaded, the old ones stay", NULL,
+				 NULL);
+		else
+			log_line("SIGHUP: TLS credentials reloaded", NULL, NULL);
+	}
+	/* Streams in flight end as the engine ends them, within the drain bound. */
+	wire_net_drain(net);
+	if (!drain(net, DRAIN_MS)) {
+		log_line("drain timed out", NULL, "\"in_flight\":%ld", wire_net_in_flight(net));
+		_exit(1);
+	}
+	wire_net_stop(net);
+	wire_tls_close(tls);
 	ledger_client_close(gw.ledger);
 	return 0;
 }

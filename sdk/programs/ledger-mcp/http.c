@@ -1,117 +1,130 @@
 /*
- * sdk/programs/ledger-mcp/http.c: ledger-mcp in front of a Streamable HTTP server. Every
- * request is forwarded to the server's origin and its answer streamed back
- * as it comes. A POSTed tools/call that names its ledger key runs through
- * mcp_intercept_run() on a thread of its own, so that its SSE events reach
- * the client live while the call is claimed, forwarded and recorded, and a
- * client that leaves mid-call stops neither the call nor its recording.
+ * sdk/programs/ledger-mcp/http.c: ledger-mcp in front of a Streamable HTTP
+ * server, served on the project's own HTTP/1.1 layer (api/wire/), with its
+ * framing, limits, deadlines and TLS. Every request is forwarded to the
+ * server's origin and its answer streamed back as it comes, on a thread
+ * of its own (api/wire/stream.h), since it waits on the server. A POSTed
+ * tools/call that names its ledger key runs through mcp_intercept_run()
+ * on yet another thread (call.c), so that its SSE events reach the client
+ * live while the call is claimed, forwarded and recorded, and a client
+ * that leaves mid-call stops neither the call nor its recording.
  */
 #include "sdk/programs/ledger-mcp/http.h"
 
-#include <errno.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
+#include "api/wire/conn.h"
+#include "api/wire/listen.h"
+#include "api/wire/net.h"
+#include "api/wire/stream.h"
+#include "api/wire/tls.h"
 #include "ledger/common/buf.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
+#include "sdk/programs/ledger-mcp/call.h"
 #include "sdk/programs/ledger-mcp/intercept.h"
 #include "sdk/programs/ledger-mcp/message.h"
-#include "sdk/programs/ledger-mcp/call.h"
 #include "sdk/programs/ledger-mcp/upstream.h"
 
-#define MAX_BODY (32u << 20) /* a request body past this is refused: 413 */
-#define POLL_MS 100          /* how often a waiting reader looks for the shutdown */
-#define IDLE_TIMEOUT_S 300u  /* a keep-alive connection without a request is closed */
-#define DRAIN_MS 10000u      /* how long passed-through requests may end once stopping */
-#define END_MS 2000u         /* how long the streams left may take to end cleanly */
-#define CHUNK (32u << 10)    /* the most written to the client at once */
+#define MAX_BODY (32u << 20)    /* a request body past this is refused: 413 */
+#define POLL_MS 100             /* how often a waiting reader looks for the shutdown */
+#define IDLE_TIMEOUT_MS 300000u /* a keep-alive connection without a request is closed */
+#define DRAIN_MS 10000u         /* how long passed-through requests may end once stopping */
+#define END_MS 2000u            /* how long the streams left may take to end cleanly */
+#define CHUNK (32u << 10)       /* the most read from a call's answer at once */
 
 static struct {
 	struct mcp_proxy *p;  /* borrowed for the run */
 	char *origin;         /* the upstream's scheme://host:port */
 	char *path;           /* the upstream URL's path: the POSTs to it are read */
-	pthread_mutex_t lock; /* guards the counts */
-	pthread_cond_t idle;  /* a count went down */
+	pthread_mutex_t lock; /* guards the count */
 	unsigned passing;     /* passed-through requests other than GET in flight */
-	unsigned open;        /* requests not yet completed, GET streams included */
-	atomic_bool draining; /* a signal came: no new connection, finish what runs */
 	atomic_bool stopping; /* drained: end the streams left (GET streams) */
 } srv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* One client request, from its URI to its completion. */
+/*
+ * One client request, from its head to its end. Its polling thread and,
+ * once handed off, the thread that serves it both hold it; the last to
+ * let go frees it.
+ */
 struct exchange {
-	char *url;                  /* where it goes: the upstream's origin, then uri */
-	const char *uri;            /* path and query exactly as the client sent them */
-	bool started;               /* the first access-handler call was made */
-	bool oom;                   /* a header could not be kept */
+	struct wire_conn *conn;
+	atomic_uint refs;
+	char *method;               /* as the client sent it */
+	char *url;                  /* where it goes: the upstream's origin, then the target */
+	const char *uri;            /* the target exactly as the client sent it, in url */
 	struct mcp_header *headers; /* the client's, less hop-by-hop ones */
 	size_t n_headers, cap_headers;
 	struct ledger_buf body;
-	bool too_large;
 	bool counted;                /* counted in srv.passing */
 	struct mcp_upstream *up;     /* a passed-through request's transfer */
 	struct mcp_upstream_tap tap; /* a tools/list answer, read for hints */
-	long long length;            /* the answer's Content-Length, -1 if none */
 	struct mcp_call *call;       /* an intercepted call: one reference */
 };
 
-/* Adds @p n header fields to @p r but the hop-by-hop ones. */
-static void add_headers(struct MHD_Response *r, const struct mcp_header *h, size_t n)
+static void exchange_release(struct exchange *x)
+{
+	if (atomic_fetch_sub(&x->refs, 1) != 1)
+		return;
+	if (x->call != NULL) {
+		/* The call goes on: its thread still records what the server answers. */
+		mcp_call_client_gone(x->call);
+		mcp_call_release(x->call);
+	}
+	mcp_upstream_close(x->up); /* a passed-through stream ends with its client */
+	mcp_upstream_tap_free(&x->tap);
+	mcp_upstream_headers_free(x->headers, x->n_headers);
+	ledger_buf_free(&x->body);
+	if (x->counted) {
+		pthread_mutex_lock(&srv.lock);
+		srv.passing--;
+		pthread_mutex_unlock(&srv.lock);
+	}
+	free(x->method);
+	free(x->url);
+	free(x);
+}
+
+/* Appends @p n header fields as lines, but the hop-by-hop ones and the framing the wire adds. */
+static void header_lines(struct ledger_buf *out, const struct mcp_header *h, size_t n)
 {
 	const char *connection = NULL;
 
 	for (size_t i = 0; i < n; i++)
 		if (strcasecmp(h[i].name, "Connection") == 0)
 			connection = h[i].value;
-	for (size_t i = 0; i < n; i++)
-		if (!mcp_upstream_hop_by_hop(h[i].name, connection))
-			MHD_add_response_header(r, h[i].name, h[i].value);
+	for (size_t i = 0; i < n; i++) {
+		if (mcp_upstream_hop_by_hop(h[i].name, connection) ||
+		    strcasecmp(h[i].name, "Date") == 0 ||
+		    strpbrk(h[i].value, "\r\n") != NULL) /* a field may not smuggle another */
+			continue;
+		ledger_buf_printf(out, "%s: %s\r\n", h[i].name, h[i].value);
+	}
 }
 
-static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+/* From the serving thread: a whole answer, then the end of the exchange's reply. */
+static void send_whole(struct exchange *x, unsigned status, const char *headers, const char *body,
+		       size_t len)
 {
-	enum MHD_Result ret;
+	bool whole = wire_stream_head(x->conn, status, headers, (int64_t)len) == LEDGER_OK &&
+		     wire_stream_write(x->conn, body, len) == LEDGER_OK;
 
-	if (r == NULL)
-		return MHD_NO;
-	if (atomic_load(&srv.draining))
-		MHD_add_response_header(r, "Connection", "close"); /* no next request here */
-	ret = MHD_queue_response(conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
+	wire_stream_end(x->conn, whole);
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, const char *json,
-				  size_t len)
-{
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(len, (void *)json, MHD_RESPMEM_MUST_COPY);
-
-	if (r != NULL)
-		MHD_add_response_header(r, "Content-Type", "application/json");
-	return queue(conn, status, r);
-}
-
-/* The proxy's own HTTP error: {"error":{"code":CODE,"message":MESSAGE}}. */
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *code,
-				   const char *message)
+/* The proxy's own error: {"error":{"code":CODE,"message":MESSAGE}}. */
+static char *error_body(const char *code, const char *message, size_t *len)
 {
 	struct ledger_buf b = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
-	enum MHD_Result ret = MHD_NO;
 
 	ledger_jsonw_init(&w, &b);
 	ledger_jsonw_object_begin(&w);
@@ -123,43 +136,58 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
 	ledger_jsonw_string(&w, message);
 	ledger_jsonw_object_end(&w);
 	ledger_jsonw_object_end(&w);
-	if (!b.oom)
-		ret = reply_json(conn, status, b.data, b.len);
-	ledger_buf_free(&b);
-	return ret;
+	return ledger_buf_steal(&b, len);
+}
+
+static void send_error(struct exchange *x, unsigned status, const char *code, const char *message)
+{
+	size_t len = 0;
+	char *body = error_body(code, message, &len);
+
+	if (body == NULL)
+		wire_stream_end(x->conn, false);
+	else
+		send_whole(x, status, "Content-Type: application/json\r\n", body, len);
+	free(body);
+}
+
+/* On the polling thread: the proxy's own error, before any thread serves the request. */
+static void reply_error(struct wire_conn *conn, unsigned status, const char *code,
+			const char *message)
+{
+	size_t len = 0;
+	char *body = error_body(code, message, &len);
+
+	wire_conn_reply(conn, status, "Content-Type: application/json\r\n", body, len);
 }
 
 /* --- passing a request through --- */
 
-static ssize_t pass_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* Streams the server's answer to the client. @return true when it arrived whole */
+static bool pass_body(struct exchange *x)
 {
-	struct exchange *x = cls;
-
 	for (;;) {
 		size_t n = 0;
 		const char *bytes = mcp_upstream_bytes(x->up, &n);
 
 		if (n > 0) {
-			n = n < max ? n : max;
-			memcpy(buf, bytes, n);
+			if (wire_stream_write(x->conn, bytes, n) != LEDGER_OK)
+				return false; /* the client is gone: the upstream closes with it */
+			mcp_upstream_tap_feed(&x->tap, srv.p, bytes, n);
 			mcp_upstream_consume(x->up, n);
-			mcp_upstream_tap_feed(&x->tap, srv.p, buf, n);
-			/* With a length, the reader is not called past the last byte. */
-			if (x->length >= 0 && pos + n == (uint64_t)x->length)
-				mcp_upstream_tap_end(&x->tap, srv.p);
-			return (ssize_t)n;
+			continue;
 		}
 		switch (mcp_upstream_outcome(x->up, NULL, 0)) {
 		case MCP_UPSTREAM_RUNNING:
 			break;
 		case MCP_UPSTREAM_COMPLETE:
 			mcp_upstream_tap_end(&x->tap, srv.p);
-			return MHD_CONTENT_READER_END_OF_STREAM;
+			return true;
 		default:
-			return MHD_CONTENT_READER_END_WITH_ERROR; /* the server's answer broke off */
+			return false; /* the server's answer broke off */
 		}
-		if (atomic_load(&srv.stopping))
-			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (atomic_load(&srv.stopping) || wire_stream_gone(x->conn))
+			return atomic_load(&srv.stopping);
 		mcp_upstream_pump(x->up, POLL_MS);
 	}
 }
@@ -169,154 +197,107 @@ static ssize_t pass_read(void *cls, uint64_t pos, char *buf, size_t max)
  * (a tools/list under --trust-annotations) the answer is also read for
  * hints, so it is asked for uncompressed.
  */
-static enum MHD_Result pass(struct MHD_Connection *conn, const char *method, struct exchange *x,
-			    bool tap)
+static void pass(struct exchange *x, bool tap)
 {
 	struct mcp_upstream_request req = {0};
-	struct MHD_Response *r = NULL;
+	struct ledger_buf headers = LEDGER_BUF_INIT;
+	const struct mcp_header *h = NULL;
 	char why[256];
 	long status = 0;
+	size_t n = 0;
+	long long length;
 
 	if (tap) /* read, so asked for uncompressed */
 		x->n_headers =
 			mcp_upstream_headers_drop(x->headers, x->n_headers, "Accept-Encoding");
-	if (strcmp(method, "GET") != 0) {
+	if (strcmp(x->method, "GET") != 0) {
 		pthread_mutex_lock(&srv.lock);
 		srv.passing++;
 		pthread_mutex_unlock(&srv.lock);
 		x->counted = true;
 	}
-	req = (struct mcp_upstream_request){method,       x->url,       x->headers,
+	req = (struct mcp_upstream_request){x->method,    x->url,       x->headers,
 					    x->n_headers, x->body.data, x->body.len};
-	if (mcp_upstream_open(&req, &x->up) != LEDGER_OK)
-		return reply_error(conn, 500, "internal", "out of memory");
+	if (mcp_upstream_open(&req, &x->up) != LEDGER_OK) {
+		send_error(x, 500, "internal", "out of memory");
+		return;
+	}
 	while (!mcp_upstream_head(x->up, &status) &&
 	       mcp_upstream_outcome(x->up, why, sizeof(why)) == MCP_UPSTREAM_RUNNING &&
-	       !atomic_load(&srv.stopping))
+	       !atomic_load(&srv.stopping) && !wire_stream_gone(x->conn))
 		mcp_upstream_pump(x->up, POLL_MS);
 	if (!mcp_upstream_head(x->up, &status)) {
 		mcp_upstream_outcome(x->up, why, sizeof(why));
 		LEDGER_LOG(LEDGER_LOG_WARN, NULL, "\"status\":502", "upstream unreachable: %s",
 			   why);
-		return reply_error(conn, 502, "upstream_unreachable", why);
+		send_error(x, 502, "upstream_unreachable", why);
+		return;
 	}
-	x->length = mcp_upstream_length(x->up);
-	if (strcmp(method, "HEAD") == 0 || status < 200 || status == 204 || status == 304)
-		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-	else
-		r = MHD_create_response_from_callback(x->length >= 0 ? (uint64_t)x->length
-								     : MHD_SIZE_UNKNOWN,
-						      CHUNK, pass_read, x, NULL);
+	length = mcp_upstream_length(x->up);
 	x->tap.on = tap;
 	mcp_upstream_tap_start(&x->tap, x->up);
-	if (r != NULL) {
-		size_t n = 0;
-		const struct mcp_header *h = mcp_upstream_headers(x->up, &n);
-
-		add_headers(r, h, n);
+	h = mcp_upstream_headers(x->up, &n);
+	header_lines(&headers, h, n);
+	if (headers.oom || wire_stream_head(x->conn, (unsigned)status, headers.data,
+					    length >= 0 ? length : -1) != LEDGER_OK) {
+		ledger_buf_free(&headers);
+		wire_stream_end(x->conn, false);
+		return;
 	}
-	return queue(conn, (unsigned)status, r);
+	ledger_buf_free(&headers);
+	wire_stream_end(x->conn, strcmp(x->method, "HEAD") == 0 ||
+					 wire_http_bodiless((unsigned)status) || pass_body(x));
 }
 
 /* --- an intercepted call (call.c runs it) --- */
 
-/* MHD_ContentReaderCallback of a streamed call: what the call's thread queued. */
-static ssize_t call_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* Answers with what the keyed tools/call's thread queues, as it comes. */
+static void serve_call(struct exchange *x, struct mcp_message *msg)
 {
-	ssize_t n = mcp_call_read(cls, buf, max);
-
-	(void)pos;
-	if (n > 0)
-		return n;
-	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
-static void call_response_free(void *cls)
-{
-	mcp_call_release(cls);
-}
-
-/* Runs a keyed tools/call on its thread; answers once its first bytes are known. */
-static enum MHD_Result serve_call(struct MHD_Connection *conn, struct exchange *x,
-				  struct mcp_message *msg)
-{
-	struct mcp_call *c = mcp_call_start(srv.p, x->url, x->headers, x->n_headers, &x->body, msg);
-	struct MHD_Response *r = NULL;
+	struct ledger_buf headers = LEDGER_BUF_INIT;
 	struct mcp_call_head head;
+	struct mcp_call *c = mcp_call_start(srv.p, x->url, x->headers, x->n_headers, &x->body, msg);
+	char buf[CHUNK];
+	bool whole = false;
+	ssize_t got;
 
 	x->url = NULL; /* the call's now; x->uri, into it, is not read again */
 	x->headers = NULL;
 	x->n_headers = x->cap_headers = 0;
-	if (c == NULL)
-		return reply_error(conn, 503, "internal", "no memory or thread for the call");
+	if (c == NULL) {
+		send_error(x, 503, "internal", "no memory or thread for the call");
+		return;
+	}
 	x->call = c;
-	if (!mcp_call_head(c, &head))
-		return reply_error(conn, 500, "internal", "out of memory");
-	if (!head.stream) {
-		r = MHD_create_response_from_buffer(head.len, (void *)head.body,
-						    MHD_RESPMEM_MUST_COPY);
-	} else {
-		mcp_call_hold(c); /* the response's, dropped by call_response_free() */
-		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, call_read, c,
-						      call_response_free);
-		if (r == NULL)
-			mcp_call_release(c);
+	if (!mcp_call_head(c, &head)) {
+		send_error(x, 500, "internal", "out of memory");
+		return;
 	}
-	if (r == NULL)
-		return reply_error(conn, 500, "internal", "out of memory");
 	if (head.headers != NULL)
-		add_headers(r, head.headers, head.n_headers);
+		header_lines(&headers, head.headers, head.n_headers);
 	else
-		MHD_add_response_header(r, "Content-Type", "application/json");
-	return queue(conn, (unsigned)head.status, r);
-}
-
-/* --- libmicrohttpd's callbacks --- */
-
-/*
- * MHD_OPTION_URI_LOG_CALLBACK: the request's state is made here rather than
- * in the first access-handler call because only here is the URI whole:
- * libmicrohttpd gives the handler its path decoded and its query parsed.
- */
-static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
-{
-	struct exchange *x = calloc(1, sizeof(*x));
-
-	(void)cls, (void)conn;
-	if (x == NULL)
-		return NULL;
-	if (asprintf(&x->url, "%s%s", srv.origin, uri) < 0) {
-		free(x);
-		return NULL;
+		ledger_buf_puts(&headers, "Content-Type: application/json\r\n");
+	if (headers.oom) {
+		ledger_buf_free(&headers);
+		send_error(x, 500, "internal", "out of memory");
+		return;
 	}
-	x->uri = x->url + strlen(srv.origin);
-	pthread_mutex_lock(&srv.lock);
-	srv.open++;
-	pthread_mutex_unlock(&srv.lock);
-	return x;
+	if (!head.stream) {
+		send_whole(x, (unsigned)head.status, headers.data, head.body, head.len);
+		ledger_buf_free(&headers);
+		return;
+	}
+	if (wire_stream_head(x->conn, (unsigned)head.status, headers.data, -1) == LEDGER_OK) {
+		while ((got = mcp_call_read(c, buf, sizeof(buf))) > 0 &&
+		       wire_stream_write(x->conn, buf, (size_t)got) == LEDGER_OK)
+			;
+		whole = got == 0;
+	}
+	ledger_buf_free(&headers);
+	wire_stream_end(x->conn, whole);
 }
 
-struct collect {
-	struct exchange *x;
-	const char *connection; /* the client's Connection header */
-};
-
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
-				      const char *value)
-{
-	struct collect *k = cls;
-	struct exchange *x = k->x;
-
-	(void)kind;
-	/* Expect was answered here; libmicrohttpd read the body whole. */
-	if (mcp_upstream_hop_by_hop(key, k->connection) || strcasecmp(key, "Expect") == 0)
-		return MHD_YES;
-	if (value == NULL)
-		value = "";
-	x->oom = !mcp_upstream_headers_add(&x->headers, &x->n_headers, &x->cap_headers, key,
-					   strlen(key), value, strlen(value));
-	return x->oom ? MHD_NO : MHD_YES;
-}
+/* --- the exchange's thread --- */
 
 static bool on_path(const char *uri)
 {
@@ -332,229 +313,216 @@ static bool is_tools_list(const struct mcp_message *m)
 }
 
 /* A POST to the server's endpoint: a keyed tools/call is intercepted. */
-static enum MHD_Result serve_post(struct MHD_Connection *conn, struct exchange *x)
+static void serve_post(struct exchange *x)
 {
 	struct mcp_message msg = {0};
 	struct ledger_buf answer = LEDGER_BUF_INIT;
-	enum MHD_Result ret;
 
 	if (mcp_message_parse(x->body.data != NULL ? x->body.data : "", x->body.len, &msg) !=
 	    LEDGER_OK) {
-		ret = pass(conn, "POST", x, false); /* not JSON: the server answers it */
+		pass(x, false); /* not JSON: the server answers it */
 		goto out;
 	}
 	switch (mcp_intercept_plan(srv.p, &msg, &answer)) {
 	case MCP_PLAN_REFUSE:
-		ret = answer.oom ? reply_error(conn, 500, "internal", "out of memory")
-				 : reply_json(conn, 200, answer.data, answer.len);
+		if (answer.oom)
+			send_error(x, 500, "internal", "out of memory");
+		else
+			send_whole(x, 200, "Content-Type: application/json\r\n", answer.data,
+				   answer.len);
 		break;
 	case MCP_PLAN_CLAIM:
-		ret = serve_call(conn, x, &msg);
+		serve_call(x, &msg);
 		break;
 	default:
 		if (msg.kind == MCP_MSG_NOTIFICATION &&
 		    strcmp(msg.method, "notifications/cancelled") == 0)
 			mcp_call_cancel(x->headers, x->n_headers, &msg);
-		ret = pass(conn, "POST", x, is_tools_list(&msg));
+		pass(x, is_tools_list(&msg));
 		break;
 	}
 out:
 	mcp_message_free(&msg);
 	ledger_buf_free(&answer);
-	return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload,
-				  size_t *upload_size, void **req_cls)
+static void *serve(void *arg)
 {
-	struct exchange *x = *req_cls;
+	struct exchange *x = arg;
 
-	(void)cls, (void)url, (void)version;
-	if (x == NULL)
-		return MHD_NO; /* out of memory in on_uri() */
-	if (!x->started) {
-		struct collect k = {
-			x, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Connection")};
-
-		x->started = true;
-		/* A request waits on its server as long as that takes (a GET stream: hours). */
-		MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-		MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &k);
-		return x->oom ? MHD_NO : MHD_YES;
-	}
-	if (*upload_size != 0) {
-		if (x->body.len + *upload_size > MAX_BODY)
-			x->too_large = true;
-		else
-			ledger_buf_append(&x->body, upload, *upload_size);
-		*upload_size = 0;
-		return x->body.oom ? MHD_NO : MHD_YES;
-	}
-	if (x->too_large)
-		return reply_error(conn, 413, "body_too_large", "the request body is over 32 MiB");
-	if (x->uri[0] != '/')
-		return reply_error(conn, 400, "bad_request", "the request target is not a path");
-	if (strcmp(method, "POST") == 0 && on_path(x->uri))
-		return serve_post(conn, x);
-	return pass(conn, method, x, false);
+	if (strcmp(x->method, "POST") == 0 && on_path(x->uri))
+		serve_post(x);
+	else
+		pass(x, false);
+	exchange_release(x);
+	return NULL;
 }
 
-/* The request is over: its answer was sent or its client went away. */
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-			 enum MHD_RequestTerminationCode why)
-{
-	struct exchange *x = *req_cls;
+/* --- the wire's callbacks, on the polling threads --- */
 
-	(void)cls, (void)why;
+/* Keeps the client's header fields for the server: all but hop-by-hop ones and Expect. */
+static bool collect_headers(struct exchange *x, const struct wire_http_head *head)
+{
+	const char *connection = wire_http_field(head, "Connection");
+
+	for (unsigned i = 0; i < head->nfields; i++) {
+		const struct wire_http_field *f = &head->fields[i];
+
+		/* Expect was answered here, and the body read whole. */
+		if (mcp_upstream_hop_by_hop(f->name, connection) ||
+		    strcasecmp(f->name, "Expect") == 0)
+			continue;
+		if (!mcp_upstream_headers_add(&x->headers, &x->n_headers, &x->cap_headers, f->name,
+					      strlen(f->name), f->value, strlen(f->value)))
+			return false;
+	}
+	return true;
+}
+
+static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_head *head,
+		      unsigned listener)
+{
+	struct exchange *x = calloc(1, sizeof(*x));
+
+	(void)ctx, (void)listener;
 	if (x == NULL)
+		return NULL;
+	x->conn = conn;
+	atomic_init(&x->refs, 1);
+	x->method = strdup(head->method);
+	if (asprintf(&x->url, "%s%s", srv.origin, head->target) < 0)
+		x->url = NULL;
+	if (x->method == NULL || x->url == NULL || !collect_headers(x, head)) {
+		reply_error(conn, 500, "internal", "out of memory");
+		return x;
+	}
+	x->uri = x->url + strlen(srv.origin);
+	if (head->body == WIRE_HTTP_BODY_LENGTH && head->content_length > MAX_BODY)
+		reply_error(conn, 413, "body_too_large", "the request body is over 32 MiB");
+	else
+		wire_conn_read_body(conn, MAX_BODY);
+	return x;
+}
+
+static void on_body(void *call, struct ledger_buf *body)
+{
+	struct exchange *x = call;
+
+	if (body == NULL) {
+		reply_error(x->conn, 413, "body_too_large", "the request body is over 32 MiB");
 		return;
-	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, IDLE_TIMEOUT_S);
-	if (x->call != NULL) {
-		/* The call goes on: its thread still records what the server answers. */
-		mcp_call_client_gone(x->call);
-		mcp_call_release(x->call);
 	}
-	mcp_upstream_close(x->up); /* a passed-through stream ends with its client */
-	mcp_upstream_tap_free(&x->tap);
-	mcp_upstream_headers_free(x->headers, x->n_headers);
-	ledger_buf_free(&x->body);
-	pthread_mutex_lock(&srv.lock);
-	srv.passing -= x->counted ? 1 : 0;
-	srv.open--;
-	pthread_cond_broadcast(&srv.idle);
-	pthread_mutex_unlock(&srv.lock);
-	free(x->url);
-	free(x);
-	*req_cls = NULL;
+	x->body = *body;
+	memset(body, 0, sizeof(*body));
+	atomic_fetch_add(&x->refs, 1);
+	if (wire_stream_start(x->conn, serve, x) != LEDGER_OK) {
+		atomic_fetch_sub(&x->refs, 1);
+		reply_error(x->conn, 503, "internal", "no thread for the request");
+	}
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-	__attribute__((format(printf, 2, 0)));
-
-/* libmicrohttpd's own messages, as log lines like every other. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+static void on_resume(void *call)
 {
-	char text[256];
-	size_t n;
+	(void)call; /* nothing is held but handed-off exchanges, which end on their own */
+}
 
-	(void)cls;
-	vsnprintf(text, sizeof(text), fmt, ap);
-	n = strlen(text);
-	while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
-		text[--n] = '\0';
-	LEDGER_LOG(LEDGER_LOG_WARN, NULL, NULL, "libmicrohttpd: %s", text);
+static void on_end(void *call, bool replied)
+{
+	(void)replied;
+	exchange_release(call);
 }
 
 /* --- start and stop --- */
 
-/*
- * Binds HOST:PORT (PORT 0: a free one; HOST a name, an IPv4 address or
- * [IPv6]) and says in @p bound which address it got.
- * @return the listening socket, or -1 (logged)
- */
-static int listen_on(const char *spec, char *bound, size_t bound_len, bool *v6)
+/* Waits until @p done() says so, or @p ms passed. @return whether it did */
+static bool wait_for(bool (*done)(struct wire_net *net), struct wire_net *net, unsigned ms)
 {
-	const char *colon = strrchr(spec, ':');
-	struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
-				 .ai_socktype = SOCK_STREAM};
-	struct addrinfo *res = NULL;
-	struct sockaddr_storage sa;
-	socklen_t len = sizeof(sa);
-	char host[256], addr[NI_MAXHOST], port[NI_MAXSERV];
-	int fd = -1, one = 1, rc;
+	struct timespec pause = {0, 10 * 1000 * 1000};
 
-	if (colon == NULL || (size_t)(colon - spec) >= sizeof(host)) {
-		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "--listen is HOST:PORT");
-		return -1;
+	for (unsigned waited = 0; !done(net); waited += 10) {
+		if (waited >= ms)
+			return false;
+		nanosleep(&pause, NULL);
 	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	rc = getaddrinfo(host[0] != '\0' ? host : NULL, colon + 1, &hints, &res);
-	if (rc != 0) {
-		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "cannot listen on %s: %s", spec,
-			   gai_strerror(rc));
-		return -1;
-	}
-	for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-		    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	rc = errno;
-	freeaddrinfo(res);
-	if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0 ||
-	    getnameinfo((struct sockaddr *)&sa, len, addr, sizeof(addr), port, sizeof(port),
-			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "cannot listen on %s: %s", spec,
-			   strerror(rc));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	*v6 = sa.ss_family == AF_INET6;
-	snprintf(bound, bound_len, *v6 ? "[%s]:%s" : "%s:%s", addr, port);
-	return fd;
+	return true;
 }
 
-/* Waits under srv.lock until *count is 0, or @p ms passed (0: no bound). */
-static void wait_zero(const unsigned *count, unsigned ms)
+static bool nothing_passing(struct wire_net *net)
 {
-	struct timespec until;
+	unsigned n;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += ms / 1000u;
-	until.tv_nsec += (long)(ms % 1000u) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	while (*count > 0) {
-		if (ms == 0)
-			pthread_cond_wait(&srv.idle, &srv.lock);
-		else if (pthread_cond_timedwait(&srv.idle, &srv.lock, &until) != 0)
-			return;
-	}
+	(void)net;
+	pthread_mutex_lock(&srv.lock);
+	n = srv.passing;
+	pthread_mutex_unlock(&srv.lock);
+	return n == 0;
+}
+
+static bool nothing_in_flight(struct wire_net *net)
+{
+	return wire_net_in_flight(net) == 0;
 }
 
 /*
  * Stops listening, waits for the calls in flight, gives the other requests
  * a while, then ends the streams left (GET streams) with their last chunk.
+ * @return false when some are still running: the threads cannot be stopped
  */
-static void drain(struct MHD_Daemon *d)
+static bool drain(struct wire_net *net)
 {
-	MHD_socket fd;
-
-	atomic_store(&srv.draining, true);
-	fd = MHD_quiesce_daemon(d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	wire_net_drain(net);
 	mcp_call_drain();
-	pthread_mutex_lock(&srv.lock);
-	wait_zero(&srv.passing, DRAIN_MS);
+	wait_for(nothing_passing, net, DRAIN_MS);
 	atomic_store(&srv.stopping, true); /* the readers left end their streams now */
-	wait_zero(&srv.open, END_MS);
-	pthread_mutex_unlock(&srv.lock);
-	MHD_stop_daemon(d);
+	return wait_for(nothing_in_flight, net, END_MS);
+}
+
+/* Serves until SIGTERM or SIGINT; SIGHUP reloads the TLS credentials. */
+static int serve_until_stopped(struct wire_net *net, struct wire_tls *tls)
+{
+	sigset_t stop;
+	char err[400];
+	int sig = 0;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	while (sigwait(&stop, &sig) != 0 || sig == SIGHUP) {
+		if (sig != SIGHUP)
+			continue;
+		if (tls == NULL)
+			LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "SIGHUP: no TLS credentials to reload");
+		else if (wire_tls_reload(tls, err, sizeof(err)) != LEDGER_OK)
+			LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL,
+				   "SIGHUP: TLS credentials not reloaded, the old ones stay: %s", err);
+		else
+			LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "SIGHUP: TLS credentials reloaded");
+		sig = 0;
+	}
+	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "signal %d: stopping", sig);
+	if (!drain(net)) {
+		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "%ld requests did not end in time",
+			   wire_net_in_flight(net));
+		return 1;
+	}
+	wire_net_stop(net);
+	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "stopped");
+	return 0;
 }
 
 int mcp_http_run(struct mcp_proxy *p)
 {
-	struct MHD_Daemon *d = NULL;
+	static const struct wire_net_ops ops = {
+		.begin = on_begin, .body = on_body, .resume = on_resume, .end = on_end};
+	struct wire_net_config cfg = WIRE_NET_DEFAULTS;
 	struct ledger_buf extra = LEDGER_BUF_INIT;
-	pthread_condattr_t attr;
+	struct wire_net_listener listener;
+	struct wire_tls *tls = NULL;
+	struct wire_net *net = NULL;
 	sigset_t stop;
-	char bound[NI_MAXHOST + NI_MAXSERV + 4];
-	int fd = -1, sig = 0, rc = 1;
-	bool v6 = false;
+	char bound[300], err[400];
+	int fd = -1, rc = 1;
 
 	srv.p = p;
 	if (p->set->listen == NULL || p->set->upstream == NULL ||
@@ -562,47 +530,46 @@ int mcp_http_run(struct mcp_proxy *p)
 		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "--upstream is not an http(s) URL");
 		goto out;
 	}
-	/* SIGTERM and SIGINT are the main thread's, by sigwait(); every thread blocks them. */
+	/* SIGTERM, SIGINT and SIGHUP are the main thread's, by sigwait(); every thread blocks them. */
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&srv.idle, &attr);
-	pthread_condattr_destroy(&attr);
-
-	fd = listen_on(p->set->listen, bound, sizeof(bound), &v6);
-	if (fd < 0)
-		goto out;
-	/* A thread per connection: each blocks on its server and on ledgerd. */
-	d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-				     MHD_USE_POLL | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0),
-			     0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-			     MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-			     on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
-			     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
-	if (d == NULL) {
-		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "libmicrohttpd would not start");
+	if (p->set->tls_cert != NULL &&
+	    wire_tls_open(p->set->tls_cert, p->set->tls_key, &tls, err, sizeof(err)) != LEDGER_OK) {
+		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "%s", err);
 		goto out;
 	}
-	fd = -1; /* the daemon's now */
+	fd = wire_listen_open(p->set->listen, bound, sizeof(bound), err, sizeof(err));
+	if (fd < 0) {
+		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "cannot listen on %s: %s", p->set->listen,
+			   err);
+		goto out;
+	}
+	listener = (struct wire_net_listener){fd, tls, strncmp(p->set->listen, "unix:", 5) != 0};
+	cfg.idle_timeout_ms = IDLE_TIMEOUT_MS;
+	cfg.max_connections = wire_listen_room(cfg.max_connections, 0);
+	cfg.discard_max = MAX_BODY + (size_t)8 * 1024 * 1024;
+	if (wire_net_start(&cfg, &ops, &listener, 1, &net) != LEDGER_OK) {
+		LEDGER_LOG(LEDGER_LOG_ERROR, NULL, NULL, "cannot start serving on %s", bound);
+		goto out;
+	}
+	fd = -1; /* the net's now */
 	ledger_buf_puts(&extra, "\"address\":");
 	ledger_jsonw_escape(&extra, bound, strlen(bound));
+	ledger_buf_puts(&extra, tls != NULL ? ",\"tls\":true" : ",\"tls\":false");
 	LEDGER_LOG(LEDGER_LOG_INFO, NULL, extra.oom ? NULL : extra.data, "listening");
-	while (sigwait(&stop, &sig) != 0)
-		;
-	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "signal %d: stopping", sig);
-	drain(d);
-	d = NULL;
-	LEDGER_LOG(LEDGER_LOG_INFO, NULL, NULL, "stopped");
-	rc = 0;
+	rc = serve_until_stopped(net, tls);
+	if (rc != 0)
+		_exit(rc); /* threads still run: the process ends under them */
+	wire_tls_close(tls);
+	tls = NULL;
 out:
-	if (d != NULL)
-		MHD_stop_daemon(d);
 	if (fd >= 0)
 		close(fd);
+	wire_tls_close(tls);
 	ledger_buf_free(&extra);
 	free(srv.origin);
 	free(srv.path);

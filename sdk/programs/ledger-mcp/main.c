@@ -53,6 +53,8 @@ enum {
 	S_OWNER,
 	S_LISTEN,
 	S_UPSTREAM,
+	S_TLS_CERT,
+	S_TLS_KEY,
 	S_LOG_LEVEL,
 	S_COUNT,
 };
@@ -91,6 +93,10 @@ static const struct setting settings[S_COUNT] = {
 	[S_UPSTREAM] =
 		{"--upstream", "LEDGER_MCP_UPSTREAM", K_STRING, NULL, 0, 0,
 		 "http: the server's Streamable HTTP endpoint, e.g. http://127.0.0.1:9000/mcp"},
+	[S_TLS_CERT] = {"--tls-cert", "LEDGER_MCP_TLS_CERT", K_STRING, NULL, 0, 0,
+			"http: serve HTTPS with this PEM certificate chain (SIGHUP reloads it)"},
+	[S_TLS_KEY] = {"--tls-key", "LEDGER_MCP_TLS_KEY", K_STRING, NULL, 0, 0,
+		       "http: the private key of --tls-cert"},
 	[S_LOG_LEVEL] = {"--log-level", "LEDGER_MCP_LOG_LEVEL", K_STRING, "info", 0, 0,
 			 "debug, info, warn or error (JSON lines on stderr)"},
 };
@@ -259,12 +265,16 @@ static void read_settings(int argc, char **argv, bool stdio_mode, struct mcp_set
 		bad("--log-level is debug, info, warn or error, not \"%s\"", value[S_LOG_LEVEL]);
 	set->listen = value[S_LISTEN];
 	set->upstream = value[S_UPSTREAM];
+	set->tls_cert = value[S_TLS_CERT];
+	set->tls_key = value[S_TLS_KEY];
 	if (stdio_mode)
 		return;
+	if ((set->tls_cert == NULL) != (set->tls_key == NULL))
+		bad("--tls-cert and --tls-key go together");
 	if (set->listen == NULL)
 		bad("http needs --listen HOST:PORT (or $LEDGER_MCP_LISTEN)");
 	if (strrchr(set->listen, ':') == NULL)
-		bad("--listen is HOST:PORT, not \"%s\"", set->listen);
+		bad("--listen is HOST:PORT, [V6]:PORT or unix:/path, not \"%s\"", set->listen);
 	if (set->upstream == NULL)
 		bad("http needs --upstream URL, the server's Streamable HTTP endpoint (or "
 		    "$LEDGER_MCP_UPSTREAM)");

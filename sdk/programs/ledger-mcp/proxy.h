@@ -29,6 +29,8 @@ struct mcp_settings {
 	const char *owner;        /* who executes, for review: "ledger-mcp@HOST" by default */
 	const char *listen;       /* http: HOST:PORT to listen on */
 	const char *upstream;     /* http: the server's Streamable HTTP endpoint URL */
+	const char *tls_cert;     /* http: the listener's PEM certificate chain; NULL: plain */
+	const char *tls_key;      /* http: its private key */
 	char **server_argv;       /* stdio: the server's command and arguments (borrowed) */
 };
 

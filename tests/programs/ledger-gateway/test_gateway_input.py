@@ -62,31 +62,33 @@ def test_healthz(gateway):
     assert call(gateway, "GET", "/healthz")[0] == 200
 
 
-@pytest.mark.parametrize("body,raw,why", [
-    ({"model": "m", "messages": []}, None, "stream"),    # not streamed
-    ({"model": "m", "messages": [], "stream": "yes"}, None, "stream"),
-    (None, b"{not json", "not a JSON object"),
-    (None, b"[]", "not a JSON object"),
-    (None, b"", "not a JSON object"),
+@pytest.mark.parametrize("body,raw,code,why", [
+    ({"model": "m", "messages": []}, None, "invalid_field", "stream"),    # not streamed
+    ({"model": "m", "messages": [], "stream": "yes"}, None, "invalid_field", "stream"),
+    (None, b"{not json", "invalid_json", "not a JSON object"),
+    (None, b"[]", "invalid_json", "not a JSON object"),
+    (None, b"", "invalid_json", "not a JSON object"),
 ])
-def test_only_streamed_json_requests_are_served(gateway, body, raw, why):
+def test_only_streamed_json_requests_are_served(gateway, body, raw, code, why):
     status, _, b = call(gateway, "POST", "/v1/chat/completions", body, raw)
     assert status == 400
     e = openai_error(b)
     assert e["type"] == "invalid_request_error" and why in e["message"], e
+    assert e["code"] == code, e
 
 
 def test_unknown_path_and_method(gateway):
     status, _, b = call(gateway, "GET", "/v1/models")
-    assert status == 404 and openai_error(b)
+    assert status == 404 and openai_error(b)["code"] == "not_found"
     status, headers, b = call(gateway, "GET", "/v1/chat/completions")
-    assert status == 405 and openai_error(b) and headers["allow"] == "POST"
+    assert status == 405 and openai_error(b)["code"] == "method_not_allowed"
+    assert headers["allow"] == "POST"
 
 
 def test_body_over_a_mebibyte_is_refused(gateway):
     big = {"stream": True, "messages": [{"role": "user", "content": "x" * (1 << 20)}]}
     status, _, b = call(gateway, "POST", "/v1/chat/completions", big)
-    assert status == 413 and openai_error(b)
+    assert status == 413 and openai_error(b)["code"] == "body_too_large"
 
 
 def test_no_replica_answering_is_a_retryable_503_with_the_request_id(gateway):
