@@ -36,10 +36,12 @@ PAGES = [
     "docs/scaling.md",
     "docs/operations.md",
     "sdk/README.md",
+    "sdk/c/README.md",
     "sdk/python/README.md",
     "sdk/js/README.md",
     "sdk/programs/ledger-mcp/README.md",
     "sdk/programs/ledger-gateway/README.md",
+    "sdk/programs/ledgerctl/README.md",
     "docker/README.md",
 ]
 
