@@ -503,12 +503,14 @@ class Scenario:
         if stream.status == 200:
             expect = Expect(seed=self.seed + index, max_tokens=MASS_TOKENS, outcome="complete",
                             attempts=n, attempt_id="a%d" % n,
-                            final_actions=("retry_prefill",) * (n - 1), signal="upstream_closed")
+                            final_actions=("retry_prefill",) * (n - 1), signal="upstream_closed",
+                            rerun_signal="replica_exited")
         else:
             expect = Expect(seed=self.seed + index, max_tokens=MASS_TOKENS, outcome="rejected",
                             attempts=n, attempt_id=None,
                             final_actions=("retry_prefill",) * (n - 1) + ("reject",),
-                            signal="upstream_closed", error_code="retry_budget_exhausted")
+                            signal="upstream_closed", rerun_signal="replica_exited",
+                            error_code="retry_budget_exhausted")
         before = len(self.violations)
         self.check(run_, stream, timeline, expect)
         if stream.elapsed_s > MASS_DEADLINE_S:

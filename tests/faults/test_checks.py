@@ -115,6 +115,22 @@ def test_a_misread_failure_is_caught():
     assert any("signal heartbeat_timeout" in f for f in found), found
 
 
+def test_a_rerun_that_found_its_replica_dead_may_say_so_and_only_a_rerun():
+    """mass_failure kills two replicas in turn: a rerun sent to the second
+    before it died finds its port closed (replica_exited). The first
+    attempt's failure must still be the stream cut it was."""
+    mass = Expect(seed=SEED, max_tokens=TOKENS, outcome="rejected", attempts=2,
+                  attempt_id=None, final_actions=("retry_prefill", "reject"),
+                  signal="upstream_closed", rerun_signal="replica_exited")
+    tl = timeline("failed", 2, ["retry_prefill", "reject"], 0)
+    tl["events"][1].update(attempt_id="a2")
+    tl["events"][1]["detail"]["signal"] = "replica_exited"
+    assert not any("signal" in f for f in check_stream(rerun([]), tl, mass))
+    tl["events"][0]["detail"]["signal"] = "replica_exited"  # the first attempt's: misread
+    found = check_stream(rerun([]), tl, mass)
+    assert any("signal replica_exited, expected upstream_closed" in f for f in found), found
+
+
 def test_a_second_execution_is_caught():
     log = [{"idempotency_key": RID + ":call_00", "executed_at": "t1"},
            {"idempotency_key": RID + ":call_00", "executed_at": "t2"}]
