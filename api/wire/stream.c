@@ -5,9 +5,9 @@
  * under the pipe's lock, and kicks the polling thread; the polling thread
  * takes the whole buffer once it wrote the previous one (api/wire/conn.c,
  * C_STREAM), so a slow client holds at most two buffers' worth, and a
- * thread that filled its buffer waits for the swap. The thread's last act,
- * wire_stream_end(), hands the call back; until then the connection is
- * never freed, even once its client is gone.
+ * thread that filled its buffer waits for the swap. The thread's function
+ * returning hands the call back (stream_main()); until then the connection
+ * is never freed, even once its client is gone.
  */
 #include "api/wire/stream.h"
 
@@ -39,15 +39,48 @@ struct wire_pipe {
 	uint64_t body_len; /* body bytes queued so far */
 };
 
+/* What the thread of a handed-off call starts with. */
+struct start {
+	struct wire_conn *conn;
+	void *(*run)(void *);
+	void *arg;
+};
+
+/*
+ * The thread of a handed-off call: the server's function, then the end of
+ * a reply it left unended (cut short), then the call handed back: the
+ * thread's last touch of the connection, which may be freed at once.
+ */
+static void *stream_main(void *arg)
+{
+	struct start s = *(struct start *)arg;
+	bool ended;
+
+	free(arg);
+	s.run(s.arg);
+	pthread_mutex_lock(&s.conn->pipe->lock);
+	ended = s.conn->pipe->ended;
+	pthread_mutex_unlock(&s.conn->pipe->lock);
+	if (!ended)
+		wire_stream_end(s.conn, false);
+	wire_wake_push(s.conn, WIRE_WAKE_RELEASE);
+	return NULL;
+}
+
 enum ledger_err wire_stream_start(struct wire_conn *c, void *(*run)(void *), void *arg)
 {
 	struct wire_pipe *p = calloc(1, sizeof(*p));
+	struct start *s = malloc(sizeof(*s));
 	pthread_attr_t attr;
 	pthread_t thread;
 	int rc;
 
-	if (p == NULL)
+	if (p == NULL || s == NULL) {
+		free(p);
+		free(s);
 		return LEDGER_ERR_NOMEM;
+	}
+	*s = (struct start){c, run, arg};
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->room, NULL);
 	p->minor = c->head.minor;
@@ -59,12 +92,13 @@ enum ledger_err wire_stream_start(struct wire_conn *c, void *(*run)(void *), voi
 	c->held = true;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&thread, &attr, run, arg);
+	rc = pthread_create(&thread, &attr, stream_main, s);
 	pthread_attr_destroy(&attr);
 	if (rc != 0) {
 		c->pipe = NULL;
 		c->held = false;
 		wire_stream_free(p);
+		free(s);
 		return LEDGER_ERR_NOMEM;
 	}
 	return LEDGER_OK;
@@ -173,15 +207,16 @@ void wire_stream_end(struct wire_conn *c, bool complete)
 	struct wire_pipe *p = c->pipe;
 
 	pthread_mutex_lock(&p->lock);
-	complete = complete && p->head_sent && !p->out.oom &&
-		   (p->head_only || p->length < 0 || p->body_len == (uint64_t)p->length);
-	if (complete && p->chunked && !p->head_only)
-		ledger_buf_append(&p->out, "0\r\n\r\n", 5);
-	p->complete = complete && !p->out.oom;
-	p->ended = true;
+	if (!p->ended) {
+		complete = complete && p->head_sent && !p->out.oom &&
+			   (p->head_only || p->length < 0 || p->body_len == (uint64_t)p->length);
+		if (complete && p->chunked && !p->head_only)
+			ledger_buf_append(&p->out, "0\r\n\r\n", 5);
+		p->complete = complete && !p->out.oom;
+		p->ended = true;
+		kick(c, p); /* what is left goes out while the thread cleans up */
+	}
 	pthread_mutex_unlock(&p->lock);
-	/* The last touch: once woken, the polling thread may end the call and free it. */
-	wire_wake_push(c, WIRE_WAKE_RELEASE);
 }
 
 /* --- the polling thread's side (api/wire/net_int.h) --- */

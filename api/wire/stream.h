@@ -9,11 +9,13 @@
  *
  *   callback on the polling thread:  wire_stream_start(conn, run, arg)
  *   run(arg) on its own thread:      wire_stream_head(), wire_stream_write()...,
- *                                    then wire_stream_end(), its last touch of conn
+ *                                    wire_stream_end(), then whatever cleaning up
+ *                                    it does before it returns
  *
- * The call ends (the server's end() callback) on the polling thread once
- * the end is written or the client is gone, and never before
- * wire_stream_end(): until then the connection stays valid for the thread.
+ * The call ends (the server's end() callback, on the polling thread) once
+ * run() has returned and the reply is written or the client is gone, and
+ * never before: until run() returns, the connection and whatever the call
+ * shares with the server stay valid for the thread.
  */
 #ifndef WIRE_STREAM_H
 #define WIRE_STREAM_H
@@ -32,8 +34,8 @@ struct wire_conn;
 /**
  * On the connection's polling thread, in a callback of the server's (once
  * the body it wants is read): hands the call to a new thread that runs
- * @p run(@p arg). The thread owns the reply from now on and must end it
- * with wire_stream_end().
+ * @p run(@p arg). The thread owns the reply from now on and ends it with
+ * wire_stream_end(); a reply run() leaves without an end is cut short.
  * @return LEDGER_OK, or LEDGER_ERR_NOMEM when no thread could start (the
  *         call is the server's still: it answers with wire_conn_reply())
  */
@@ -63,11 +65,12 @@ LEDGER_MUSTCHECK enum ledger_err wire_stream_write(struct wire_conn *conn, const
 bool wire_stream_gone(struct wire_conn *conn);
 
 /**
- * From the call's thread, last: the reply is over. @p complete: it ends as
+ * From the call's thread, once: the reply is over. @p complete: it ends as
  * its framing says (the last chunk; the whole Content-Length), and the
  * connection may serve another request; otherwise the connection closes
- * with the reply cut short, so the client sees that it broke off. The
- * thread must not touch @p conn after this call.
+ * with the reply cut short, so the client sees that it broke off. What is
+ * queued goes out while the thread cleans up; the call ends once run()
+ * returned.
  */
 void wire_stream_end(struct wire_conn *conn, bool complete);
 

@@ -498,24 +498,14 @@ static void next_event(struct stream *s)
 /* --- HTTP, on the project's own wire (api/wire/) --- */
 
 /*
- * A call as the wire hands it over. Its polling thread and, once handed
- * off, the thread that serves it both hold it: the last to let go frees it.
+ * A call as the wire hands it over: begun on the polling thread, served by
+ * a thread of its own (api/wire/stream.h), freed by on_end() once that
+ * thread returned.
  */
 struct call {
 	struct wire_conn *conn;
-	atomic_uint refs;
 	struct stream s;
 };
-
-static void call_release(struct call *c)
-{
-	if (atomic_fetch_sub(&c->refs, 1) != 1)
-		return;
-	drop_attempt(&c->s); /* closing the upstream is what tells the replica to stop */
-	free(c->s.body);
-	free(c->s.out);
-	free(c);
-}
 
 /* A whole reply from the serving thread: @p status, its type, @p body. */
 static void send_whole(struct call *c, unsigned status, const char *headers, const char *body)
@@ -652,7 +642,7 @@ static void *serve_completion(void *arg)
 	s->started = true;
 	wire_stream_end(c->conn, stream_out(c));
 out:
-	call_release(c);
+	drop_attempt(s); /* closing the upstream is what tells the replica to stop */
 	return NULL;
 }
 
@@ -674,7 +664,6 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 	if (c == NULL)
 		return NULL;
 	c->conn = conn;
-	atomic_init(&c->refs, 1);
 	if (path_is(head->target, "/healthz") && strcmp(head->method, "GET") == 0) {
 		char *ok = strdup("{\"status\":\"ok\"}");
 
@@ -712,11 +701,8 @@ static void on_body(void *call, struct ledger_buf *body)
 		c->s.body = body->data;
 		c->s.body_len = body->len;
 		memset(body, 0, sizeof(*body));
-		atomic_fetch_add(&c->refs, 1);
-		if (wire_stream_start(c->conn, serve_completion, c) != LEDGER_OK) {
-			atomic_fetch_sub(&c->refs, 1);
+		if (wire_stream_start(c->conn, serve_completion, c) != LEDGER_OK)
 			reply_invalid(c->conn, 503, "unavailable", "no thread for the request", NULL);
-		}
 	}
 	json_decref(doc);
 }
@@ -726,10 +712,16 @@ static void on_resume(void *call)
 	(void)call; /* nothing is held but handed-off streams, which end on their own */
 }
 
+/* The call is over: its thread, if it had one, returned. */
 static void on_end(void *call, bool replied)
 {
+	struct call *c = call;
+
 	(void)replied;
-	call_release(call);
+	drop_attempt(&c->s);
+	free(c->s.body);
+	free(c->s.out);
+	free(c);
 }
 
 /* Waits for the calls in flight, at most @p ms. @return true once none is left */

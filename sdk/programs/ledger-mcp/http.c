@@ -51,13 +51,12 @@ static struct {
 } srv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /*
- * One client request, from its head to its end. Its polling thread and,
- * once handed off, the thread that serves it both hold it; the last to
- * let go frees it.
+ * One client request, from its head to its end: begun on the polling
+ * thread, served by a thread of its own (api/wire/stream.h), freed by
+ * on_end() once that thread returned.
  */
 struct exchange {
 	struct wire_conn *conn;
-	atomic_uint refs;
 	char *method;               /* as the client sent it */
 	char *url;                  /* where it goes: the upstream's origin, then the target */
 	const char *uri;            /* the target exactly as the client sent it, in url */
@@ -70,27 +69,23 @@ struct exchange {
 	struct mcp_call *call;       /* an intercepted call: one reference */
 };
 
-static void exchange_release(struct exchange *x)
+/* Lets go of what the exchange holds of the server and of an intercepted call. */
+static void let_go(struct exchange *x)
 {
-	if (atomic_fetch_sub(&x->refs, 1) != 1)
-		return;
 	if (x->call != NULL) {
 		/* The call goes on: its thread still records what the server answers. */
 		mcp_call_client_gone(x->call);
 		mcp_call_release(x->call);
 	}
+	x->call = NULL;
 	mcp_upstream_close(x->up); /* a passed-through stream ends with its client */
-	mcp_upstream_tap_free(&x->tap);
-	mcp_upstream_headers_free(x->headers, x->n_headers);
-	ledger_buf_free(&x->body);
+	x->up = NULL;
 	if (x->counted) {
 		pthread_mutex_lock(&srv.lock);
 		srv.passing--;
 		pthread_mutex_unlock(&srv.lock);
+		x->counted = false;
 	}
-	free(x->method);
-	free(x->url);
-	free(x);
 }
 
 /* Appends @p n header fields as lines, but the hop-by-hop ones and the framing the wire adds. */
@@ -354,7 +349,7 @@ static void *serve(void *arg)
 		serve_post(x);
 	else
 		pass(x, false);
-	exchange_release(x);
+	let_go(x);
 	return NULL;
 }
 
@@ -388,7 +383,6 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 	if (x == NULL)
 		return NULL;
 	x->conn = conn;
-	atomic_init(&x->refs, 1);
 	x->method = strdup(head->method);
 	if (asprintf(&x->url, "%s%s", srv.origin, head->target) < 0)
 		x->url = NULL;
@@ -414,11 +408,8 @@ static void on_body(void *call, struct ledger_buf *body)
 	}
 	x->body = *body;
 	memset(body, 0, sizeof(*body));
-	atomic_fetch_add(&x->refs, 1);
-	if (wire_stream_start(x->conn, serve, x) != LEDGER_OK) {
-		atomic_fetch_sub(&x->refs, 1);
+	if (wire_stream_start(x->conn, serve, x) != LEDGER_OK)
 		reply_error(x->conn, 503, "internal", "no thread for the request");
-	}
 }
 
 static void on_resume(void *call)
@@ -426,10 +417,19 @@ static void on_resume(void *call)
 	(void)call; /* nothing is held but handed-off exchanges, which end on their own */
 }
 
+/* The request is over: its thread, if it had one, returned. */
 static void on_end(void *call, bool replied)
 {
+	struct exchange *x = call;
+
 	(void)replied;
-	exchange_release(call);
+	let_go(x);
+	mcp_upstream_tap_free(&x->tap);
+	mcp_upstream_headers_free(x->headers, x->n_headers);
+	ledger_buf_free(&x->body);
+	free(x->method);
+	free(x->url);
+	free(x);
 }
 
 /* --- start and stop --- */
