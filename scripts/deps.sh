@@ -6,7 +6,8 @@
 set -euo pipefail
 
 # The libraries' headers and the build's tools, for gcc (make) and clang (make fuzz) alike.
-LIB_PKGS="make pkg-config libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
+# libc6-dev by name: gcc only recommends it, and installs here take no recommendations.
+LIB_PKGS="make pkg-config libc6-dev libpq-dev libssl-dev libyaml-dev libcurl4-openssl-dev libjansson-dev"
 BUILD_PKGS="gcc $LIB_PKGS"
 RUN_PKGS="postgresql-15 python3"
 # The HA engine: Patroni, its etcd client and etcd. tests/ha runs ledgerd's

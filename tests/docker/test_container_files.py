@@ -841,6 +841,26 @@ def test_build_packages_provide_every_pkg_config_module_the_programs_use():
     assert "-lmicrohttpd" not in text and "-ljansson" in text and "-lpq" in text
 
 
+def test_build_packages_provide_every_header_the_programs_include():
+    """Every system header the image's programs include comes from a package
+    the build stage installs (or one of their dependencies): no header
+    arrives only as the recommendation or the dependency of something the
+    build no longer asks for (libc6-dev came with libmicrohttpd-dev)."""
+    names = set()
+    for folder in ("api", "ledger", "sdk/c", "sdk/programs"):
+        for src in (ROOT / folder).rglob("*.[ch]"):
+            names |= set(re.findall(r"^\s*#\s*include\s*<([^>]+)>", src.read_text(), re.M))
+    names.discard("ledger_client.h")  # the SDK's own
+    flags = run(["pkg-config", "--cflags", "libpq", "libcrypto", "libssl", "yaml-0.1",
+                 "libcurl", "jansson"]).stdout.split()
+    source = "".join("#include <%s>\n" % n for n in sorted(names))
+    out = run(["cc", "-M", "-D_GNU_SOURCE", "-x", "c", "-"] + flags, input=source).stdout
+    headers = {p for p in out.replace("\\\n", " ").split()[1:] if p.startswith("/")}
+    have = closure(deps_mode("build"))
+    missing = {h: sorted(pkgs) for h, pkgs in owners(headers).items() if not pkgs & have}
+    assert missing == {}
+
+
 def test_runtime_packages_cover_every_shared_library_of_the_programs():
     folder = LEDGERD.parent
     sanitized = folder.name == "sanitize"
