@@ -496,11 +496,11 @@ inside=$(podman exec "$ledgerd_ctr" id -u)
 [ "$inside" = "$uid" ] || fail "uid $inside in the container, $uid on the host"
 ok "uid $uid, in the container and on the host"
 
-step "the gateway from the same image, then SIGTERM"
+step "ledger-gateway from the same image, then SIGTERM"
 # It must stop by itself too (tests/docker counts on it: no init in compose).
 gateway_port=$(free_port)
 # The image's health check is ledgerd's, not the gateway's: as in compose, not used.
-podman run -d --name "$gateway_ctr" --network host --entrypoint gateway --no-healthcheck \
+podman run -d --name "$gateway_ctr" --network host --entrypoint ledger-gateway --no-healthcheck \
 	-e GATEWAY_LISTEN="127.0.0.1:$gateway_port" -e LEDGER_URL="http://127.0.0.1:$ledgerd_port" \
 	-e LEDGER_TOKEN="$router_token" -e GATEWAY_REPLICAS="replica-1=http://127.0.0.1:$(free_port)" \
 	"$image" >/dev/null 2>"$work/gateway.err" || { show_log "$work/gateway.err"; fail "podman run gateway failed"; }
