@@ -1,5 +1,6 @@
 /*
- * sdk/programs/ledger-gateway/gateway.c: a reference router on the C SDK. It serves
+ * sdk/programs/ledger-gateway/gateway.c: ledger-gateway, a router on the C SDK and the
+ * project's own HTTP layer (api/wire/). It serves
  * OpenAI's streaming POST /v1/chat/completions in front of replicas and
  * asks ledgerd before every step that could duplicate or lose output:
  *
