@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "js"))
+sys.path.insert(0, str(ROOT / "tests" / "sdk" / "js"))
 import js_build  # noqa: E402
 from pgcluster import Cluster, free_port  # noqa: E402
 
