@@ -362,10 +362,16 @@ static bool fill(struct wire_conn *c, size_t limit)
 static bool compose(struct wire_conn *c, unsigned status, const char *headers, const char *body,
 		    size_t len)
 {
-	char framing[48], *out;
-	size_t cap = 512 + (headers != NULL ? strlen(headers) : 0) + len, n;
+	char framing[48] = "Content-Length: ", digits[24], *out;
+	size_t cap = 512 + (headers != NULL ? strlen(headers) : 0) + len, n, d = sizeof(digits);
+	size_t v = len;
 
-	snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
+	/* The length in decimal, without printf's machinery: a reply is written per call. */
+	digits[--d] = '\0';
+	do
+		digits[--d] = (char)('0' + v % 10);
+	while ((v /= 10) > 0);
+	strcat(strcat(framing, digits + d), "\r\n");
 	if (strcmp(c->head.method != NULL ? c->head.method : "", "HEAD") == 0)
 		len = 0; /* the head alone, with the length the body would have */
 	out = malloc(cap);

@@ -6,7 +6,6 @@
  */
 #include "api/wire/http.h"
 
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -548,18 +547,42 @@ bool wire_http_bodiless(unsigned status)
 	return status < 200 || status == 204 || status == 304;
 }
 
+/* Appends @p s to out[*n, cap), or marks *n past cap: a head is written on every reply. */
+static void put(char *out, size_t cap, size_t *n, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (*n < cap && cap - *n > len)
+		memcpy(out + *n, s, len);
+	*n += len;
+}
+
 size_t wire_http_format_head(char *out, size_t cap, unsigned status, time_t now,
 			     const char *framing, const char *headers, const char *connection)
 {
-	char date[64];
+	char line[16] = "HTTP/1.1 000 ", date[48];
 	struct tm tm;
-	int n;
+	size_t n = 0;
 
+	line[9] = (char)('0' + status / 100 % 10);
+	line[10] = (char)('0' + status / 10 % 10);
+	line[11] = (char)('0' + status % 10);
 	gmtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-	n = snprintf(out, cap, "HTTP/1.1 %u %s\r\nDate: %s\r\n%s%s%s%s%s\r\n", status,
-		     wire_http_reason(status), date, framing != NULL ? framing : "",
-		     headers != NULL ? headers : "", connection != NULL ? "Connection: " : "",
-		     connection != NULL ? connection : "", connection != NULL ? "\r\n" : "");
-	return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+	strftime(date, sizeof(date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+	put(out, cap, &n, line);
+	put(out, cap, &n, wire_http_reason(status));
+	put(out, cap, &n, "\r\n");
+	put(out, cap, &n, date);
+	put(out, cap, &n, framing != NULL ? framing : "");
+	put(out, cap, &n, headers != NULL ? headers : "");
+	if (connection != NULL) {
+		put(out, cap, &n, "Connection: ");
+		put(out, cap, &n, connection);
+		put(out, cap, &n, "\r\n");
+	}
+	put(out, cap, &n, "\r\n");
+	if (n >= cap)
+		return 0;
+	out[n] = '\0';
+	return n;
 }

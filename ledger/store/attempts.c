@@ -157,8 +157,8 @@ enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, cons
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		/* What a failed try left; a first try's zeroed result stays zeroed. */
-		ledger_store_attempt_result_clear(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			ledger_store_attempt_result_clear(out);
 		rc = create_op(conn, tenant, request_id, in, p, out);
 	}
 	return rc;
@@ -325,8 +325,8 @@ enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const 
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		/* What a failed try left; a first try's zeroed result stays zeroed. */
-		ledger_store_attempt_result_clear(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			ledger_store_attempt_result_clear(out);
 		rc = call_op(conn, tenant, request_id, attempt_id, call, out);
 	}
 	return rc;

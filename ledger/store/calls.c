@@ -292,7 +292,8 @@ enum ledger_err ledger_store_claim(struct ledger_store_conn *conn,
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		reset_result(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			reset_result(out);
 		rc = claim_op(conn, key, req, out);
 	}
 	return rc;
@@ -484,7 +485,8 @@ enum ledger_err ledger_store_complete(struct ledger_store_conn *conn,
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		reset_result(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			reset_result(out);
 		rc = complete_op(conn, key, c, out);
 	}
 	return rc;
@@ -570,7 +572,8 @@ enum ledger_err ledger_store_renew(struct ledger_store_conn *conn,
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		reset_result(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			reset_result(out);
 		rc = renew_op(conn, key, fencing_token, lease_ms, out);
 	}
 	return rc;
@@ -642,7 +645,8 @@ enum ledger_err ledger_store_release(struct ledger_store_conn *conn,
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		reset_result(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			reset_result(out);
 		rc = release_op(conn, key, fencing_token, reason, out);
 	}
 	return rc;
@@ -763,7 +767,8 @@ enum ledger_err ledger_store_resolve(struct ledger_store_conn *conn,
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		reset_result(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			reset_result(out);
 		rc = resolve_op(conn, key, resolution, result, result_len, note, out);
 	}
 	return rc;

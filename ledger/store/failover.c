@@ -428,8 +428,8 @@ enum ledger_err ledger_store_failover(struct ledger_store_conn *conn, const char
 
 	memset(out, 0, sizeof(*out));
 	while (store_step_retry(conn, &r, &rc)) {
-		/* What a failed try left; a first try's zeroed result stays zeroed. */
-		ledger_store_failover_result_clear(out);
+		if (store_step_retrying(&r)) /* what the failed try left */
+			ledger_store_failover_result_clear(out);
 		rc = failover_op(conn, tenant, request_id, in, p, out);
 	}
 	return rc;

@@ -125,12 +125,19 @@ struct store_retry {
  * again after a serialization failure or a deadlock
  * (*@p rc == LEDGER_ERR_CONFLICT), up to three tries in all: every
  * operation is idempotent. The operation zeroes its result before the
- * loop and, in it, frees what a failed try left before the next.
+ * loop and, in it, frees what a failed try left before a retry
+ * (store_step_retrying()).
  * @param r zeroed before the loop, then the loop's own
  * @param rc the last try's answer, which the loop returns
  */
 LEDGER_MUSTCHECK bool store_step_retry(struct ledger_store_conn *conn, struct store_retry *r,
 				       enum ledger_err *rc);
+
+/** In the loop: whether this try is a retry, whose result holds what the failed try left. */
+static inline bool store_step_retrying(const struct store_retry *r)
+{
+	return r->tries > 1;
+}
 
 /** Writes @p v in decimal, as a statement parameter. */
 void store_step_fmt_int(char buf[24], int64_t v);
