@@ -262,6 +262,25 @@ def test_client_disconnected_after_a_delta_terminates(rt):
     assert rt.attempts(rid) == {a1: (1, "cancel_requested")}
 
 
+def test_client_disconnected_after_a_delta_records_its_client_error(rt):
+    """API.md row 5: the request ends terminated with the client error that says
+    the client went away mid-answer, recorded as the request's."""
+    rid, a1 = rt.started()
+    assert rt.deliver(rid, a1, 7).status == 200
+    b = answer(rt.failover(rid, a1, "client_disconnected"), "cancel_upstream")
+    assert set(b) == ANSWER_KEYS | {"client_error"}, b
+    assert_client_error(b["client_error"], "client_disconnected", rid, True, 7)
+    q = rt.request(rid)
+    assert q["status"] == "terminated" and q["client_error"] == b["client_error"]
+    # A later attempt is told why, as after any cut stream.
+    err = assert_error(rt.create(rid, new_id("a")), 409, "first_delta_sent")
+    assert err["client_error"] == b["client_error"]
+    # The retried call gets the same answer; the history names the client error.
+    assert rt.failover(rid, a1, "client_disconnected").json == b
+    statuses = [d for t, _, _, d in rt.events(rid) if t == "request_status"]
+    assert statuses[-1] == {"status": "terminated", "client_error": "client_disconnected"}
+
+
 # --- row 6: terminate_stream ------------------------------------------------
 
 

@@ -58,6 +58,7 @@
 #define E_BUDGET "retry_budget_exhausted"
 #define E_COST "retry_cost_exceeded"
 #define E_UNKNOWN "tool_outcome_unknown"
+#define E_DISCONNECTED "client_disconnected"
 
 /* The test's own names, so a failure reads without trusting the module's. */
 static const char *const signal_names[] = {
@@ -350,7 +351,7 @@ static const struct word status_words[] = {
 };
 static const struct word flag_words[] = {{"0", 0}, {"1", 1}};
 /* The client errors a decision may carry; "-" in the file: none. */
-static const char *const client_errors[] = {E_DECODE, E_BUDGET, E_COST, E_UNKNOWN};
+static const char *const client_errors[] = {E_DECODE, E_BUDGET, E_COST, E_UNKNOWN, E_DISCONNECTED};
 
 /* @return the value of @text in @words, or -1 with a complaint in @why. */
 static int word_value(const struct word *words, size_t n, const char *column, const char *text,
