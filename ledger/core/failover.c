@@ -123,12 +123,17 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 		out->action = LEDGER_FAILOVER_KEEP_WAITING;
 		return;
 	}
-	/* 5: nobody is listening any more */
+	/*
+	 * 5: nobody is listening any more. After a delta the stream was cut:
+	 * its client error says so, for whoever asks about the request later.
+	 */
 	if (in->signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED) {
 		out->source_after = revoked(source, in->signal);
-		end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM,
-		    r->first_delta_sent ? LEDGER_REQUEST_TERMINATED : LEDGER_REQUEST_ABANDONED,
-		    NULL);
+		if (r->first_delta_sent)
+			end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM, LEDGER_REQUEST_TERMINATED,
+			    "client_disconnected");
+		else
+			end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM, LEDGER_REQUEST_ABANDONED, NULL);
 		return;
 	}
 	out->source_after = revoked(source, in->signal);

@@ -21,6 +21,9 @@ static const struct {
 	{"tool_outcome_unknown",
 	 "the model server failed while the outcome of a tool call is unknown; a retry could "
 	 "repeat it, so none was made"},
+	{"client_disconnected",
+	 "the client went away after part of the answer was sent; the answer is incomplete and "
+	 "will not be retried"},
 	{"tool_call_divergence",
 	 "a retry of the request asked for a different tool call than the first run; it was "
 	 "stopped so that no action repeats"},

@@ -21,7 +21,8 @@
  * {"error": {"code", "type", "param", "message", "request_id",
  * "partial_output", "delivered_output_tokens", "retryable": false}}.
  * @param code one of upstream_decode_interrupted, retry_budget_exhausted,
- *        retry_cost_exceeded, tool_outcome_unknown, tool_call_divergence
+ *        retry_cost_exceeded, tool_outcome_unknown, client_disconnected,
+ *        tool_call_divergence
  */
 void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
 				const struct ledger_request *r);
