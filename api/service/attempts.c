@@ -186,7 +186,11 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 		message = "the request is closed";
 		break;
 	case LEDGER_CREATE_BUDGET_EXHAUSTED:
-		message = "the request's attempts, or the tenant's retries, are spent";
+		message =
+			res->budget == LEDGER_BUDGET_POOL
+				? "the tenant's retries in the pool-wide window are spent: a retry "
+				  "is welcome again after retry_after_ms"
+				: "the request's attempts are spent: it is never retried";
 		break;
 	case LEDGER_CREATE_REVISION_MISMATCH:
 		message = "the policy requires the model_revision of the first attempt";
@@ -209,6 +213,10 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 	api_reply_error_begin(req, &w, status, code, message);
 	if (o == LEDGER_CREATE_FIRST_DELTA_SENT || o == LEDGER_CREATE_REQUEST_CLOSED)
 		write_client_error(&w, res->client_error);
+	if (o == LEDGER_CREATE_BUDGET_EXHAUSTED) {
+		ledger_jsonw_key(&w, "budget");
+		ledger_jsonw_string(&w, ledger_attempt_budget_name(res->budget));
+	}
 	if (o == LEDGER_CREATE_REVISION_MISMATCH) {
 		ledger_jsonw_key(&w, "expected_model_revision");
 		ledger_jsonw_string(&w, res->request.model_revision);

@@ -114,6 +114,31 @@ bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
 	return b->retries * 100 < (int64_t)p->budget_percent * b->attempts;
 }
 
+const char *ledger_attempt_budget_name(enum ledger_budget_kind k)
+{
+	switch (k) {
+	case LEDGER_BUDGET_REQUEST:
+		return "request";
+	case LEDGER_BUDGET_POOL:
+		return "pool";
+	case LEDGER_BUDGET_NONE:
+		break;
+	}
+	return NULL;
+}
+
+int64_t ledger_attempt_budget_retry_after(const struct ledger_policy *p,
+					  const struct ledger_budget_drop *drops, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct ledger_budget b = {drops[i].attempts, drops[i].retries};
+
+		if (ledger_attempt_budget_allows_retry(p, &b))
+			return drops[i].in_ms > 0 ? drops[i].in_ms : 1;
+	}
+	return p->budget_window_ms > 0 ? p->budget_window_ms : 1;
+}
+
 /* The revision a new attempt runs: its own, or else the request's. */
 static const char *effective_revision(const struct ledger_attempt_request *in,
 				      const struct ledger_request *r)
@@ -162,9 +187,14 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 	out->max_attempts = r->attempt_count > 0   ? r->max_attempts
 			    : in->max_attempts > 0 ? in->max_attempts
 						   : (int64_t)p->max_attempts;
-	if (r->attempt_count >= out->max_attempts ||
-	    (out->is_retry && !ledger_attempt_budget_allows_retry(p, budget))) {
+	if (r->attempt_count >= out->max_attempts) {
 		out->outcome = LEDGER_CREATE_BUDGET_EXHAUSTED;
+		out->budget = LEDGER_BUDGET_REQUEST;
+		return;
+	}
+	if (out->is_retry && !ledger_attempt_budget_allows_retry(p, budget)) {
+		out->outcome = LEDGER_CREATE_BUDGET_EXHAUSTED;
+		out->budget = LEDGER_BUDGET_POOL;
 		return;
 	}
 	if (p->require_same_revision && r->model_revision[0] != '\0' && revision != NULL &&

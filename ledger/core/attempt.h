@@ -77,6 +77,23 @@ struct ledger_budget {
 	int64_t retries;  /* of which were retries */
 };
 
+/* Which budget refused a retry. */
+enum ledger_budget_kind {
+	LEDGER_BUDGET_NONE,    /* none did */
+	LEDGER_BUDGET_REQUEST, /* the request's max_attempts are spent: for good */
+	LEDGER_BUDGET_POOL,    /* the tenant's retries in the policy's window: for a while */
+};
+
+/*
+ * One retry of the tenant's window, and the window as that retry's leaving
+ * it will leave it (every attempt created no later than it gone too).
+ */
+struct ledger_budget_drop {
+	int64_t in_ms;    /* when it leaves the window, from now */
+	int64_t attempts; /* the window's attempts then */
+	int64_t retries;  /* of which retries */
+};
+
 /** The API's names, and their inverses (@return -1 if unknown). */
 const char *ledger_attempt_request_status_name(enum ledger_request_status s);
 int ledger_attempt_request_status_parse(const char *s, enum ledger_request_status *out);
@@ -104,6 +121,20 @@ enum ledger_standing ledger_attempt_standing(const struct ledger_request *r,
 bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
 					const struct ledger_budget *b);
 
+/** The API's name of a budget ("request", "pool"); NULL for NONE. */
+const char *ledger_attempt_budget_name(enum ledger_budget_kind k);
+
+/**
+ * When the pool-wide budget next allows a retry, in ms from now (at least
+ * 1), given the window's retries in the order they leave it (@p n of
+ * @p drops, borrowed). Only a retry's leaving can make room (an attempt
+ * that is no retry leaving only lowers the percentage), so the first drop
+ * after which ledger_attempt_budget_allows_retry() holds is the answer;
+ * when none is, the whole window.
+ */
+int64_t ledger_attempt_budget_retry_after(const struct ledger_policy *p,
+					  const struct ledger_budget_drop *drops, size_t n);
+
 /* --- creating an attempt (POST /v1/requests/{rid}/attempts) --- */
 
 struct ledger_attempt_request {
@@ -129,12 +160,13 @@ enum ledger_create_outcome {
 
 struct ledger_create_decision {
 	enum ledger_create_outcome outcome;
-	int64_t retry_after_ms;     /* SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
-	bool is_retry;              /* CREATED: not the request's first attempt */
-	bool reopen;                /* CREATED: an abandoned request opens again */
-	bool supersede_newest;      /* CREATED: the newest attempt, expired, is superseded */
-	int64_t max_attempts;       /* CREATED: the request's (fixed by its first attempt) */
-	const char *model_revision; /* CREATED: the attempt's revision, borrowed; NULL none */
+	int64_t retry_after_ms;         /* SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+	enum ledger_budget_kind budget; /* BUDGET_EXHAUSTED: which one */
+	bool is_retry;                  /* CREATED: not the request's first attempt */
+	bool reopen;                    /* CREATED: an abandoned request opens again */
+	bool supersede_newest;          /* CREATED: the newest attempt, expired, is superseded */
+	int64_t max_attempts;           /* CREATED: the request's (fixed by its first attempt) */
+	const char *model_revision;     /* CREATED: the attempt's revision, borrowed; NULL none */
 };
 
 /**

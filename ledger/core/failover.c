@@ -146,6 +146,8 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 	/* 7: the budget, per request and pool-wide, and the cost of a rerun */
 	if (r->attempt_count >= r->max_attempts || !ledger_attempt_budget_allows_retry(p, budget)) {
 		end(out, LEDGER_FAILOVER_REJECT, LEDGER_REQUEST_FAILED, "retry_budget_exhausted");
+		out->budget = r->attempt_count >= r->max_attempts ? LEDGER_BUDGET_REQUEST
+								  : LEDGER_BUDGET_POOL;
 		return;
 	}
 	if (in->retry_prefill_tokens > p->max_retry_prefill_tokens) {

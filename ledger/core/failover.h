@@ -46,8 +46,9 @@ struct ledger_failover_decision {
 	enum ledger_attempt_state source_after;   /* the source's state afterwards */
 	enum ledger_request_status request_after; /* the request's status afterwards */
 	const char *client_error;                 /* the client error's code, or NULL; static */
-	int64_t retry_after_ms;                   /* WAIT_FOR_FENCE: when to ask again */
-	bool final; /* recorded: a retried call gets it back as it is */
+	enum ledger_budget_kind budget; /* client_error retry_budget_exhausted: which one */
+	int64_t retry_after_ms;         /* WAIT_FOR_FENCE: when to ask again */
+	bool final;                     /* recorded: a retried call gets it back as it is */
 };
 
 /** The API's names of signals and actions; @return -1 for an unknown signal. */

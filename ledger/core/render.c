@@ -30,7 +30,7 @@ static const struct {
 };
 
 void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
-				const struct ledger_request *r)
+				const struct ledger_request *r, enum ledger_budget_kind budget)
 {
 	const char *message = NULL;
 	struct ledger_jsonw w;
@@ -61,6 +61,10 @@ void ledger_render_client_error(struct ledger_buf *out, const char *code, const 
 	ledger_jsonw_int(&w, r->delivered_output_tokens);
 	ledger_jsonw_key(&w, "retryable");
 	ledger_jsonw_bool(&w, false);
+	if (budget != LEDGER_BUDGET_NONE) {
+		ledger_jsonw_key(&w, "budget");
+		ledger_jsonw_string(&w, ledger_attempt_budget_name(budget));
+	}
 	ledger_jsonw_object_end(&w);
 	ledger_jsonw_object_end(&w);
 }

@@ -23,9 +23,11 @@
  * @param code one of upstream_decode_interrupted, retry_budget_exhausted,
  *        retry_cost_exceeded, tool_outcome_unknown, client_disconnected,
  *        tool_call_divergence
+ * @param budget which budget a retry_budget_exhausted spent: its name is
+ *        added as "budget" (NONE: nothing added)
  */
 void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
-				const struct ledger_request *r);
+				const struct ledger_request *r, enum ledger_budget_kind budget);
 
 /**
  * Writes the request object as the API shows it.

@@ -79,6 +79,12 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 				     policy, &d);
 	out->outcome.create = d.outcome;
 	out->retry_after_ms = d.retry_after_ms;
+	out->budget = d.budget;
+	if (d.budget == LEDGER_BUDGET_POOL) {
+		rc = store_rows_read_retry_after(conn, tenant, policy, &out->retry_after_ms);
+		if (rc != LEDGER_OK)
+			goto out;
+	}
 
 	if (d.outcome == LEDGER_CREATE_REPEATED) {
 		out->attempt = lk.named;
@@ -92,8 +98,10 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 			rc = store_step_rollback(conn);
 			goto out;
 		}
-		event_refused_attempt(&st, tenant, request_id, &created, "attempt_create",
-				      ledger_attempt_create_code(d.outcome), in->attempt_id, NULL);
+		store_event_refused(&created, "attempt_create",
+				    ledger_attempt_create_code(d.outcome), in->attempt_id);
+		store_event_str(&created, "budget", ledger_attempt_budget_name(d.budget));
+		store_event_add(&st, &key, &created);
 		rc = store_step_commit(&st);
 		goto out;
 	}

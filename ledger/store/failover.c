@@ -187,6 +187,7 @@ static void decision_event(struct store_event *ev, const struct ledger_failover_
 	store_event_str(ev, "request_status_after",
 			ledger_attempt_request_status_name(d->request_after));
 	store_event_str(ev, "client_error", d->client_error);
+	store_event_str(ev, "budget", ledger_attempt_budget_name(d->budget));
 	if (d->action == LEDGER_FAILOVER_WAIT_FOR_FENCE)
 		store_event_int(ev, "retry_after_ms", d->retry_after_ms);
 	if (next != NULL)
@@ -289,13 +290,14 @@ static void set_status(struct store_step *st, const struct ledger_call_key *key,
 		struct ledger_buf client_error = LEDGER_BUF_INIT;
 
 		ledger_render_client_error(&client_error, d->client_error, key->request_id,
-					   &lk->request);
+					   &lk->request, d->budget);
 		free(lk->client_error);
 		lk->client_error = ledger_buf_steal(&client_error, NULL); /* frees the buffer */
 	}
 	store_event_start(ev, "request_status", lk->named.attempt_id);
 	store_event_str(ev, "status", ledger_attempt_request_status_name(d->request_after));
 	store_event_str(ev, "client_error", d->client_error);
+	store_event_str(ev, "budget", ledger_attempt_budget_name(d->budget));
 	store_event_add(st, key, ev);
 }
 

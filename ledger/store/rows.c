@@ -121,6 +121,29 @@ static const struct store_stmt budget_count = {
 	2,
 };
 
+/*
+ * The window's retries in the order they leave it (the earliest first), each
+ * with the window's attempts and retries once it has left (every attempt
+ * created no later than it gone too): what
+ * ledger_attempt_budget_retry_after() reads. $2 the window in ms, $3 at most
+ * this many rows.
+ */
+static const struct store_stmt budget_drops = {
+	"budget_drops",
+	"SELECT in_ms, total - gone, total_retries - gone_retries FROM ("
+	"  SELECT a.is_retry,"
+	"    greatest(1, ceil(extract(epoch FROM a.created_at + $2::bigint * interval '1 millisecond'"
+	"      - now_.t) * 1000))::bigint AS in_ms,"
+	"    count(*) OVER w AS gone, count(*) FILTER (WHERE a.is_retry) OVER w AS gone_retries,"
+	"    count(*) OVER () AS total, count(*) FILTER (WHERE a.is_retry) OVER () AS total_retries"
+	"  FROM (SELECT clock_timestamp() AS t) now_"
+	"  JOIN attempts a ON a.tenant = $1"
+	"   AND a.created_at > now_.t - $2::bigint * interval '1 millisecond'"
+	"  WINDOW w AS (ORDER BY a.created_at RANGE UNBOUNDED PRECEDING)"
+	") s WHERE is_retry ORDER BY in_ms LIMIT $3::integer",
+	3,
+};
+
 static const struct store_stmt attempt_insert = {
 	"attempt_insert",
 	"INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,"
@@ -443,6 +466,43 @@ enum ledger_err store_rows_read_budget(struct ledger_store_conn *conn, const cha
 	return rc;
 }
 
+/* Rows of budget_drops read at most: past them the answer is the whole window. */
+#define MAX_DROPS 1000
+
+enum ledger_err store_rows_read_retry_after(struct ledger_store_conn *conn, const char *tenant,
+					    const struct ledger_policy *p, int64_t *out)
+{
+	struct ledger_budget_drop *drops = NULL;
+	struct store_step st;
+	enum ledger_err rc;
+	int n;
+
+	*out = 0;
+	store_step_begin(&st, conn);
+	const char *params[3] = {tenant, store_step_int(&st, p->budget_window_ms),
+				 store_step_int(&st, MAX_DROPS)};
+	store_step_add(&st, &budget_drops, params);
+	rc = store_step_run(&st);
+	if (rc != LEDGER_OK)
+		goto out;
+	n = PQntuples(st.res[0]);
+	drops = calloc((size_t)n + 1, sizeof(*drops));
+	if (drops == NULL) {
+		rc = LEDGER_ERR_NOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		drops[i].in_ms = store_step_get_int(st.res[0], i, 0);
+		drops[i].attempts = store_step_get_int(st.res[0], i, 1);
+		drops[i].retries = store_step_get_int(st.res[0], i, 2);
+	}
+	*out = ledger_attempt_budget_retry_after(p, drops, (size_t)n);
+out:
+	free(drops);
+	store_step_clear(&st);
+	return rc;
+}
+
 void store_rows_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
 			       const struct ledger_attempt *a, struct store_event *ev,
 			       bool reopened)
@@ -489,6 +549,7 @@ const struct store_stmt *const store_rows_statements[] = {
 	&calls_summary,
 	&budget_lock,
 	&budget_count,
+	&budget_drops,
 	&attempt_insert,
 	NULL,
 };

@@ -177,6 +177,16 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_read_budget(struct ledger_store_conn
 							struct ledger_budget *out);
 
 /**
+ * When the tenant's pool-wide budget next allows a retry, in ms from now (at
+ * least 1; ledger_attempt_budget_retry_after() decides), read in the
+ * transaction of store_rows_read_budget(), under its lock.
+ */
+LEDGER_MUSTCHECK enum ledger_err store_rows_read_retry_after(struct ledger_store_conn *conn,
+							     const char *tenant,
+							     const struct ledger_policy *p,
+							     int64_t *out);
+
+/**
  * Queues the creation of attempt @p a (its id, epoch, replica, revision,
  * lease in lease_ms_left, is_retry) and its attempt_created event.
  */

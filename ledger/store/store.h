@@ -403,10 +403,12 @@ struct ledger_attempt_result {
 		enum ledger_create_outcome create;
 		enum ledger_attempt_op_outcome op;
 	} outcome;
-	struct ledger_request request; /* the request afterwards */
-	char *client_error;            /* owned: its recorded client error, or NULL */
-	struct ledger_attempt attempt; /* the attempt concerned, afterwards */
-	int64_t retry_after_ms;        /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+	struct ledger_request request;  /* the request afterwards */
+	char *client_error;             /* owned: its recorded client error, or NULL */
+	struct ledger_attempt attempt;  /* the attempt concerned, afterwards */
+	int64_t retry_after_ms;         /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS, and
+				   BUDGET_EXHAUSTED by the pool: when it next allows a retry */
+	enum ledger_budget_kind budget; /* create BUDGET_EXHAUSTED: which budget */
 };
 
 /** Frees what @p r owns. */

@@ -243,8 +243,14 @@ def test_max_attempts_reached_is_retry_budget_exhausted(rt):
     assert r.status == 201, r
     assert r.json["epoch"] == 2
     rt.failed(rid, a2)
-    assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
+    r = rt.create(rid, new_id("a"))
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    # The request's own budget is spent for good: no time to wait for.
+    assert err["budget"] == "request", err
+    assert "retry_after_ms" not in err and r.header("Retry-After") is None, r
     assert list(rt.attempts(rid)) == [a1, a2]
+    refused = [d for t, _, _, d in rt.events(rid) if t == "refused"]
+    assert refused[-1]["code"] == "retry_budget_exhausted" and refused[-1]["budget"] == "request"
 
 
 def test_max_attempts_one_allows_no_retry(rt):
@@ -290,7 +296,10 @@ def test_pool_budget_of_the_default_policy_refuses_the_fourth_retry(service):
         r = rt.create(rid, new_id("a"))
         assert r.status == 201, r
     r = rt.create(rids[3], new_id("a"))
-    assert_error(r, 409, "retry_budget_exhausted")
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    # The pool's budget comes back as the window moves on: when, it says.
+    assert err["budget"] == "pool", err
+    assert_retry_after(r, err, 10000)
     assert rt.count("attempts", rids[3]) == 1
     # A first attempt is no retry: it is still welcome.
     rt.started()
@@ -890,6 +899,40 @@ def test_reopen_is_a_retry_within_max_attempts(rt):
     assert rt.ack(rid, a1).status == 200
     assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
     assert rt.request(rid)["status"] == "abandoned"
+
+
+def test_refused_reopen_leaves_the_request_abandoned(service):
+    """A refused attempt changes nothing: the request stays abandoned, for its own
+    budget and for the pool's, and a later attempt within budget still reopens it."""
+    rt = Router(service)
+    spent, a1 = rt.started(max_attempts=1)
+    assert rt.failover(spent, a1, "client_disconnected").json["request_status"] == "abandoned"
+    assert rt.ack(spent, a1).status == 200
+    err = assert_error(rt.create(spent, new_id("a")), 409,
+                       "retry_budget_exhausted")
+    assert err["budget"] == "request"
+    assert rt.request(spent)["status"] == "abandoned"
+    assert rt.attempts(spent) == {a1: (1, "cancelled")}
+    # The tenant's pool: three retries in the window (the default min_retries) ...
+    rid, a1 = rt.started()
+    assert rt.failover(rid, a1, "client_disconnected").json["request_status"] == "abandoned"
+    assert rt.ack(rid, a1).status == 200
+    for _ in range(3):
+        other, b1 = rt.started()
+        rt.failed(other, b1)
+        assert rt.create(other, new_id("a")).status == 201
+    before = rt.events(rid)
+    # ... so the reopen is a retry the pool refuses.
+    r = rt.create(rid, new_id("a"))
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    assert err["budget"] == "pool"
+    assert_retry_after(r, err, 10000)
+    q = rt.request(rid)
+    assert q["status"] == "abandoned" and q["attempts"] == 1, q
+    assert rt.attempts(rid) == {a1: (1, "cancelled")}
+    after = rt.events(rid)
+    assert after[:len(before)] == before and [t for t, _, _, _ in after[len(before):]] == [
+        "refused"]
 
 
 def test_abandoned_after_a_delta_never_reopens(rt):

@@ -836,6 +836,42 @@ static void test_failover_budget_boundaries(void **state)
 	run_cases("budget", budget_rows, sizeof(budget_rows) / sizeof(budget_rows[0]));
 }
 
+/* A reject for the budget names which one; the request's comes first when both are spent. */
+static void test_failover_names_the_budget(void **state)
+{
+	static const struct {
+		struct fo_case c;
+		enum ledger_budget_kind budget;
+	} rows[] = {
+		{{"attempt 2 of 2", R_OPEN, false, 2, 2, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096,
+		  NOCALLS, WIN0, W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_REQUEST},
+		{{"pool 3 of 3", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096, NOCALLS, 3, 3,
+		  W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_POOL},
+		{{"both spent", R_OPEN, false, 2, 2, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096,
+		  NOCALLS, 3, 3, W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_REQUEST},
+		{{"cost", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 32769, NOCALLS, WIN0,
+		  W(A_REJECT, S_DEAD, R_FAILED, E_COST, 0, true)},
+		 LEDGER_BUDGET_NONE},
+		{{"retry", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096, NOCALLS, WIN0,
+		  W(A_RETRY, S_DEAD, R_OPEN, NULL, 0, true)},
+		 LEDGER_BUDGET_NONE},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct ledger_failover_decision d;
+
+		assert_true(check_case("budget kind", i, &rows[i].c));
+		decide(&rows[i].c, &d);
+		if (d.budget != rows[i].budget)
+			fail_msg("budget kind row %zu (%s): budget %d, want %d", i, rows[i].c.what,
+				 (int)d.budget, (int)rows[i].budget);
+	}
+}
+
 /*
  * wait_for_fence, then the same call again once the source is fenced (by
  * its cancel-ack, by its lease running out, or by its held call ending):
@@ -946,6 +982,7 @@ int main(void)
 		cmocka_unit_test(test_failover_held_call),
 		cmocka_unit_test(test_failover_uncertain_needs_lease),
 		cmocka_unit_test(test_failover_budget_boundaries),
+		cmocka_unit_test(test_failover_names_the_budget),
 		cmocka_unit_test(test_failover_wait_then_retry),
 		cmocka_unit_test(test_failover_names),
 	};
