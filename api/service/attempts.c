@@ -18,6 +18,7 @@
 #include "ledger/core/render.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
+#define IDENTITY_MAX 4096 /* bytes of an attempt's identity object */
 
 /* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
 static int64_t default_lease(const struct api_request *req)
@@ -69,6 +70,23 @@ static void write_client_error(struct ledger_jsonw *w, const char *client_error)
 		ledger_jsonw_null(w);
 }
 
+/* 422 request_mismatch for an input_sha256 other than the one the request fixed. */
+static void reply_input_mismatch(struct api_request *req, const char *expected, const char *got)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 422, "request_mismatch",
+			      "the request's input_sha256 is another: its first attempt had "
+			      "another input");
+	ledger_jsonw_key(&w, "field");
+	ledger_jsonw_string(&w, "input_sha256");
+	ledger_jsonw_key(&w, "expected_input_sha256");
+	ledger_jsonw_string(&w, expected);
+	ledger_jsonw_key(&w, "got_input_sha256");
+	ledger_jsonw_string(&w, got);
+	api_reply_error_end(req, &w);
+}
+
 static void reply_attempt_not_found(struct api_request *req, const char *attempt_id)
 {
 	struct ledger_jsonw w;
@@ -110,12 +128,21 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 					     const struct ledger_json_value *obj,
 					     struct ledger_attempt_request *in, bool with_max)
 {
+	const struct ledger_json_value *identity = NULL;
+
 	if (api_input_id_or_reply(req, obj, "attempt_id", 1, &in->attempt_id) ||
 	    api_input_text_or_reply(req, obj, "replica", LEDGER_TEXT_MAX, &in->replica) ||
 	    api_input_text_or_reply(req, obj, "model_revision", LEDGER_TEXT_MAX,
 				    &in->model_revision) ||
-	    lease_or_reply(req, obj, &in->lease_ms))
+	    lease_or_reply(req, obj, &in->lease_ms) ||
+	    api_input_id_or_reply(req, obj, "gateway", 1, &in->gateway) ||
+	    api_input_object_or_reply(req, obj, "identity", IDENTITY_MAX, &identity) ||
+	    api_input_sha256_or_reply(req, obj, "input_sha256", &in->input_sha256))
 		return LEDGER_ERR_INVALID;
+	if (identity != NULL) {
+		in->identity = identity->raw;
+		in->identity_len = identity->raw_len;
+	}
 	if (in->attempt_id == NULL) {
 		api_reply_invalid_field(req, "attempt_id", "is required");
 		return LEDGER_ERR_INVALID;
@@ -130,7 +157,8 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 static enum ledger_err create_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"attempt_id", "replica",      "model_revision",
-					     "lease_ms",   "max_attempts", NULL};
+					     "lease_ms",   "max_attempts", "gateway",
+					     "identity",   "input_sha256", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct create_input *in = NULL;
 
@@ -162,7 +190,14 @@ static void reply_attempt(struct api_request *req, unsigned status,
 		return;
 	}
 	api_reply_begin(req, &w, status);
-	ledger_render_attempt(&w, req->params[0], &a, &res->request, res->client_error);
+	ledger_jsonw_object_begin(&w);
+	ledger_render_attempt_members(&w, req->params[0], &a, &res->request, res->client_error);
+	if (res->nsettled > 0) {
+		/* what a rerun must take into account, as failover gives it */
+		ledger_jsonw_key(&w, "settled_tool_calls");
+		ledger_render_settled_calls(&w, res->settled, res->nsettled);
+	}
+	ledger_jsonw_object_end(&w);
 }
 
 static void reply_create_refusal(struct api_request *req, const struct create_input *in,
@@ -174,6 +209,10 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 	unsigned status = o == LEDGER_CREATE_REQUEST_MISMATCH ? 422 : 409;
 	const char *message = "";
 
+	if (o == LEDGER_CREATE_REQUEST_MISMATCH && res->input_mismatch) {
+		reply_input_mismatch(req, res->request.input_sha256, in->in.input_sha256);
+		return;
+	}
 	switch (o) {
 	case LEDGER_CREATE_REQUEST_MISMATCH:
 		message = "this attempt_id was created with another replica or model_revision";
@@ -407,8 +446,9 @@ static enum ledger_err failover_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"attempt_id", "signal", "retry_prefill_tokens",
 					     "next_attempt", NULL};
-	static const char *const next_fields[] = {"attempt_id", "replica", "model_revision",
-						  "lease_ms", NULL};
+	static const char *const next_fields[] = {"attempt_id",   "replica", "model_revision",
+						  "lease_ms",     "gateway", "identity",
+						  "input_sha256", NULL};
 	static const char *const signals[] = {
 		"replica_exited",    "pod_lost",   "upstream_closed",     "network_error",
 		"heartbeat_timeout", "overloaded", "client_disconnected", NULL};
@@ -485,6 +525,9 @@ static void failover_answer(struct api_request *req, const struct ledger_store_r
 	case LEDGER_FAILOVER_NEXT_MISMATCH:
 		api_reply_error(req, 422, "request_mismatch",
 				"next_attempt's attempt_id is already an attempt of this request");
+		break;
+	case LEDGER_FAILOVER_NEXT_INPUT:
+		reply_input_mismatch(req, res.input_sha256, in->next.input_sha256);
 		break;
 	case LEDGER_FAILOVER_NEXT_REVISION:
 		api_reply_error(req, 409, "revision_mismatch",

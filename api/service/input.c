@@ -138,6 +138,51 @@ enum ledger_err api_input_int_or_reply(struct api_request *req, const struct led
 	return LEDGER_OK;
 }
 
+static bool is_lower_hex(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+enum ledger_err api_input_sha256_or_reply(struct api_request *req,
+					  const struct ledger_json_value *obj, const char *key,
+					  const char **out)
+{
+	const struct ledger_json_value *v = member(obj, key);
+
+	*out = NULL;
+	if (v == NULL)
+		return LEDGER_OK;
+	if (v->type != LEDGER_JSON_STRING || v->u.str.len != LEDGER_SHA256_HEX ||
+	    !is_lower_hex(v->u.str.s, v->u.str.len)) {
+		api_reply_invalid_field(req, key, "must be 64 lowercase hex digits");
+		return LEDGER_ERR_INVALID;
+	}
+	*out = v->u.str.s;
+	return LEDGER_OK;
+}
+
+enum ledger_err api_input_object_or_reply(struct api_request *req,
+					  const struct ledger_json_value *obj, const char *key,
+					  size_t max, const struct ledger_json_value **out)
+{
+	const struct ledger_json_value *v = member(obj, key);
+
+	*out = NULL;
+	if (v == NULL)
+		return LEDGER_OK;
+	if (v->type != LEDGER_JSON_OBJECT || v->raw_len > max) {
+		api_reply_invalid_field(req, key, "must be a JSON object of at most %zu bytes",
+					max);
+		return LEDGER_ERR_INVALID;
+	}
+	*out = v;
+	return LEDGER_OK;
+}
+
 enum ledger_err api_input_bool_or_reply(struct api_request *req,
 					const struct ledger_json_value *obj, const char *key,
 					bool def, bool *out)

@@ -96,6 +96,8 @@ void ledger_render_request_members(struct ledger_jsonw *w, const char *request_i
 	ledger_jsonw_int(w, r->max_attempts);
 	ledger_jsonw_key(w, "model_revision");
 	ledger_jsonw_string(w, r->model_revision[0] != '\0' ? r->model_revision : NULL);
+	ledger_jsonw_key(w, "input_sha256");
+	ledger_jsonw_string(w, r->input_sha256[0] != '\0' ? r->input_sha256 : NULL);
 	if (client_error != NULL) {
 		ledger_jsonw_key(w, "client_error");
 		ledger_jsonw_raw(w, client_error, strlen(client_error));
@@ -109,6 +111,14 @@ void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 			   const char *client_error)
 {
 	ledger_jsonw_object_begin(w);
+	ledger_render_attempt_members(w, request_id, a, r, client_error);
+	ledger_jsonw_object_end(w);
+}
+
+void ledger_render_attempt_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_attempt *a, const struct ledger_request *r,
+				   const char *client_error)
+{
 	ledger_jsonw_key(w, "attempt_id");
 	ledger_jsonw_string(w, a->attempt_id);
 	ledger_jsonw_key(w, "epoch");
@@ -117,7 +127,29 @@ void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 	ledger_jsonw_int(w, a->epoch);
 	ledger_jsonw_key(w, "lease_ms");
 	ledger_jsonw_int(w, a->lease_ms_left);
+	ledger_jsonw_key(w, "gateway");
+	ledger_jsonw_string(w, a->gateway[0] != '\0' ? a->gateway : NULL);
 	ledger_jsonw_key(w, "request");
 	ledger_render_request(w, request_id, r, client_error);
-	ledger_jsonw_object_end(w);
+}
+
+void ledger_render_settled_calls(struct ledger_jsonw *w, const struct ledger_settled_call *calls,
+				 size_t n)
+{
+	ledger_jsonw_array_begin(w);
+	for (size_t i = 0; i < n; i++) {
+		const struct ledger_settled_call *c = &calls[i];
+
+		ledger_jsonw_object_begin(w);
+		ledger_jsonw_key(w, "tool_call_id");
+		ledger_jsonw_string(w, c->tool_call_id);
+		ledger_jsonw_key(w, "tool");
+		ledger_jsonw_string(w, c->tool[0] != '\0' ? c->tool : NULL);
+		ledger_jsonw_key(w, "args_sha256");
+		ledger_jsonw_string(w, c->args_sha256[0] != '\0' ? c->args_sha256 : NULL);
+		ledger_jsonw_key(w, "outcome");
+		ledger_jsonw_string(w, c->succeeded ? "succeeded" : "failed");
+		ledger_jsonw_object_end(w);
+	}
+	ledger_jsonw_array_end(w);
 }

@@ -42,10 +42,22 @@ void ledger_render_request_members(struct ledger_jsonw *w, const char *request_i
 
 /**
  * Writes the attempt as POST attempts answers it: {"attempt_id", "epoch",
- * "attempt_number", "lease_ms", "request": {...}}.
+ * "attempt_number", "lease_ms", "gateway", "request": {...}}.
  */
 void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 			   const struct ledger_attempt *a, const struct ledger_request *r,
 			   const char *client_error);
+
+/** The members of the attempt object, into an object the caller opened (and closes). */
+void ledger_render_attempt_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_attempt *a, const struct ledger_request *r,
+				   const char *client_error);
+
+/**
+ * Writes settled_tool_calls: an array of {"tool_call_id", "tool",
+ * "args_sha256", "outcome"}, @p n of @p calls (borrowed) in their order.
+ */
+void ledger_render_settled_calls(struct ledger_jsonw *w, const struct ledger_settled_call *calls,
+				 size_t n);
 
 #endif

@@ -20,15 +20,20 @@ void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
 	if (r == NULL)
 		return;
 	free(r->client_error);
+	free(r->settled);
 	memset(r, 0, sizeof(*r));
 }
 
-/* Hands the request as it stands, and its client error, to the result. */
+/* Hands the request as it stands, its client error and settled calls, to the result. */
 static void take_request(struct ledger_attempt_result *out, struct store_locked *lk)
 {
 	out->request = lk->request;
 	out->client_error = lk->client_error;
 	lk->client_error = NULL;
+	out->settled = lk->settled;
+	out->nsettled = lk->nsettled;
+	lk->settled = NULL;
+	lk->nsettled = 0;
 }
 
 static void event_refused_attempt(struct store_step *st, const char *tenant, const char *request_id,
@@ -45,25 +50,85 @@ static void event_refused_attempt(struct store_step *st, const char *tenant, con
 
 /* --- create --- */
 
+/* The events a creation writes; each outlives the step. */
+struct create_events {
+	struct store_event created, superseded, reopened;
+};
+
+/* The attempt @p d creates for @p in, the request's next. */
+static void new_attempt(const struct ledger_attempt_request *in, const struct store_locked *lk,
+			const struct ledger_create_decision *d, struct ledger_attempt *next)
+{
+	memset(next, 0, sizeof(*next));
+	next->exists = true;
+	snprintf(next->attempt_id, sizeof(next->attempt_id), "%s", in->attempt_id);
+	next->epoch = lk->request.attempt_count + 1;
+	snprintf(next->replica, sizeof(next->replica), "%s", in->replica ? in->replica : "");
+	snprintf(next->gateway, sizeof(next->gateway), "%s", in->gateway ? in->gateway : "");
+	snprintf(next->model_revision, sizeof(next->model_revision), "%s",
+		 d->model_revision ? d->model_revision : "");
+	next->revision_given = in->model_revision != NULL;
+	next->state = LEDGER_ATTEMPT_LIVE;
+	next->lease_ms_left = in->lease_ms;
+	next->is_retry = d->is_retry;
+}
+
+/*
+ * Queues the writes of a creation: the expired newest superseded, the
+ * attempt, the request as it now stands (reopened, its input fixed by the
+ * first attempt naming one), and their events; leaves lk->request so.
+ */
+static void queue_creation(struct store_step *st, const struct ledger_call_key *key,
+			   const struct ledger_attempt_request *in,
+			   const struct ledger_create_decision *d, struct store_locked *lk,
+			   const struct ledger_attempt *next, struct create_events *ev)
+{
+	if (d->supersede_newest) {
+		store_rows_attempt_set(st, key->tenant, key->request_id, lk->newest.attempt_id,
+				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
+		store_event_start(&ev->superseded, "attempt_revoked", lk->newest.attempt_id);
+		store_event_str(&ev->superseded, "state", "superseded");
+		store_event_str(&ev->superseded, "cause", "next_attempt");
+		store_event_add(st, key, &ev->superseded);
+	}
+	store_rows_attempt_insert(st, key->tenant, key->request_id, next, in, &ev->created,
+				  d->reopen);
+	lk->request.attempt_count = next->epoch;
+	lk->request.max_attempts = d->max_attempts;
+	if (in->input_sha256 != NULL && lk->request.input_sha256[0] == '\0')
+		snprintf(lk->request.input_sha256, sizeof(lk->request.input_sha256), "%s",
+			 in->input_sha256);
+	if (lk->request.model_revision[0] == '\0')
+		snprintf(lk->request.model_revision, sizeof(lk->request.model_revision), "%s",
+			 next->model_revision);
+	if (d->reopen) {
+		lk->request.status = LEDGER_REQUEST_OPEN;
+		store_event_start(&ev->reopened, "request_status", next->attempt_id);
+		store_event_str(&ev->reopened, "status", "open");
+		store_event_str(&ev->reopened, "cause", "reopened");
+		store_event_add(st, key, &ev->reopened);
+	}
+	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+}
+
 static enum ledger_err create_op(struct ledger_store_conn *conn, const char *tenant,
 				 const char *request_id, const struct ledger_attempt_request *in,
 				 const struct ledger_policy *policy,
 				 struct ledger_attempt_result *out)
 {
-	const struct store_lookup look = {.attempt_id = in->attempt_id, .calls_summary = true};
+	const struct store_lookup look = {
+		.attempt_id = in->attempt_id, .calls_summary = true, .settled_calls = true};
 	struct ledger_call_key key = {tenant, request_id, NULL};
 	struct ledger_create_decision d;
 	struct ledger_budget budget = {0, 0};
-	struct store_event created, superseded, reopened;
+	struct create_events ev;
 	struct ledger_attempt next;
 	struct store_locked lk;
 	struct store_step st;
 	enum ledger_err rc;
 
 	memset(&lk, 0, sizeof(lk));
-	memset(&created, 0, sizeof(created));
-	memset(&superseded, 0, sizeof(superseded));
-	memset(&reopened, 0, sizeof(reopened));
+	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
 	rc = store_rows_lock_and_read(conn, tenant, request_id, true, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
@@ -80,6 +145,7 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 	out->outcome.create = d.outcome;
 	out->retry_after_ms = d.retry_after_ms;
 	out->budget = d.budget;
+	out->input_mismatch = d.input_mismatch;
 	if (d.budget == LEDGER_BUDGET_POOL) {
 		rc = store_rows_read_retry_after(conn, tenant, policy, &out->retry_after_ms);
 		if (rc != LEDGER_OK)
@@ -98,48 +164,15 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 			rc = store_step_rollback(conn);
 			goto out;
 		}
-		store_event_refused(&created, "attempt_create",
+		store_event_refused(&ev.created, "attempt_create",
 				    ledger_attempt_create_code(d.outcome), in->attempt_id);
-		store_event_str(&created, "budget", ledger_attempt_budget_name(d.budget));
-		store_event_add(&st, &key, &created);
+		store_event_str(&ev.created, "budget", ledger_attempt_budget_name(d.budget));
+		store_event_add(&st, &key, &ev.created);
 		rc = store_step_commit(&st);
 		goto out;
 	}
-
-	memset(&next, 0, sizeof(next));
-	next.exists = true;
-	snprintf(next.attempt_id, sizeof(next.attempt_id), "%s", in->attempt_id);
-	next.epoch = lk.request.attempt_count + 1;
-	snprintf(next.replica, sizeof(next.replica), "%s", in->replica ? in->replica : "");
-	snprintf(next.model_revision, sizeof(next.model_revision), "%s",
-		 d.model_revision ? d.model_revision : "");
-	next.revision_given = in->model_revision != NULL;
-	next.state = LEDGER_ATTEMPT_LIVE;
-	next.lease_ms_left = in->lease_ms;
-	next.is_retry = d.is_retry;
-
-	if (d.supersede_newest) {
-		store_rows_attempt_set(&st, tenant, request_id, lk.newest.attempt_id,
-				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
-		store_event_start(&superseded, "attempt_revoked", lk.newest.attempt_id);
-		store_event_str(&superseded, "state", "superseded");
-		store_event_str(&superseded, "cause", "next_attempt");
-		store_event_add(&st, &key, &superseded);
-	}
-	store_rows_attempt_insert(&st, tenant, request_id, &next, &created, d.reopen);
-	lk.request.attempt_count = next.epoch;
-	lk.request.max_attempts = d.max_attempts;
-	if (lk.request.model_revision[0] == '\0')
-		snprintf(lk.request.model_revision, sizeof(lk.request.model_revision), "%s",
-			 next.model_revision);
-	if (d.reopen) {
-		lk.request.status = LEDGER_REQUEST_OPEN;
-		store_event_start(&reopened, "request_status", next.attempt_id);
-		store_event_str(&reopened, "status", "open");
-		store_event_str(&reopened, "cause", "reopened");
-		store_event_add(&st, &key, &reopened);
-	}
-	store_rows_request_set(&st, tenant, request_id, &lk.request, lk.client_error);
+	new_attempt(in, &lk, &d, &next);
+	queue_creation(&st, &key, in, &d, &lk, &next, &ev);
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
 		out->attempt = next;
@@ -147,9 +180,9 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 	}
 out:
 	store_step_clear(&st);
-	store_event_free(&created);
-	store_event_free(&superseded);
-	store_event_free(&reopened);
+	store_event_free(&ev.created);
+	store_event_free(&ev.superseded);
+	store_event_free(&ev.reopened);
 	store_rows_locked_clear(&lk);
 	return rc;
 }

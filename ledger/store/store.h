@@ -409,6 +409,9 @@ struct ledger_attempt_result {
 	int64_t retry_after_ms;         /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS, and
 				   BUDGET_EXHAUSTED by the pool: when it next allows a retry */
 	enum ledger_budget_kind budget; /* create BUDGET_EXHAUSTED: which budget */
+	bool input_mismatch; /* create REQUEST_MISMATCH: of input_sha256 (the request's in request) */
+	struct ledger_settled_call *settled; /* owned: create CREATED or REPEATED, the request's */
+	size_t nsettled;
 };
 
 /** Frees what @p r owns. */
@@ -457,12 +460,14 @@ enum ledger_failover_status {
 	LEDGER_FAILOVER_NO_ATTEMPT,    /* 404 attempt_not_found */
 	LEDGER_FAILOVER_NEXT_MISMATCH, /* 422 request_mismatch: next_attempt's id is taken */
 	LEDGER_FAILOVER_NEXT_REVISION, /* 409 revision_mismatch: next_attempt's revision */
+	LEDGER_FAILOVER_NEXT_INPUT,    /* 422 request_mismatch: next_attempt's input_sha256 */
 };
 
 struct ledger_failover_result {
 	enum ledger_failover_status status;
 	struct ledger_failover_decision decision;
 	char current_attempt_id[LEDGER_ID_MAX + 1]; /* ATTEMPT_FENCED: the newest */
+	char input_sha256[LEDGER_SHA256_HEX + 1];   /* NEXT_INPUT: the request's */
 	char *client_error; /* owned: REQUEST_CLOSED, the request's recorded one */
 	char *body;         /* owned: ANSWERED, the decision as recorded */
 	bool replayed;      /* ANSWERED with a decision taken before */

@@ -25,7 +25,7 @@ SHORT_LEASE_MS = 250
 PAST_SHORT_LEASE_S = 0.4  # sleep just past SHORT_LEASE_MS, with a margin
 
 REQUEST_KEYS = {"request_id", "status", "phase", "first_delta_sent", "delivered_output_tokens",
-                "attempts", "max_attempts", "model_revision", "created_at"}
+                "attempts", "max_attempts", "model_revision", "input_sha256", "created_at"}
 
 
 @pytest.fixture
@@ -41,8 +41,9 @@ def test_create_is_201_with_attempt_and_request(rt):
     r = rt.create(rid, aid, replica="gpu-7", model_revision="m-2026-01")
     assert r.status == 201, r
     b = r.json
-    assert set(b) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "request"}, b
-    assert b["attempt_id"] == aid
+    assert set(b) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "gateway",
+                      "request"}, b
+    assert b["attempt_id"] == aid and b["gateway"] is None
     assert b["epoch"] == 1 and b["attempt_number"] == 1
     assert leases_as_asked(b["lease_ms"], 30000)  # the policy's default_lease_ms
     req = b["request"]
@@ -51,7 +52,7 @@ def test_create_is_201_with_attempt_and_request(rt):
     assert req["status"] == "open" and req["phase"] == "prefill"
     assert req["first_delta_sent"] is False and req["delivered_output_tokens"] == 0
     assert req["attempts"] == 1 and req["max_attempts"] == 2  # the policy's max_attempts
-    assert req["model_revision"] == "m-2026-01"
+    assert req["model_revision"] == "m-2026-01" and req["input_sha256"] is None
     assert req.get("client_error") is None
     assert TS_RE.match(req["created_at"]), req
     # The rows it leaves.

@@ -526,8 +526,10 @@ def test_dead_replica_is_rerun_in_the_same_transaction(rt, signal):
     assert b["source_state"] == "dead" and b["request_status"] == "open"
     assert b["settled_tool_calls"] == []
     att = b["attempt"]
-    assert set(att) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "request"}
+    assert set(att) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "gateway",
+                        "request"}
     assert (att["attempt_id"], att["epoch"], att["attempt_number"]) == (a2, 2, 2)
+    assert att["gateway"] is None
     assert leases_as_asked(att["lease_ms"], 7000)
     req = att["request"]
     assert req["request_id"] == rid and req["status"] == "open"

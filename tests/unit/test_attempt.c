@@ -413,6 +413,7 @@ static bool check_create(size_t i, const struct create_row *row)
 	make_request(row->req, &r);
 	make_attempt(row->same, &same);
 	make_attempt(row->newest, &newest);
+	memset(&in, 0, sizeof(in));
 	in.attempt_id = same.exists ? same.attempt_id : "att-new";
 	in.replica = row->replica;
 	in.model_revision = row->revision;
@@ -769,6 +770,88 @@ static void test_attempt_budget_allows_retry(void **state)
 		fail_msg("%zu of %zu budget rows failed", failed, N(budget_rows));
 }
 
+/*
+ * API 1.1 in row 2: an input_sha256 other than the request's is
+ * request_mismatch before anything else but a repeat of the same body; a
+ * repeat with another gateway is another body.
+ */
+static void test_attempt_create_input_and_gateway(void **state)
+{
+	static const char sha_a[] =
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+	static const char sha_b[] =
+		"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+	static const struct {
+		const char *what;
+		int req, same;
+		const char *request_sha, *sha, *gateway, *same_gateway;
+		enum ledger_create_outcome want;
+		bool input_mismatch;
+	} rows[] = {
+		{"other input", RQ_OPEN, AT_NONE, sha_a, sha_b, NULL, "", C(REQUEST_MISMATCH),
+		 true},
+		{"same input", RQ_OPEN, AT_NONE, sha_a, sha_a, NULL, "", C(CREATED), false},
+		{"no input named", RQ_OPEN, AT_NONE, sha_a, NULL, NULL, "", C(CREATED), false},
+		{"the request has none", RQ_OPEN, AT_NONE, "", sha_b, NULL, "", C(CREATED), false},
+		{"other input before first_delta_sent", RQ_DELTA, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"other input before request_closed", RQ_FAILED, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"other input before the budget", RQ_OPEN_MAX, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"same attempt, other input", RQ_OPEN, AT_LIVE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"same attempt, no input named", RQ_OPEN, AT_LIVE, sha_a, NULL, NULL, "",
+		 C(REPEATED), false},
+		{"same attempt, an input the request lacks", RQ_OPEN, AT_LIVE, "", sha_b, NULL, "",
+		 C(REPEATED), false},
+		{"same attempt and gateway", RQ_OPEN, AT_LIVE, "", NULL, "gw-1", "gw-1",
+		 C(REPEATED), false},
+		{"same attempt, other gateway", RQ_OPEN, AT_LIVE, "", NULL, "gw-2", "gw-1",
+		 C(REQUEST_MISMATCH), false},
+		{"same attempt, gateway dropped", RQ_OPEN, AT_LIVE, "", NULL, NULL, "gw-1",
+		 C(REQUEST_MISMATCH), false},
+		{"same attempt, gateway added", RQ_OPEN, AT_LIVE, "", NULL, "gw-1", "",
+		 C(REQUEST_MISMATCH), false},
+		{"other gateway and input: the body first", RQ_OPEN, AT_LIVE, sha_a, sha_b, "gw-2",
+		 "gw-1", C(REQUEST_MISMATCH), false},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < N(rows); i++) {
+		struct ledger_policy p;
+		struct ledger_request r;
+		struct ledger_attempt same, newest;
+		struct ledger_calls_summary calls = {0, 0};
+		struct ledger_budget b = {100, 0};
+		struct ledger_attempt_request in;
+		struct ledger_create_decision d;
+
+		ledger_policy_default(&p);
+		make_request(rows[i].req, &r);
+		strcpy(r.input_sha256, rows[i].request_sha);
+		make_attempt(rows[i].same, &same);
+		strcpy(same.gateway, rows[i].same_gateway);
+		make_attempt(AT_DEAD, &newest);
+		memset(&in, 0, sizeof(in));
+		in.attempt_id = same.exists ? same.attempt_id : "att-new";
+		in.replica = same.exists ? same.replica : "replica-b";
+		in.model_revision = same.exists ? "rev-1" : NULL;
+		in.lease_ms = 30000;
+		in.input_sha256 = rows[i].sha;
+		in.gateway = rows[i].gateway;
+		ledger_attempt_decide_create(&in, &r, &same, &newest, &calls, &b, &p, &d);
+		if (d.outcome != rows[i].want || d.input_mismatch != rows[i].input_mismatch)
+			fail_msg("row %zu (%s): %s input_mismatch %d, want %s %d", i, rows[i].what,
+				 CNAME(d.outcome), d.input_mismatch, CNAME(rows[i].want),
+				 rows[i].input_mismatch);
+		/* the check failover's next_attempt shares: the input alone */
+		assert_int_equal(ledger_attempt_input_conflicts(&in, &r),
+				 rows[i].sha != NULL && rows[i].request_sha[0] != '\0' &&
+					 strcmp(rows[i].sha, rows[i].request_sha) != 0);
+	}
+}
+
 /* Which budget refused: the request's first (it never comes back), then the pool's. */
 static void test_attempt_create_names_the_budget(void **state)
 {
@@ -950,6 +1033,7 @@ int main(void)
 		cmocka_unit_test(test_attempt_finish_table),
 		cmocka_unit_test(test_attempt_cancel_table),
 		cmocka_unit_test(test_attempt_budget_allows_retry),
+		cmocka_unit_test(test_attempt_create_input_and_gateway),
 		cmocka_unit_test(test_attempt_create_names_the_budget),
 		cmocka_unit_test(test_attempt_budget_retry_after),
 		cmocka_unit_test(test_attempt_names_round_trip),
