@@ -13,12 +13,14 @@
 #include "api/service/input.h"
 #include "api/service/metrics.h"
 #include "api/service/reply.h"
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/render.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
-#define IDENTITY_MAX 4096 /* bytes of an attempt's identity object */
+#define IDENTITY_MAX 4096            /* bytes of an attempt's identity object */
+#define CLIENT_ERROR_MAX (16 * 1024) /* bytes of a client error a finish records */
 
 /* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
 static int64_t default_lease(const struct api_request *req)
@@ -287,6 +289,52 @@ const struct api_handler api_attempts_create = {.parse = create_parse, .answer =
 
 /* --- an attempt's own calls --- */
 
+/*
+ * finish's optional client_error: {"error": {...}} and an optional integer
+ * http_status, at most CLIENT_ERROR_MAX bytes, only with outcome failed.
+ */
+static enum ledger_err client_error_or_reply(struct api_request *req,
+					     const struct ledger_json_value *body,
+					     struct ledger_attempt_call *call)
+{
+	const struct ledger_json_value *ce = NULL, *error, *status, *code;
+	uint64_t http_status = 0;
+
+	if (api_input_object_or_reply(req, body, "client_error", CLIENT_ERROR_MAX, &ce) !=
+	    LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	if (ce == NULL)
+		return LEDGER_OK;
+	error = ledger_json_get(ce, "error");
+	status = ledger_json_get(ce, "http_status");
+	if (error == NULL || error->type != LEDGER_JSON_OBJECT ||
+	    ce->u.obj.count != (status != NULL ? 2u : 1u)) {
+		api_reply_invalid_field(req, "client_error",
+					"must be {\"error\": {...}}, with an optional http_status");
+		return LEDGER_ERR_INVALID;
+	}
+	if (status != NULL && status->type != LEDGER_JSON_NULL &&
+	    (status->type != LEDGER_JSON_NUMBER ||
+	     ledger_json_number_uint(status, 599, &http_status) != LEDGER_OK ||
+	     http_status < 100)) {
+		api_reply_invalid_field(req, "client_error",
+					"http_status must be an integer from 100 to 599");
+		return LEDGER_ERR_INVALID;
+	}
+	if (call->completed) {
+		api_reply_invalid_field(req, "client_error",
+					"only a finish with outcome failed carries a client error");
+		return LEDGER_ERR_INVALID;
+	}
+	call->client_error = ce->raw;
+	call->client_error_len = ce->raw_len;
+	code = ledger_json_get(error, "code");
+	if (code != NULL && code->type == LEDGER_JSON_STRING && code->u.str.len > 0 &&
+	    code->u.str.len <= LEDGER_TEXT_MAX)
+		call->client_error_code = code->u.str.s;
+	return LEDGER_OK;
+}
+
 static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt_op op,
 				    const char *const *fields)
 {
@@ -321,7 +369,8 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 		call->completed = outcome == 0;
 		if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
 					   &call->delivered_output_tokens) ||
-		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason))
+		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason) ||
+		    client_error_or_reply(req, body, call))
 			return LEDGER_ERR_INVALID;
 		return LEDGER_OK;
 	}
@@ -359,7 +408,8 @@ static enum ledger_err cancel_ack_parse(struct api_request *req)
 
 static enum ledger_err finish_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason", NULL};
+	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason",
+					     "client_error", NULL};
 
 	return call_prepare(req, LEDGER_OP_FINISH, fields);
 }

@@ -165,6 +165,39 @@ enum ledger_err api_input_sha256_or_reply(struct api_request *req,
 	return LEDGER_OK;
 }
 
+/*
+ * True when a string or key in @p v holds a NUL (the escape \u0000), which
+ * PostgreSQL's jsonb refuses: such a value could never be stored. The depth
+ * is the reader's bound.
+ */
+static bool holds_nul(const struct ledger_json_value *v)
+{
+	switch (v->type) {
+	case LEDGER_JSON_STRING:
+		return strlen(v->u.str.s) != v->u.str.len;
+	case LEDGER_JSON_ARRAY:
+		for (size_t i = 0; i < v->u.arr.count; i++) {
+			if (holds_nul(&v->u.arr.items[i]))
+				return true;
+		}
+		return false;
+	case LEDGER_JSON_OBJECT:
+		for (size_t i = 0; i < v->u.obj.count; i++) {
+			const struct ledger_json_member *m = &v->u.obj.members[i];
+
+			if (strlen(m->key) != m->key_len || holds_nul(&m->value))
+				return true;
+		}
+		return false;
+	case LEDGER_JSON_NULL:
+	case LEDGER_JSON_FALSE:
+	case LEDGER_JSON_TRUE:
+	case LEDGER_JSON_NUMBER:
+		break;
+	}
+	return false;
+}
+
 enum ledger_err api_input_object_or_reply(struct api_request *req,
 					  const struct ledger_json_value *obj, const char *key,
 					  size_t max, const struct ledger_json_value **out)
@@ -174,8 +207,10 @@ enum ledger_err api_input_object_or_reply(struct api_request *req,
 	*out = NULL;
 	if (v == NULL)
 		return LEDGER_OK;
-	if (v->type != LEDGER_JSON_OBJECT || v->raw_len > max) {
-		api_reply_invalid_field(req, key, "must be a JSON object of at most %zu bytes",
+	if (v->type != LEDGER_JSON_OBJECT || v->raw_len > max || holds_nul(v)) {
+		api_reply_invalid_field(req, key,
+					"must be a JSON object of at most %zu bytes, no string of "
+					"which holds \\u0000",
 					max);
 		return LEDGER_ERR_INVALID;
 	}

@@ -47,9 +47,9 @@ LEDGER_MUSTCHECK enum ledger_err api_input_sha256_or_reply(struct api_request *r
 							   const char *key, const char **out);
 
 /**
- * An optional JSON object of at most @p max bytes of text; NULL when absent
- * or null. The value is borrowed from req->doc: its exact text is raw,
- * raw_len.
+ * An optional JSON object of at most @p max bytes of text, without a NUL
+ * in any string (jsonb cannot hold one); NULL when absent or null. The
+ * value is borrowed from req->doc: its exact text is raw, raw_len.
  */
 LEDGER_MUSTCHECK enum ledger_err api_input_object_or_reply(struct api_request *req,
 							   const struct ledger_json_value *obj,

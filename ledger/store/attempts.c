@@ -233,6 +233,39 @@ static enum ledger_attempt_op_outcome decide(const struct ledger_attempt_call *c
 }
 
 /*
+ * Queues a finish decided DONE: the attempt ends, and so does the request
+ * when it completed or failed with the client's own error (whose text the
+ * caller put in lk->client_error), with their events.
+ */
+static void finish(struct store_step *st, const struct ledger_call_key *key,
+		   const struct ledger_attempt_call *call, struct store_locked *lk,
+		   struct ledger_attempt *att, struct store_event *ev, struct store_event *ev2)
+{
+	const char *outcome = call->completed ? "completed" : "failed";
+
+	att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
+	att->lease_ms_left = 0;
+	store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id, att->state, 0,
+			       att->delivered_output_tokens, outcome);
+	store_event_start(ev, "attempt_finished", att->attempt_id);
+	store_event_str(ev, "outcome", outcome);
+	store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
+	store_event_str(ev, "reason", call->reason);
+	store_event_add(st, key, ev);
+	if (!call->completed && call->client_error == NULL)
+		return; /* the request stays open for a failover decision */
+	lk->request.status = call->completed ? LEDGER_REQUEST_COMPLETED : LEDGER_REQUEST_FAILED;
+	store_event_start(ev2, "request_status", att->attempt_id);
+	store_event_str(ev2, "status", ledger_attempt_request_status_name(lk->request.status));
+	if (call->client_error != NULL) {
+		/* the engine refused the client's input: no failover, no rerun */
+		store_event_str(ev2, "cause", "client_error");
+		store_event_str(ev2, "client_error", call->client_error_code);
+	}
+	store_event_add(st, key, ev2);
+}
+
+/*
  * Queues the writes of a call decided DONE, and their events (@p ev and
  * @p ev2 outlive the step); leaves the result's rows as they will be.
  */
@@ -284,22 +317,7 @@ static void apply(struct store_step *st, const struct ledger_call_key *key,
 		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
 				       LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
 	} else {
-		att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
-		att->lease_ms_left = 0;
-		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
-				       att->state, 0, att->delivered_output_tokens,
-				       call->completed ? "completed" : "failed");
-		store_event_start(ev, "attempt_finished", att->attempt_id);
-		store_event_str(ev, "outcome", call->completed ? "completed" : "failed");
-		store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
-		store_event_str(ev, "reason", call->reason);
-		store_event_add(st, key, ev);
-		if (call->completed) {
-			r->status = LEDGER_REQUEST_COMPLETED;
-			store_event_start(ev2, "request_status", att->attempt_id);
-			store_event_str(ev2, "status", "completed");
-			store_event_add(st, key, ev2);
-		}
+		finish(st, key, call, lk, att, ev, ev2);
 	}
 	store_rows_request_set(st, key->tenant, key->request_id, r, lk->client_error);
 }
@@ -343,6 +361,18 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const char *tenan
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_ATTEMPT_OP_DONE:
+		if (call->client_error != NULL) {
+			/* recorded verbatim, as the request's: every later answer repeats it */
+			char *text = strndup(call->client_error, call->client_error_len);
+
+			if (text == NULL) {
+				store_step_abort(conn);
+				rc = LEDGER_ERR_NOMEM;
+				break;
+			}
+			free(lk.client_error);
+			lk.client_error = text;
+		}
 		apply(&st, &key, call, &lk, &out->attempt, &ev, &ev2);
 		rc = store_step_commit(&st);
 		break;

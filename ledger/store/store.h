@@ -438,6 +438,10 @@ struct ledger_attempt_call {
 	int64_t delivered_output_tokens; /* DELIVER, FINISH; -1: not given */
 	bool completed;                  /* FINISH: "completed"; false: "failed" */
 	const char *reason;              /* CANCEL, FINISH; NULL: none */
+	const char *client_error;        /* FINISH failed: the client's own error, which ends the
+				     request; exact JSON text, not NUL-terminated; NULL: none */
+	size_t client_error_len;
+	const char *client_error_code; /* its error.code, for the history; NULL: none */
 };
 
 LEDGER_MUSTCHECK enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn,
