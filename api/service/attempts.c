@@ -10,6 +10,7 @@
 
 #include "api/service/attempts.h"
 
+#include "api/service/answers.h"
 #include "api/service/input.h"
 #include "api/service/metrics.h"
 #include "api/service/reply.h"
@@ -335,18 +336,50 @@ static enum ledger_err client_error_or_reply(struct api_request *req,
 	return LEDGER_OK;
 }
 
+/* An attempt's own call as parsed: the call first, so req->input is the call. */
+struct call_input {
+	struct ledger_attempt_call call;
+	struct ledger_answer answer; /* FINISH: the answer kept with the request */
+};
+
+/* finish's body beyond its outcome: the tokens, the reason, a client error, an answer. */
+static enum ledger_err finish_or_reply(struct api_request *req,
+				       const struct ledger_json_value *body, struct call_input *in)
+{
+	struct ledger_attempt_call *call = &in->call;
+	bool given = false;
+
+	if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+				   &call->delivered_output_tokens) ||
+	    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason) ||
+	    client_error_or_reply(req, body, call) ||
+	    api_answers_parse_or_reply(req, body, "answer", &in->answer, &given))
+		return LEDGER_ERR_INVALID;
+	if (given && !call->completed && call->client_error == NULL) {
+		api_reply_invalid_field(
+			req, "answer",
+			"is kept only by a finish that ends the request: completed, "
+			"or failed with a client_error");
+		return LEDGER_ERR_INVALID;
+	}
+	call->answer = given ? &in->answer : NULL;
+	return LEDGER_OK;
+}
+
 static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt_op op,
 				    const char *const *fields)
 {
 	static const char *const outcomes[] = {"completed", "failed", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct call_input *in = NULL;
 	struct ledger_attempt_call *call = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	call = api_input_alloc_or_reply(req, sizeof(*call));
-	if (call == NULL)
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
+	call = &in->call;
 	call->op = op;
 	call->delivered_output_tokens = -1;
 	req->job.op.kind = LEDGER_STORE_ATTEMPT_CALL;
@@ -367,12 +400,7 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 		if (outcome < 0)
 			return LEDGER_ERR_INVALID;
 		call->completed = outcome == 0;
-		if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
-					   &call->delivered_output_tokens) ||
-		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason) ||
-		    client_error_or_reply(req, body, call))
-			return LEDGER_ERR_INVALID;
-		return LEDGER_OK;
+		return finish_or_reply(req, body, in);
 	}
 	}
 	abort();
@@ -408,8 +436,8 @@ static enum ledger_err cancel_ack_parse(struct api_request *req)
 
 static enum ledger_err finish_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason",
-					     "client_error", NULL};
+	static const char *const fields[] = {
+		"outcome", "delivered_output_tokens", "reason", "client_error", "answer", NULL};
 
 	return call_prepare(req, LEDGER_OP_FINISH, fields);
 }
@@ -483,19 +511,22 @@ const struct api_handler api_attempts_deliver = {.parse = deliver_parse, .answer
 const struct api_handler api_attempts_cancel = {.parse = cancel_parse, .answer = call_answer};
 const struct api_handler api_attempts_cancel_ack = {.parse = cancel_ack_parse,
 						    .answer = call_answer};
-const struct api_handler api_attempts_finish = {.parse = finish_parse, .answer = call_answer};
+const struct api_handler api_attempts_finish = {
+	.parse = finish_parse, .answer = call_answer, .takes_answer = true};
 
 /* --- failover --- */
 
 struct failover_input {
 	struct ledger_failover_request in;
 	struct ledger_attempt_request next;
+	struct ledger_answer delivered; /* kept if the decision ends the request */
 };
 
 static enum ledger_err failover_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"attempt_id", "signal", "retry_prefill_tokens",
-					     "next_attempt", NULL};
+	static const char *const fields[] = {"attempt_id",           "signal",
+					     "retry_prefill_tokens", "next_attempt",
+					     "delivered_answer",     NULL};
 	static const char *const next_fields[] = {"attempt_id",   "replica", "model_revision",
 						  "lease_ms",     "gateway", "identity",
 						  "input_sha256", NULL};
@@ -505,6 +536,7 @@ static enum ledger_err failover_parse(struct api_request *req)
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	const struct ledger_json_value *next = NULL;
 	struct failover_input *in = NULL;
+	bool delivered = false;
 	int signal;
 
 	if (body == NULL)
@@ -546,6 +578,10 @@ static enum ledger_err failover_parse(struct api_request *req)
 			return LEDGER_ERR_INVALID;
 		in->in.next = &in->next;
 	}
+	/* Taken whatever the decision; kept only if it ends the request. */
+	if (api_answers_parse_or_reply(req, body, "delivered_answer", &in->delivered, &delivered))
+		return LEDGER_ERR_INVALID;
+	in->in.delivered_answer = delivered ? &in->delivered : NULL;
 	req->job.op.kind = LEDGER_STORE_FAILOVER;
 	req->job.op.in.failover = &in->in;
 	req->job.op.policy = req->policy;
@@ -599,5 +635,5 @@ static void failover_answer(struct api_request *req, const struct ledger_store_r
 	}
 }
 
-const struct api_handler api_attempts_failover = {.parse = failover_parse,
-						  .answer = failover_answer};
+const struct api_handler api_attempts_failover = {
+	.parse = failover_parse, .answer = failover_answer, .takes_answer = true};

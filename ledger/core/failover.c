@@ -59,6 +59,12 @@ const char *ledger_failover_action_name(enum ledger_failover_action a)
 	return action_names[a];
 }
 
+bool ledger_failover_closes(const struct ledger_failover_decision *d)
+{
+	return d->final && (d->request_after == LEDGER_REQUEST_FAILED ||
+			    d->request_after == LEDGER_REQUEST_TERMINATED);
+}
+
 static bool certainly_gone(enum ledger_signal s)
 {
 	return s == LEDGER_SIGNAL_REPLICA_EXITED || s == LEDGER_SIGNAL_POD_LOST ||

@@ -57,6 +57,13 @@ int ledger_failover_signal_parse(const char *s, enum ledger_signal *out);
 const char *ledger_failover_action_name(enum ledger_failover_action a);
 
 /**
+ * True when @p d ends the request (reject: failed; terminate_stream, or
+ * cancel_upstream after a delta: terminated): the answer its client was
+ * sent is kept with it. Abandoning a request does not end it: it may reopen.
+ */
+bool ledger_failover_closes(const struct ledger_failover_decision *d);
+
+/**
  * Decides a failover. The caller answers rows 1 (a recorded decision) and
  * the source's existence itself; @p source must exist.
  * All borrowed for the call.

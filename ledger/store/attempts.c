@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ledger/common/log.h"
+#include "ledger/store/answers.h"
 #include "ledger/store/store.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -235,7 +236,8 @@ static enum ledger_attempt_op_outcome decide(const struct ledger_attempt_call *c
 /*
  * Queues a finish decided DONE: the attempt ends, and so does the request
  * when it completed or failed with the client's own error (whose text the
- * caller put in lk->client_error), with their events.
+ * caller put in lk->client_error), with their events and the answer its
+ * client was sent, all in the one transaction.
  */
 static void finish(struct store_step *st, const struct ledger_call_key *key,
 		   const struct ledger_attempt_call *call, struct store_locked *lk,
@@ -263,6 +265,8 @@ static void finish(struct store_step *st, const struct ledger_call_key *key,
 		store_event_str(ev2, "client_error", call->client_error_code);
 	}
 	store_event_add(st, key, ev2);
+	if (call->answer != NULL)
+		store_answers_add(st, key, call->answer);
 }
 
 /*

@@ -13,6 +13,7 @@
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/render.h"
+#include "ledger/store/answers.h"
 #include "ledger/store/store.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -310,6 +311,8 @@ static enum ledger_err perform(struct store_step *st, const struct ledger_call_k
 		lk->request.attempt_count = created->epoch;
 	}
 	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+	if (in->delivered_answer != NULL && ledger_failover_closes(d))
+		store_answers_add(st, key, in->delivered_answer);
 	decision_event(&ev->decision, in, policy, &before, f, d, created);
 	store_event_add(st, key, &ev->decision);
 	out->body = render_answer(key->request_id, in, d,

@@ -114,6 +114,9 @@ static enum ledger_err run_op(struct ledger_store_conn *conn, struct ledger_job 
 	case LEDGER_STORE_LIST_REQUESTS:
 		return ledger_store_list_requests(conn, op->key.tenant, op->in.requests,
 						  &res->u.requests.items, &res->u.requests.count);
+	case LEDGER_STORE_ANSWER_GET:
+		return ledger_store_answer_get(conn, op->key.tenant, op->key.request_id,
+					       &res->u.answer);
 	}
 	abort();
 }
@@ -321,6 +324,9 @@ void ledger_store_result_clear(struct ledger_job *job)
 		break;
 	case LEDGER_STORE_LIST_REQUESTS:
 		ledger_store_free_requests(res->u.requests.items, res->u.requests.count);
+		break;
+	case LEDGER_STORE_ANSWER_GET:
+		ledger_store_answer_result_clear(&res->u.answer);
 		break;
 	}
 	memset(res, 0, sizeof(*res));

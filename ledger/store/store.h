@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ledger/core/answer.h"
 #include "ledger/core/attempt.h"
 #include "ledger/core/decide.h"
 #include "ledger/core/failover.h"
@@ -441,7 +442,8 @@ struct ledger_attempt_call {
 	const char *client_error;        /* FINISH failed: the client's own error, which ends the
 				     request; exact JSON text, not NUL-terminated; NULL: none */
 	size_t client_error_len;
-	const char *client_error_code; /* its error.code, for the history; NULL: none */
+	const char *client_error_code;      /* its error.code, for the history; NULL: none */
+	const struct ledger_answer *answer; /* FINISH that ends the request: kept with it */
 };
 
 LEDGER_MUSTCHECK enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn,
@@ -455,7 +457,8 @@ struct ledger_failover_request {
 	const char *source_attempt_id;
 	enum ledger_signal signal;
 	int64_t retry_prefill_tokens;
-	const struct ledger_attempt_request *next; /* the rerun to create; NULL: none */
+	const struct ledger_attempt_request *next;    /* the rerun to create; NULL: none */
+	const struct ledger_answer *delivered_answer; /* kept if the decision ends the request */
 };
 
 enum ledger_failover_status {
@@ -491,6 +494,24 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn 
 						       const struct ledger_failover_request *in,
 						       const struct ledger_policy *p,
 						       struct ledger_failover_result *out);
+
+/* --- kept answers (ledger/store/answers.c) --- */
+
+/* A request's kept answer, as GET /v1/requests/{rid}/answer reads it. */
+struct ledger_answer_result {
+	bool found;                  /* false: no request, or none kept */
+	struct ledger_answer answer; /* its strings are the two below */
+	char *content_type;          /* owned */
+	char *body_b64;              /* owned; NULL unless kept */
+};
+
+/** Frees what @p r owns. */
+void ledger_store_answer_result_clear(struct ledger_answer_result *r);
+
+/** Reads the answer kept for @p request_id (no lock: it never changes). */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_answer_get(struct ledger_store_conn *conn,
+							 const char *tenant, const char *request_id,
+							 struct ledger_answer_result *out);
 
 /* --- incident review (ledger/store/reads.c) --- */
 
