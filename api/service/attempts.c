@@ -1,6 +1,7 @@
 /*
  * api/service/attempts.c: the router's endpoints: creating an attempt, its own
- * calls (renew, deliver, cancel, cancel-ack, finish) and failover. As in
+ * calls (renew, deliver, cancel, cancel-ack, finish, and the client events
+ * a router reports), and failover. As in
  * api/service/toolcalls.c, parse() validates and names the store operation, and
  * answer() replies the outcome the store decided.
  */
@@ -513,6 +514,72 @@ const struct api_handler api_attempts_cancel_ack = {.parse = cancel_ack_parse,
 						    .answer = call_answer};
 const struct api_handler api_attempts_finish = {
 	.parse = finish_parse, .answer = call_answer, .takes_answer = true};
+
+/* --- client events (ledgerd's own: history for incident review) --- */
+
+/* An optional integer from 0; *@p out is -1 when it is absent. */
+static enum ledger_err count_or_reply(struct api_request *req, const struct ledger_json_value *body,
+				      const char *key, int64_t *out)
+{
+	const struct ledger_json_value *v = ledger_json_get(body, key);
+
+	*out = -1;
+	if (v == NULL || v->type == LEDGER_JSON_NULL)
+		return LEDGER_OK;
+	return api_input_int_or_reply(req, body, key, 0, MAX_INT, 0, out);
+}
+
+static enum ledger_err client_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"event", "n", "last_event_id", "hold_ms", NULL};
+	static const char *const events[] = {"disconnected", "resumed", "hold_ended", NULL};
+	static const char *const types[] = {"client_disconnected", "client_resumed",
+					    "client_hold_ended"};
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct ledger_client_event *in = NULL;
+	int event;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
+		return LEDGER_ERR_NOMEM;
+	event = choice_or_reply(req, body, "event", events);
+	if (event < 0 || api_input_int_or_reply(req, body, "n", 1, MAX_INT, -1, &in->n) ||
+	    count_or_reply(req, body, "last_event_id", &in->last_event_id) ||
+	    count_or_reply(req, body, "hold_ms", &in->hold_ms))
+		return LEDGER_ERR_INVALID;
+	if (in->last_event_id >= 0 && event != 1) {
+		api_reply_invalid_field(req, "last_event_id", "goes only with event resumed");
+		return LEDGER_ERR_INVALID;
+	}
+	if (in->hold_ms >= 0 && event != 0) {
+		api_reply_invalid_field(req, "hold_ms", "goes only with event disconnected");
+		return LEDGER_ERR_INVALID;
+	}
+	in->type = types[event];
+	req->job.op.kind = LEDGER_STORE_CLIENT_EVENT;
+	req->job.op.in.client_event = in;
+	return LEDGER_OK;
+}
+
+static void client_answer(struct api_request *req, const struct ledger_store_result *r)
+{
+	const struct ledger_client_event_result *res = &r->u.client_event;
+	struct ledger_jsonw w;
+
+	if (!res->found) {
+		reply_attempt_not_found(req, req->params[1]);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "recorded");
+	ledger_jsonw_string(&w, res->recorded);
+	ledger_jsonw_object_end(&w);
+}
+
+const struct api_handler api_attempts_client = {.parse = client_parse, .answer = client_answer};
 
 /* --- failover --- */
 

@@ -14,5 +14,6 @@ extern const struct api_handler api_attempts_cancel;
 extern const struct api_handler api_attempts_cancel_ack;
 extern const struct api_handler api_attempts_finish;
 extern const struct api_handler api_attempts_failover;
+extern const struct api_handler api_attempts_client;
 
 #endif

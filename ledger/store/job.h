@@ -40,6 +40,7 @@ enum ledger_store_op_kind {
 	LEDGER_STORE_REQUEST_VIEW,   /* in.view -> res.view */
 	LEDGER_STORE_LIST_REQUESTS,  /* in.requests -> res.requests */
 	LEDGER_STORE_ANSWER_GET,     /* -> res.answer */
+	LEDGER_STORE_CLIENT_EVENT,   /* in.client_event -> res.client_event */
 };
 
 /* One operation and its input. Every pointer is borrowed until done(). */
@@ -79,6 +80,7 @@ struct ledger_store_op {
 			unsigned max_events;
 		} view;
 		const struct ledger_request_filter *requests;
+		const struct ledger_client_event *client_event;
 	} in;
 };
 
@@ -108,6 +110,7 @@ struct ledger_store_result {
 		struct ledger_attempt_result attempt;
 		struct ledger_failover_result failover;
 		struct ledger_answer_result answer;
+		struct ledger_client_event_result client_event;
 		struct ledger_request_view view;
 		struct {
 			struct ledger_listed_request *items;

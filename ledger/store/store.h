@@ -495,6 +495,33 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn 
 						       const struct ledger_policy *p,
 						       struct ledger_failover_result *out);
 
+/* --- client events (ledger/store/client_events.c) --- */
+
+/* What a router saw of its client during an attempt, for the request's history. */
+struct ledger_client_event {
+	const char *type; /* client_disconnected, client_resumed or client_hold_ended */
+	int64_t n;        /* the caller's counter for the attempt: a retried call has its own */
+	int64_t last_event_id; /* resumed: the last event the client had; -1: not given */
+	int64_t hold_ms;       /* disconnected: how long the attempt is held for it; -1: none */
+};
+
+struct ledger_client_event_result {
+	bool found;        /* false: the request has no such attempt (404 attempt_not_found) */
+	bool appended;     /* false: (attempt, n) was recorded before; nothing appended */
+	char recorded[32]; /* the type recorded for (attempt, n) */
+};
+
+/**
+ * Appends @p in to the history of @p request_id as an event of attempt
+ * @p attempt_id, under the request's lock, unless (attempt, n) is there.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_client_event(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   const char *attempt_id,
+							   const struct ledger_client_event *in,
+							   struct ledger_client_event_result *out);
+
 /* --- kept answers (ledger/store/answers.c) --- */
 
 /* A request's kept answer, as GET /v1/requests/{rid}/answer reads it. */
