@@ -90,6 +90,8 @@ BAD = [
     ("gateway", 7), ("gateway", ["gw"]),
     ("identity", "model=x"), ("identity", ["model"]), ("identity", 1), ("identity", True),
     ("identity", {"model": "m", "pad": "x" * 4096}),
+    ("identity", {"model": "nul\u0000inside"}),  # jsonb, the history's, holds no NUL
+    ("identity", {"nul\u0000key": "m"}),
     ("input_sha256", SHA_A.upper()), ("input_sha256", SHA_A[:63]), ("input_sha256", SHA_A + "0"),
     ("input_sha256", "g" * 64), ("input_sha256", 5), ("input_sha256", {"sha": SHA_A}),
 ]

@@ -873,6 +873,30 @@ static void test_failover_names_the_budget(void **state)
 }
 
 /*
+ * Which decisions end the request, and so keep the answer its client was
+ * sent: reject, terminate_stream, and cancel_upstream after a delta; never
+ * an abandon (it may reopen), a wait or a rerun. Every final decision of
+ * the cross table, checked against its request_after.
+ */
+static void test_failover_closes_only_what_ends_the_request(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < n_cross; i++) {
+		const struct cross_row *x = &cross_rows[i];
+		struct ledger_failover_decision d = {
+			.action = x->action, .request_after = x->request_after, .final = x->final};
+		bool want = x->final && (x->action == A_REJECT || x->action == A_TERMINATE ||
+					 (x->action == A_CANCEL && x->delta));
+
+		if (ledger_failover_closes(&d) != want)
+			fail_msg("line %u: %s, request %s: closes %d, want %d", cross_lines[i],
+				 NAME(action_names, x->action),
+				 NAME(status_names, x->request_after), ledger_failover_closes(&d),
+				 want);
+	}
+}
+
+/*
  * wait_for_fence, then the same call again once the source is fenced (by
  * its cancel-ack, by its lease running out, or by its held call ending):
  * retry_prefill, the source fenced for good.
@@ -983,6 +1007,7 @@ int main(void)
 		cmocka_unit_test(test_failover_uncertain_needs_lease),
 		cmocka_unit_test(test_failover_budget_boundaries),
 		cmocka_unit_test(test_failover_names_the_budget),
+		cmocka_unit_test(test_failover_closes_only_what_ends_the_request),
 		cmocka_unit_test(test_failover_wait_then_retry),
 		cmocka_unit_test(test_failover_names),
 	};
