@@ -195,6 +195,7 @@ function renderAttempts(attempts) {
       cell("attempt-id mono", a.attempt_id),
       cell("epoch num", a.epoch),
       cell("replica mono", a.replica),
+      cell("gateway mono", a.gateway),
       cell("model-revision mono", a.model_revision),
       cell("state", pill("attempt", a.state), a.lease_ms_left > 0 ? {title: duration(a.lease_ms_left) + " of lease left"} : null),
       cell("tokens num", a.delivered_output_tokens),
@@ -203,7 +204,7 @@ function renderAttempts(attempts) {
       cell("ended-at mono", a.ended_at),
     ));
   }
-  if (sorted.length === 0) tbody.appendChild(el("tr", {class: "empty-row"}, el("td", {colspan: 9}, "No attempt: a router never ran this request.")));
+  if (sorted.length === 0) tbody.appendChild(el("tr", {class: "empty-row"}, el("td", {colspan: 10}, "No attempt: a router never ran this request.")));
 }
 
 // The holder of a call is in the call only while it is held; once final,

@@ -148,6 +148,12 @@ function applyEvent(m, holds, calls, ev) {
     case "refused":
       laneFor(m, aid).marks.push({kind: "refused", t, ev});
       break;
+    case "client_disconnected":
+    case "client_resumed":
+    case "client_hold_ended":
+      // What the router (a gateway) saw of its client during the attempt.
+      laneFor(m, aid).marks.push({kind: "client", t, ev});
+      break;
     case "claimed": {
       const h = callHolds(holds, cid);
       endHolding(h, h.open, t, "unknown", "claimed", ev);

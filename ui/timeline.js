@@ -171,7 +171,7 @@ function layoutLanes(m, x) {
       h.track = k;
       h.roomTo = x.x1;
     }
-    const labelH = 24 + idLines(lane.id).length * LABEL_LINE;
+    const labelH = 24 + (idLines(lane.id).length + (gatewayOf(lane.attempt) ? 1 : 0)) * LABEL_LINE;
     const height = Math.max(LANE_MIN_H, labelH, 4 + MARK_ROW + Math.max(1, tracks.length) * TRACK_H + 6);
     const laid = {lane, index: i, top, height};
     top += height;
@@ -220,8 +220,14 @@ function laneLabel(lane, top) {
     label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: LABEL_LINE},
       clip(a.replica === null || a.replica === undefined ? "no replica" : String(a.replica), 18) +
       " · epoch " + a.epoch));
+    const gateway = gatewayOf(a);
+    if (gateway) {
+      label.appendChild(svgEl("tspan", {class: "lane-sub lane-gateway", x: 12, dy: LABEL_LINE},
+        clip("via " + gateway, 26)));
+    }
     label.appendChild(svgEl("title", {}, "attempt " + lane.id + " on " + (a.replica ?? "no replica") +
-      ", epoch " + a.epoch + ", " + a.state + (a.model_revision ? "\nmodel revision " + a.model_revision : "")));
+      ", epoch " + a.epoch + ", " + a.state + (gateway ? "\ngateway " + gateway : "") +
+      (a.model_revision ? "\nmodel revision " + a.model_revision : "")));
   } else {
     label.appendChild(svgEl("tspan", {class: "lane-id"}, "no attempt"));
     label.appendChild(svgEl("tspan", {class: "lane-sub", x: 12, dy: LABEL_LINE}, "calls claimed without one"));
@@ -235,6 +241,7 @@ function leaseRect(lane, top, height, x) {
   const r = svgEl("rect", {class: "lease", "data-state": state, x: x(start), y: top + 3,
     width: Math.max(x(end) - x(start), 2), height: height - 6, rx: 4});
   r.appendChild(svgEl("title", {}, "attempt " + lane.id + " on " + (a.replica ?? "no replica") +
+    (gatewayOf(a) ? " via " + gatewayOf(a) : "") +
     ", epoch " + a.epoch + ": " + state + "\nrights from " + isoTime(start) + " to " + isoTime(end) +
     " (" + duration(end - start) + ")" + (a.ended_at ? "" : ", still running") +
     "\ndelivered output tokens " + a.delivered_output_tokens + (a.retry ? ", a retry" : "")));
@@ -339,6 +346,7 @@ function laneMark(mark, y, x) {
     p.appendChild(svgEl("title", {}, failoverTitle(mark, d)));
     return p;
   }
+  if (mark.kind === "client") return clientMark(mark, d, px, y);
   if (mark.kind === "contradiction") {
     const p = svgEl("path", {class: "mark-contradiction", "data-type": mark.ev.type, "data-event-seq": mark.ev.seq,
       d: "M" + px + "," + (y - 7) + " l7,13 l-14,0 z"});
@@ -349,6 +357,23 @@ function laneMark(mark, y, x) {
     return p;
   }
   return holdingMark(null, mark, y - 4 - MARK_ROW / 2, x, y);
+}
+
+// A client event (disconnected, resumed, hold_ended): a triangle pointing
+// down when the client left, up when it came back, a bar when the hold ended.
+function clientMark(mark, d, px, y) {
+  const shape = {
+    client_disconnected: "M" + (px - 6) + "," + (y - 5) + " l12,0 l-6,10 z",
+    client_resumed: "M" + (px - 6) + "," + (y + 5) + " l12,0 l-6,-10 z",
+  }[mark.ev.type] || "M" + (px - 1.5) + "," + (y - 6) + " l3,0 l0,12 l-3,0 z";
+  const p = svgEl("path", {class: "mark-client", "data-type": mark.ev.type,
+    "data-attempt-id": mark.ev.attempt_id ?? "", "data-event-seq": mark.ev.seq, d: shape});
+  const what = {client_disconnected: "client disconnected", client_resumed: "client resumed",
+    client_hold_ended: "hold ended: no client came back"}[mark.ev.type];
+  p.appendChild(svgEl("title", {}, what + " at " + isoTime(mark.t) + " (n " + (d.n ?? "?") + ")" +
+    (d.hold_ms !== undefined && d.hold_ms !== null ? "\nheld " + duration(d.hold_ms) : "") +
+    (d.last_event_id !== undefined && d.last_event_id !== null ? "\nafter event " + d.last_event_id : "")));
+  return p;
 }
 
 function failoverTitle(mark, d) {
@@ -475,6 +500,11 @@ function defs(x, height) {
 
 function offset(ms) {
   return (ms < 0 ? "−" : "+") + duration(Math.abs(ms));
+}
+
+// The gateway that ran attempt @a (API 1.1), or "" when none did.
+function gatewayOf(a) {
+  return a && typeof a.gateway === "string" ? a.gateway : "";
 }
 
 function detailOf(ev) {

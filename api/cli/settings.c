@@ -83,6 +83,10 @@ static const struct setting settings[] = {
 	 "debug, info, warn or error"},
 	{"max-body", "LEDGER_MAX_BODY", K_BYTES, "1MiB", 1024, 64LL << 20, OFF(max_body_bytes),
 	 "largest request body accepted"},
+	{"max-kept-answer-bytes", "LEDGER_MAX_KEPT_ANSWER_BYTES", K_BYTES, "1MiB", 0, 64LL << 20,
+	 OFF(max_kept_answer_bytes),
+	 "largest answer a request keeps whole, decoded (a larger one keeps its length and "
+	 "SHA-256); finish and failover take bodies this much larger, in base64"},
 	{"min-lease", "LEDGER_MIN_LEASE", K_DURATION, "100ms", 1, 3600 * 1000, OFF(min_lease_ms),
 	 "smallest lease_ms accepted"},
 	{"max-lease", "LEDGER_MAX_LEASE", K_DURATION, "1h", 1, DAY_MS, OFF(max_lease_ms),
@@ -362,6 +366,7 @@ void api_settings_config(const struct api_settings *cfg, struct api_config *out)
 		.listen = cfg->listen,
 		.ui = cfg->ui != 0,
 		.max_body_bytes = cfg->max_body_bytes,
+		.max_kept_answer_bytes = cfg->max_kept_answer_bytes,
 		.min_lease_ms = cfg->min_lease_ms,
 		.max_lease_ms = cfg->max_lease_ms,
 		.unavailable_retry_ms = cfg->unavailable_retry_ms,

@@ -1,6 +1,7 @@
 /*
  * api/service/attempts.c: the router's endpoints: creating an attempt, its own
- * calls (renew, deliver, cancel, cancel-ack, finish) and failover. As in
+ * calls (renew, deliver, cancel, cancel-ack, finish, and the client events
+ * a router reports), and failover. As in
  * api/service/toolcalls.c, parse() validates and names the store operation, and
  * answer() replies the outcome the store decided.
  */
@@ -10,14 +11,18 @@
 
 #include "api/service/attempts.h"
 
+#include "api/service/answers.h"
 #include "api/service/input.h"
 #include "api/service/metrics.h"
 #include "api/service/reply.h"
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/render.h"
 
 #define MAX_INT ((int64_t)LEDGER_MAX_SAFE_INT)
+#define IDENTITY_MAX 4096            /* bytes of an attempt's identity object */
+#define CLIENT_ERROR_MAX (16 * 1024) /* bytes of a client error a finish records */
 
 /* An attempt's lease when none is asked: the policy's, within the settings' bounds. */
 static int64_t default_lease(const struct api_request *req)
@@ -69,6 +74,23 @@ static void write_client_error(struct ledger_jsonw *w, const char *client_error)
 		ledger_jsonw_null(w);
 }
 
+/* 422 request_mismatch for an input_sha256 other than the one the request fixed. */
+static void reply_input_mismatch(struct api_request *req, const char *expected, const char *got)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 422, "request_mismatch",
+			      "the request's input_sha256 is another: its first attempt had "
+			      "another input");
+	ledger_jsonw_key(&w, "field");
+	ledger_jsonw_string(&w, "input_sha256");
+	ledger_jsonw_key(&w, "expected_input_sha256");
+	ledger_jsonw_string(&w, expected);
+	ledger_jsonw_key(&w, "got_input_sha256");
+	ledger_jsonw_string(&w, got);
+	api_reply_error_end(req, &w);
+}
+
 static void reply_attempt_not_found(struct api_request *req, const char *attempt_id)
 {
 	struct ledger_jsonw w;
@@ -110,12 +132,21 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 					     const struct ledger_json_value *obj,
 					     struct ledger_attempt_request *in, bool with_max)
 {
+	const struct ledger_json_value *identity = NULL;
+
 	if (api_input_id_or_reply(req, obj, "attempt_id", 1, &in->attempt_id) ||
 	    api_input_text_or_reply(req, obj, "replica", LEDGER_TEXT_MAX, &in->replica) ||
 	    api_input_text_or_reply(req, obj, "model_revision", LEDGER_TEXT_MAX,
 				    &in->model_revision) ||
-	    lease_or_reply(req, obj, &in->lease_ms))
+	    lease_or_reply(req, obj, &in->lease_ms) ||
+	    api_input_id_or_reply(req, obj, "gateway", 1, &in->gateway) ||
+	    api_input_object_or_reply(req, obj, "identity", IDENTITY_MAX, &identity) ||
+	    api_input_sha256_or_reply(req, obj, "input_sha256", &in->input_sha256))
 		return LEDGER_ERR_INVALID;
+	if (identity != NULL) {
+		in->identity = identity->raw;
+		in->identity_len = identity->raw_len;
+	}
 	if (in->attempt_id == NULL) {
 		api_reply_invalid_field(req, "attempt_id", "is required");
 		return LEDGER_ERR_INVALID;
@@ -130,7 +161,8 @@ static enum ledger_err parse_attempt_request(struct api_request *req,
 static enum ledger_err create_parse(struct api_request *req)
 {
 	static const char *const fields[] = {"attempt_id", "replica",      "model_revision",
-					     "lease_ms",   "max_attempts", NULL};
+					     "lease_ms",   "max_attempts", "gateway",
+					     "identity",   "input_sha256", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	struct create_input *in = NULL;
 
@@ -162,7 +194,14 @@ static void reply_attempt(struct api_request *req, unsigned status,
 		return;
 	}
 	api_reply_begin(req, &w, status);
-	ledger_render_attempt(&w, req->params[0], &a, &res->request, res->client_error);
+	ledger_jsonw_object_begin(&w);
+	ledger_render_attempt_members(&w, req->params[0], &a, &res->request, res->client_error);
+	if (res->nsettled > 0) {
+		/* what a rerun must take into account, as failover gives it */
+		ledger_jsonw_key(&w, "settled_tool_calls");
+		ledger_render_settled_calls(&w, res->settled, res->nsettled);
+	}
+	ledger_jsonw_object_end(&w);
 }
 
 static void reply_create_refusal(struct api_request *req, const struct create_input *in,
@@ -174,6 +213,10 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 	unsigned status = o == LEDGER_CREATE_REQUEST_MISMATCH ? 422 : 409;
 	const char *message = "";
 
+	if (o == LEDGER_CREATE_REQUEST_MISMATCH && res->input_mismatch) {
+		reply_input_mismatch(req, res->request.input_sha256, in->in.input_sha256);
+		return;
+	}
 	switch (o) {
 	case LEDGER_CREATE_REQUEST_MISMATCH:
 		message = "this attempt_id was created with another replica or model_revision";
@@ -186,7 +229,11 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 		message = "the request is closed";
 		break;
 	case LEDGER_CREATE_BUDGET_EXHAUSTED:
-		message = "the request's attempts, or the tenant's retries, are spent";
+		message =
+			res->budget == LEDGER_BUDGET_POOL
+				? "the tenant's retries in the pool-wide window are spent: a retry "
+				  "is welcome again after retry_after_ms"
+				: "the request's attempts are spent: it is never retried";
 		break;
 	case LEDGER_CREATE_REVISION_MISMATCH:
 		message = "the policy requires the model_revision of the first attempt";
@@ -209,6 +256,10 @@ static void reply_create_refusal(struct api_request *req, const struct create_in
 	api_reply_error_begin(req, &w, status, code, message);
 	if (o == LEDGER_CREATE_FIRST_DELTA_SENT || o == LEDGER_CREATE_REQUEST_CLOSED)
 		write_client_error(&w, res->client_error);
+	if (o == LEDGER_CREATE_BUDGET_EXHAUSTED) {
+		ledger_jsonw_key(&w, "budget");
+		ledger_jsonw_string(&w, ledger_attempt_budget_name(res->budget));
+	}
 	if (o == LEDGER_CREATE_REVISION_MISMATCH) {
 		ledger_jsonw_key(&w, "expected_model_revision");
 		ledger_jsonw_string(&w, res->request.model_revision);
@@ -240,18 +291,96 @@ const struct api_handler api_attempts_create = {.parse = create_parse, .answer =
 
 /* --- an attempt's own calls --- */
 
+/*
+ * finish's optional client_error: {"error": {...}} and an optional integer
+ * http_status, at most CLIENT_ERROR_MAX bytes, only with outcome failed.
+ */
+static enum ledger_err client_error_or_reply(struct api_request *req,
+					     const struct ledger_json_value *body,
+					     struct ledger_attempt_call *call)
+{
+	const struct ledger_json_value *ce = NULL, *error, *status, *code;
+	uint64_t http_status = 0;
+
+	if (api_input_object_or_reply(req, body, "client_error", CLIENT_ERROR_MAX, &ce) !=
+	    LEDGER_OK)
+		return LEDGER_ERR_INVALID;
+	if (ce == NULL)
+		return LEDGER_OK;
+	error = ledger_json_get(ce, "error");
+	status = ledger_json_get(ce, "http_status");
+	if (error == NULL || error->type != LEDGER_JSON_OBJECT ||
+	    ce->u.obj.count != (status != NULL ? 2u : 1u)) {
+		api_reply_invalid_field(req, "client_error",
+					"must be {\"error\": {...}}, with an optional http_status");
+		return LEDGER_ERR_INVALID;
+	}
+	if (status != NULL && status->type != LEDGER_JSON_NULL &&
+	    (status->type != LEDGER_JSON_NUMBER ||
+	     ledger_json_number_uint(status, 599, &http_status) != LEDGER_OK ||
+	     http_status < 100)) {
+		api_reply_invalid_field(req, "client_error",
+					"http_status must be an integer from 100 to 599");
+		return LEDGER_ERR_INVALID;
+	}
+	if (call->completed) {
+		api_reply_invalid_field(req, "client_error",
+					"only a finish with outcome failed carries a client error");
+		return LEDGER_ERR_INVALID;
+	}
+	call->client_error = ce->raw;
+	call->client_error_len = ce->raw_len;
+	code = ledger_json_get(error, "code");
+	if (code != NULL && code->type == LEDGER_JSON_STRING && code->u.str.len > 0 &&
+	    code->u.str.len <= LEDGER_TEXT_MAX)
+		call->client_error_code = code->u.str.s;
+	return LEDGER_OK;
+}
+
+/* An attempt's own call as parsed: the call first, so req->input is the call. */
+struct call_input {
+	struct ledger_attempt_call call;
+	struct ledger_answer answer; /* FINISH: the answer kept with the request */
+};
+
+/* finish's body beyond its outcome: the tokens, the reason, a client error, an answer. */
+static enum ledger_err finish_or_reply(struct api_request *req,
+				       const struct ledger_json_value *body, struct call_input *in)
+{
+	struct ledger_attempt_call *call = &in->call;
+	bool given = false;
+
+	if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
+				   &call->delivered_output_tokens) ||
+	    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason) ||
+	    client_error_or_reply(req, body, call) ||
+	    api_answers_parse_or_reply(req, body, "answer", &in->answer, &given))
+		return LEDGER_ERR_INVALID;
+	if (given && !call->completed && call->client_error == NULL) {
+		api_reply_invalid_field(
+			req, "answer",
+			"is kept only by a finish that ends the request: completed, "
+			"or failed with a client_error");
+		return LEDGER_ERR_INVALID;
+	}
+	call->answer = given ? &in->answer : NULL;
+	return LEDGER_OK;
+}
+
 static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt_op op,
 				    const char *const *fields)
 {
 	static const char *const outcomes[] = {"completed", "failed", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct call_input *in = NULL;
 	struct ledger_attempt_call *call = NULL;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	call = api_input_alloc_or_reply(req, sizeof(*call));
-	if (call == NULL)
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
 		return LEDGER_ERR_NOMEM;
+	call = &in->call;
 	call->op = op;
 	call->delivered_output_tokens = -1;
 	req->job.op.kind = LEDGER_STORE_ATTEMPT_CALL;
@@ -272,11 +401,7 @@ static enum ledger_err call_prepare(struct api_request *req, enum ledger_attempt
 		if (outcome < 0)
 			return LEDGER_ERR_INVALID;
 		call->completed = outcome == 0;
-		if (api_input_int_or_reply(req, body, "delivered_output_tokens", 0, MAX_INT, 0,
-					   &call->delivered_output_tokens) ||
-		    api_input_text_or_reply(req, body, "reason", LEDGER_TEXT_MAX, &call->reason))
-			return LEDGER_ERR_INVALID;
-		return LEDGER_OK;
+		return finish_or_reply(req, body, in);
 	}
 	}
 	abort();
@@ -312,7 +437,8 @@ static enum ledger_err cancel_ack_parse(struct api_request *req)
 
 static enum ledger_err finish_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"outcome", "delivered_output_tokens", "reason", NULL};
+	static const char *const fields[] = {
+		"outcome", "delivered_output_tokens", "reason", "client_error", "answer", NULL};
 
 	return call_prepare(req, LEDGER_OP_FINISH, fields);
 }
@@ -386,27 +512,98 @@ const struct api_handler api_attempts_deliver = {.parse = deliver_parse, .answer
 const struct api_handler api_attempts_cancel = {.parse = cancel_parse, .answer = call_answer};
 const struct api_handler api_attempts_cancel_ack = {.parse = cancel_ack_parse,
 						    .answer = call_answer};
-const struct api_handler api_attempts_finish = {.parse = finish_parse, .answer = call_answer};
+const struct api_handler api_attempts_finish = {
+	.parse = finish_parse, .answer = call_answer, .takes_answer = true};
+
+/* --- client events (ledgerd's own: history for incident review) --- */
+
+/* An optional integer from 0; *@p out is -1 when it is absent. */
+static enum ledger_err count_or_reply(struct api_request *req, const struct ledger_json_value *body,
+				      const char *key, int64_t *out)
+{
+	const struct ledger_json_value *v = ledger_json_get(body, key);
+
+	*out = -1;
+	if (v == NULL || v->type == LEDGER_JSON_NULL)
+		return LEDGER_OK;
+	return api_input_int_or_reply(req, body, key, 0, MAX_INT, 0, out);
+}
+
+static enum ledger_err client_parse(struct api_request *req)
+{
+	static const char *const fields[] = {"event", "n", "last_event_id", "hold_ms", NULL};
+	static const char *const events[] = {"disconnected", "resumed", "hold_ended", NULL};
+	static const char *const types[] = {"client_disconnected", "client_resumed",
+					    "client_hold_ended"};
+	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
+	struct ledger_client_event *in = NULL;
+	int event;
+
+	if (body == NULL)
+		return LEDGER_ERR_INVALID;
+	in = api_input_alloc_or_reply(req, sizeof(*in));
+	if (in == NULL)
+		return LEDGER_ERR_NOMEM;
+	event = choice_or_reply(req, body, "event", events);
+	if (event < 0 || api_input_int_or_reply(req, body, "n", 1, MAX_INT, -1, &in->n) ||
+	    count_or_reply(req, body, "last_event_id", &in->last_event_id) ||
+	    count_or_reply(req, body, "hold_ms", &in->hold_ms))
+		return LEDGER_ERR_INVALID;
+	if (in->last_event_id >= 0 && event != 1) {
+		api_reply_invalid_field(req, "last_event_id", "goes only with event resumed");
+		return LEDGER_ERR_INVALID;
+	}
+	if (in->hold_ms >= 0 && event != 0) {
+		api_reply_invalid_field(req, "hold_ms", "goes only with event disconnected");
+		return LEDGER_ERR_INVALID;
+	}
+	in->type = types[event];
+	req->job.op.kind = LEDGER_STORE_CLIENT_EVENT;
+	req->job.op.in.client_event = in;
+	return LEDGER_OK;
+}
+
+static void client_answer(struct api_request *req, const struct ledger_store_result *r)
+{
+	const struct ledger_client_event_result *res = &r->u.client_event;
+	struct ledger_jsonw w;
+
+	if (!res->found) {
+		reply_attempt_not_found(req, req->params[1]);
+		return;
+	}
+	api_reply_begin(req, &w, 200);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "recorded");
+	ledger_jsonw_string(&w, res->recorded);
+	ledger_jsonw_object_end(&w);
+}
+
+const struct api_handler api_attempts_client = {.parse = client_parse, .answer = client_answer};
 
 /* --- failover --- */
 
 struct failover_input {
 	struct ledger_failover_request in;
 	struct ledger_attempt_request next;
+	struct ledger_answer delivered; /* kept if the decision ends the request */
 };
 
 static enum ledger_err failover_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"attempt_id", "signal", "retry_prefill_tokens",
-					     "next_attempt", NULL};
-	static const char *const next_fields[] = {"attempt_id", "replica", "model_revision",
-						  "lease_ms", NULL};
+	static const char *const fields[] = {"attempt_id",           "signal",
+					     "retry_prefill_tokens", "next_attempt",
+					     "delivered_answer",     NULL};
+	static const char *const next_fields[] = {"attempt_id",   "replica", "model_revision",
+						  "lease_ms",     "gateway", "identity",
+						  "input_sha256", NULL};
 	static const char *const signals[] = {
 		"replica_exited",    "pod_lost",   "upstream_closed",     "network_error",
 		"heartbeat_timeout", "overloaded", "client_disconnected", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
 	const struct ledger_json_value *next = NULL;
 	struct failover_input *in = NULL;
+	bool delivered = false;
 	int signal;
 
 	if (body == NULL)
@@ -448,6 +645,10 @@ static enum ledger_err failover_parse(struct api_request *req)
 			return LEDGER_ERR_INVALID;
 		in->in.next = &in->next;
 	}
+	/* Taken whatever the decision; kept only if it ends the request. */
+	if (api_answers_parse_or_reply(req, body, "delivered_answer", &in->delivered, &delivered))
+		return LEDGER_ERR_INVALID;
+	in->in.delivered_answer = delivered ? &in->delivered : NULL;
 	req->job.op.kind = LEDGER_STORE_FAILOVER;
 	req->job.op.in.failover = &in->in;
 	req->job.op.policy = req->policy;
@@ -478,6 +679,9 @@ static void failover_answer(struct api_request *req, const struct ledger_store_r
 		api_reply_error(req, 422, "request_mismatch",
 				"next_attempt's attempt_id is already an attempt of this request");
 		break;
+	case LEDGER_FAILOVER_NEXT_INPUT:
+		reply_input_mismatch(req, res.input_sha256, in->next.input_sha256);
+		break;
 	case LEDGER_FAILOVER_NEXT_REVISION:
 		api_reply_error(req, 409, "revision_mismatch",
 				"the policy requires the model_revision of the first attempt");
@@ -498,5 +702,5 @@ static void failover_answer(struct api_request *req, const struct ledger_store_r
 	}
 }
 
-const struct api_handler api_attempts_failover = {.parse = failover_parse,
-						  .answer = failover_answer};
+const struct api_handler api_attempts_failover = {
+	.parse = failover_parse, .answer = failover_answer, .takes_answer = true};

@@ -138,6 +138,86 @@ enum ledger_err api_input_int_or_reply(struct api_request *req, const struct led
 	return LEDGER_OK;
 }
 
+static bool is_lower_hex(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+enum ledger_err api_input_sha256_or_reply(struct api_request *req,
+					  const struct ledger_json_value *obj, const char *key,
+					  const char **out)
+{
+	const struct ledger_json_value *v = member(obj, key);
+
+	*out = NULL;
+	if (v == NULL)
+		return LEDGER_OK;
+	if (v->type != LEDGER_JSON_STRING || v->u.str.len != LEDGER_SHA256_HEX ||
+	    !is_lower_hex(v->u.str.s, v->u.str.len)) {
+		api_reply_invalid_field(req, key, "must be 64 lowercase hex digits");
+		return LEDGER_ERR_INVALID;
+	}
+	*out = v->u.str.s;
+	return LEDGER_OK;
+}
+
+/*
+ * True when a string or key in @p v holds a NUL (the escape \u0000), which
+ * PostgreSQL's jsonb refuses: such a value could never be stored. The depth
+ * is the reader's bound.
+ */
+static bool holds_nul(const struct ledger_json_value *v)
+{
+	switch (v->type) {
+	case LEDGER_JSON_STRING:
+		return strlen(v->u.str.s) != v->u.str.len;
+	case LEDGER_JSON_ARRAY:
+		for (size_t i = 0; i < v->u.arr.count; i++) {
+			if (holds_nul(&v->u.arr.items[i]))
+				return true;
+		}
+		return false;
+	case LEDGER_JSON_OBJECT:
+		for (size_t i = 0; i < v->u.obj.count; i++) {
+			const struct ledger_json_member *m = &v->u.obj.members[i];
+
+			if (strlen(m->key) != m->key_len || holds_nul(&m->value))
+				return true;
+		}
+		return false;
+	case LEDGER_JSON_NULL:
+	case LEDGER_JSON_FALSE:
+	case LEDGER_JSON_TRUE:
+	case LEDGER_JSON_NUMBER:
+		break;
+	}
+	return false;
+}
+
+enum ledger_err api_input_object_or_reply(struct api_request *req,
+					  const struct ledger_json_value *obj, const char *key,
+					  size_t max, const struct ledger_json_value **out)
+{
+	const struct ledger_json_value *v = member(obj, key);
+
+	*out = NULL;
+	if (v == NULL)
+		return LEDGER_OK;
+	if (v->type != LEDGER_JSON_OBJECT || v->raw_len > max || holds_nul(v)) {
+		api_reply_invalid_field(req, key,
+					"must be a JSON object of at most %zu bytes, no string of "
+					"which holds \\u0000",
+					max);
+		return LEDGER_ERR_INVALID;
+	}
+	*out = v;
+	return LEDGER_OK;
+}
+
 enum ledger_err api_input_bool_or_reply(struct api_request *req,
 					const struct ledger_json_value *obj, const char *key,
 					bool def, bool *out)

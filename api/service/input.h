@@ -41,6 +41,21 @@ LEDGER_MUSTCHECK enum ledger_err api_input_int_or_reply(struct api_request *req,
 							const char *key, int64_t min, int64_t max,
 							int64_t def, int64_t *out);
 
+/** An optional fingerprint: 64 lowercase hex digits; NULL when absent or null. */
+LEDGER_MUSTCHECK enum ledger_err api_input_sha256_or_reply(struct api_request *req,
+							   const struct ledger_json_value *obj,
+							   const char *key, const char **out);
+
+/**
+ * An optional JSON object of at most @p max bytes of text, without a NUL
+ * in any string (jsonb cannot hold one); NULL when absent or null. The
+ * value is borrowed from req->doc: its exact text is raw, raw_len.
+ */
+LEDGER_MUSTCHECK enum ledger_err api_input_object_or_reply(struct api_request *req,
+							   const struct ledger_json_value *obj,
+							   const char *key, size_t max,
+							   const struct ledger_json_value **out);
+
 /** An optional boolean, @p def when absent. */
 LEDGER_MUSTCHECK enum ledger_err api_input_bool_or_reply(struct api_request *req,
 							 const struct ledger_json_value *obj,

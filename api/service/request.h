@@ -51,6 +51,7 @@ struct api_handler {
 	 */
 	void (*answer)(struct api_request *req, const struct ledger_store_result *res);
 	bool answers_errors; /* answer() replies for store errors too */
+	bool takes_answer;   /* its body may carry a kept answer: larger than --max-body */
 };
 
 /* What a reply carries beyond its JSON body. */

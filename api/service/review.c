@@ -82,6 +82,8 @@ static void write_attempt(struct ledger_jsonw *w, const struct ledger_attempt *a
 	ledger_jsonw_int(w, a->epoch);
 	ledger_jsonw_key(w, "replica");
 	ledger_jsonw_string(w, a->replica[0] != '\0' ? a->replica : NULL);
+	ledger_jsonw_key(w, "gateway");
+	ledger_jsonw_string(w, a->gateway[0] != '\0' ? a->gateway : NULL);
 	ledger_jsonw_key(w, "model_revision");
 	ledger_jsonw_string(w, a->model_revision[0] != '\0' ? a->model_revision : NULL);
 	ledger_jsonw_key(w, "state");

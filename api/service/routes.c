@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/service/answers.h"
 #include "api/service/attempts.h"
 #include "api/wire/http.h"
 #include "api/service/ops.h"
@@ -50,6 +51,8 @@ const struct api_route api_routes[] = {
 	{"POST", "/v1/requests/{rid}/attempts/{aid}/cancel-ack", &api_attempts_cancel_ack, ROUTERS, "attempt_cancel_ack", {NULL}, false},
 	{"POST", "/v1/requests/{rid}/attempts/{aid}/finish",     &api_attempts_finish,    ROUTERS,  "attempt_finish",     {NULL}, false},
 	{"POST", "/v1/requests/{rid}/failover",                  &api_attempts_failover,  ROUTERS,  "failover",           {NULL}, false},
+	{"GET",  "/v1/requests/{rid}/answer",                    &api_answers_get,        ROUTERS,  "request_answer",     {NULL}, false},
+	{"POST", "/v1/requests/{rid}/attempts/{aid}/client",     &api_attempts_client,    ROUTERS,  "attempt_client",     {NULL}, false},
 	{"GET",  "/healthz",                                     &api_ops_healthz,        0,        "healthz",            {NULL}, false},
 	{"GET",  "/readyz",                                      &api_ops_readyz,         0,        "readyz",             {NULL}, false},
 	{"GET",  "/metrics",                                     &api_ops_metrics,        0,        "metrics",            {NULL}, true},

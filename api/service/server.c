@@ -31,6 +31,7 @@
 #include "api/wire/tls.h"
 #include "api/service/tokens.h"
 #include "api/service/ui.h"
+#include "ledger/common/base64.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 
@@ -299,6 +300,28 @@ static void parse_done(struct wire_offload_job *job)
 }
 
 /*
+ * The room a kept answer at --max-kept-answer-bytes needs in a body: its
+ * base64, and 4 KiB for the answer's other members.
+ */
+static int64_t answer_room(const struct api_config *cfg)
+{
+	return (int64_t)ledger_base64_len((size_t)cfg->max_kept_answer_bytes) + 4096;
+}
+
+/*
+ * The largest body @p req's route takes: --max-body, and on the routes
+ * that take a kept answer (finish, failover) room for one at its bound.
+ */
+static int64_t body_limit(const struct api_request *req)
+{
+	int64_t limit = req->config->max_body_bytes;
+
+	if (req->route != NULL && req->route->handler->takes_answer)
+		limit += answer_room(req->config);
+	return limit;
+}
+
+/*
  * The caller is known (or the route needs no token): the role, the query,
  * then the body's size from the head, then the body itself.
  */
@@ -315,13 +338,13 @@ static void authenticated(struct api_request *req)
 	if (q != NULL && !collect_query(req, q + 1))
 		return;
 	if (req->head->body == WIRE_HTTP_BODY_LENGTH &&
-	    req->head->content_length > (uint64_t)req->config->max_body_bytes) {
+	    req->head->content_length > (uint64_t)body_limit(req)) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
-				(long long)req->config->max_body_bytes);
+				(long long)body_limit(req));
 		return;
 	}
 	req->stage = API_STAGE_BODY;
-	wire_conn_read_body(req->conn, (size_t)req->config->max_body_bytes);
+	wire_conn_read_body(req->conn, (size_t)body_limit(req));
 }
 
 /* The body is parsed: the replay cache, or the store. */
@@ -521,7 +544,7 @@ static void on_body(void *call, struct ledger_buf *body)
 
 	if (body == NULL) {
 		api_reply_error(req, 413, "body_too_large", "the body is larger than %lld bytes",
-				(long long)req->config->max_body_bytes);
+				(long long)body_limit(req));
 		send_reply(req);
 		return;
 	}

@@ -114,6 +114,31 @@ bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
 	return b->retries * 100 < (int64_t)p->budget_percent * b->attempts;
 }
 
+const char *ledger_attempt_budget_name(enum ledger_budget_kind k)
+{
+	switch (k) {
+	case LEDGER_BUDGET_REQUEST:
+		return "request";
+	case LEDGER_BUDGET_POOL:
+		return "pool";
+	case LEDGER_BUDGET_NONE:
+		break;
+	}
+	return NULL;
+}
+
+int64_t ledger_attempt_budget_retry_after(const struct ledger_policy *p,
+					  const struct ledger_budget_drop *drops, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct ledger_budget b = {drops[i].attempts, drops[i].retries};
+
+		if (ledger_attempt_budget_allows_retry(p, &b))
+			return drops[i].in_ms > 0 ? drops[i].in_ms : 1;
+	}
+	return p->budget_window_ms > 0 ? p->budget_window_ms : 1;
+}
+
 /* The revision a new attempt runs: its own, or else the request's. */
 static const char *effective_revision(const struct ledger_attempt_request *in,
 				      const struct ledger_request *r)
@@ -123,10 +148,11 @@ static const char *effective_revision(const struct ledger_attempt_request *in,
 	return r->model_revision[0] != '\0' ? r->model_revision : NULL;
 }
 
-/* The same attempt_id again: the same replica, and no other revision. */
+/* The same attempt_id again: the same replica and gateway, and no other revision. */
 static bool same_attempt(const struct ledger_attempt_request *in, const struct ledger_attempt *a)
 {
-	if (strcmp(in->replica != NULL ? in->replica : "", a->replica) != 0)
+	if (strcmp(in->replica != NULL ? in->replica : "", a->replica) != 0 ||
+	    strcmp(in->gateway != NULL ? in->gateway : "", a->gateway) != 0)
 		return false;
 	if (in->model_revision != NULL)
 		return a->revision_given && strcmp(in->model_revision, a->model_revision) == 0;
@@ -144,9 +170,21 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 	const char *revision = effective_revision(in, r);
 
 	memset(out, 0, sizeof(*out));
+	/*
+	 * Row 2 holds both mismatches: the same attempt_id with another body,
+	 * and any attempt whose input is not the request's.
+	 */
+	if (same_id->exists && !same_attempt(in, same_id)) {
+		out->outcome = LEDGER_CREATE_REQUEST_MISMATCH;
+		return;
+	}
+	if (ledger_attempt_input_conflicts(in, r)) {
+		out->outcome = LEDGER_CREATE_REQUEST_MISMATCH;
+		out->input_mismatch = true;
+		return;
+	}
 	if (same_id->exists) {
-		out->outcome = same_attempt(in, same_id) ? LEDGER_CREATE_REPEATED
-							 : LEDGER_CREATE_REQUEST_MISMATCH;
+		out->outcome = LEDGER_CREATE_REPEATED;
 		return;
 	}
 	if (r->first_delta_sent) {
@@ -162,9 +200,14 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 	out->max_attempts = r->attempt_count > 0   ? r->max_attempts
 			    : in->max_attempts > 0 ? in->max_attempts
 						   : (int64_t)p->max_attempts;
-	if (r->attempt_count >= out->max_attempts ||
-	    (out->is_retry && !ledger_attempt_budget_allows_retry(p, budget))) {
+	if (r->attempt_count >= out->max_attempts) {
 		out->outcome = LEDGER_CREATE_BUDGET_EXHAUSTED;
+		out->budget = LEDGER_BUDGET_REQUEST;
+		return;
+	}
+	if (out->is_retry && !ledger_attempt_budget_allows_retry(p, budget)) {
+		out->outcome = LEDGER_CREATE_BUDGET_EXHAUSTED;
+		out->budget = LEDGER_BUDGET_POOL;
 		return;
 	}
 	if (p->require_same_revision && r->model_revision[0] != '\0' && revision != NULL &&
@@ -190,6 +233,13 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 	out->reopen = r->status == LEDGER_REQUEST_ABANDONED;
 	out->supersede_newest = newest->exists && newest->state == LEDGER_ATTEMPT_EXPIRED;
 	out->model_revision = revision;
+}
+
+bool ledger_attempt_input_conflicts(const struct ledger_attempt_request *in,
+				    const struct ledger_request *r)
+{
+	return in->input_sha256 != NULL && r->input_sha256[0] != '\0' &&
+	       strcmp(in->input_sha256, r->input_sha256) != 0;
 }
 
 const char *ledger_attempt_create_code(enum ledger_create_outcome o)

@@ -46,6 +46,7 @@ struct ledger_request {
 	int64_t attempt_count;                    /* attempts created so far */
 	int64_t max_attempts;                     /* fixed by the first attempt; 0 before */
 	char model_revision[LEDGER_TEXT_MAX + 1]; /* the first attempt's; "" none */
+	char input_sha256[LEDGER_SHA256_HEX + 1]; /* fixed by the first attempt giving one; "" */
 	char created_at[LEDGER_TIMESTAMP_MAX];
 };
 
@@ -55,6 +56,7 @@ struct ledger_attempt {
 	char attempt_id[LEDGER_ID_MAX + 1];
 	int64_t epoch;
 	char replica[LEDGER_TEXT_MAX + 1];        /* "" when not given */
+	char gateway[LEDGER_ID_MAX + 1];          /* the gateway process running it; "" none */
 	char model_revision[LEDGER_TEXT_MAX + 1]; /* the effective revision */
 	bool revision_given;                      /* the body named it */
 	enum ledger_attempt_state state;          /* EXPIRED derived from the lease */
@@ -63,6 +65,14 @@ struct ledger_attempt {
 	int64_t delivered_output_tokens;
 	char created_at[LEDGER_TIMESTAMP_MAX];
 	char ended_at[LEDGER_TIMESTAMP_MAX]; /* when it lost its rights; "" while live */
+};
+
+/* A settled tool call of the request, for a rerun to take into account. */
+struct ledger_settled_call {
+	char tool_call_id[LEDGER_ID_MAX + 1];
+	char tool[LEDGER_TEXT_MAX + 1];          /* "" none */
+	char args_sha256[LEDGER_SHA256_HEX + 1]; /* "" none */
+	bool succeeded;                          /* its outcome: succeeded, else failed */
 };
 
 /* What the request's tool calls mean for a rerun. */
@@ -75,6 +85,23 @@ struct ledger_calls_summary {
 struct ledger_budget {
 	int64_t attempts; /* created in the window */
 	int64_t retries;  /* of which were retries */
+};
+
+/* Which budget refused a retry. */
+enum ledger_budget_kind {
+	LEDGER_BUDGET_NONE,    /* none did */
+	LEDGER_BUDGET_REQUEST, /* the request's max_attempts are spent: for good */
+	LEDGER_BUDGET_POOL,    /* the tenant's retries in the policy's window: for a while */
+};
+
+/*
+ * One retry of the tenant's window, and the window as that retry's leaving
+ * it will leave it (every attempt created no later than it gone too).
+ */
+struct ledger_budget_drop {
+	int64_t in_ms;    /* when it leaves the window, from now */
+	int64_t attempts; /* the window's attempts then */
+	int64_t retries;  /* of which retries */
 };
 
 /** The API's names, and their inverses (@return -1 if unknown). */
@@ -104,6 +131,20 @@ enum ledger_standing ledger_attempt_standing(const struct ledger_request *r,
 bool ledger_attempt_budget_allows_retry(const struct ledger_policy *p,
 					const struct ledger_budget *b);
 
+/** The API's name of a budget ("request", "pool"); NULL for NONE. */
+const char *ledger_attempt_budget_name(enum ledger_budget_kind k);
+
+/**
+ * When the pool-wide budget next allows a retry, in ms from now (at least
+ * 1), given the window's retries in the order they leave it (@p n of
+ * @p drops, borrowed). Only a retry's leaving can make room (an attempt
+ * that is no retry leaving only lowers the percentage), so the first drop
+ * after which ledger_attempt_budget_allows_retry() holds is the answer;
+ * when none is, the whole window.
+ */
+int64_t ledger_attempt_budget_retry_after(const struct ledger_policy *p,
+					  const struct ledger_budget_drop *drops, size_t n);
+
 /* --- creating an attempt (POST /v1/requests/{rid}/attempts) --- */
 
 struct ledger_attempt_request {
@@ -111,7 +152,11 @@ struct ledger_attempt_request {
 	const char *replica;        /* NULL: not given */
 	const char *model_revision; /* NULL: take the request's */
 	int64_t lease_ms;
-	int64_t max_attempts; /* 0: not given */
+	int64_t max_attempts;     /* 0: not given */
+	const char *gateway;      /* NULL: not given */
+	const char *identity;     /* a JSON object's exact text (not NUL-terminated); NULL none */
+	size_t identity_len;      /* its bytes */
+	const char *input_sha256; /* 64 lowercase hex; NULL: not given */
 };
 
 enum ledger_create_outcome {
@@ -129,12 +174,14 @@ enum ledger_create_outcome {
 
 struct ledger_create_decision {
 	enum ledger_create_outcome outcome;
-	int64_t retry_after_ms;     /* SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
-	bool is_retry;              /* CREATED: not the request's first attempt */
-	bool reopen;                /* CREATED: an abandoned request opens again */
-	bool supersede_newest;      /* CREATED: the newest attempt, expired, is superseded */
-	int64_t max_attempts;       /* CREATED: the request's (fixed by its first attempt) */
-	const char *model_revision; /* CREATED: the attempt's revision, borrowed; NULL none */
+	int64_t retry_after_ms;         /* SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+	enum ledger_budget_kind budget; /* BUDGET_EXHAUSTED: which one */
+	bool input_mismatch;            /* REQUEST_MISMATCH: input_sha256 is another */
+	bool is_retry;                  /* CREATED: not the request's first attempt */
+	bool reopen;                    /* CREATED: an abandoned request opens again */
+	bool supersede_newest;          /* CREATED: the newest attempt, expired, is superseded */
+	int64_t max_attempts;           /* CREATED: the request's (fixed by its first attempt) */
+	const char *model_revision;     /* CREATED: the attempt's revision, borrowed; NULL none */
 };
 
 /**
@@ -150,6 +197,13 @@ void ledger_attempt_decide_create(const struct ledger_attempt_request *in,
 				  const struct ledger_calls_summary *calls,
 				  const struct ledger_budget *budget, const struct ledger_policy *p,
 				  struct ledger_create_decision *out);
+
+/**
+ * True when @p in names an input_sha256 other than the one @p r fixed. An
+ * attempt that names none, or a request that has none yet, never conflicts.
+ */
+bool ledger_attempt_input_conflicts(const struct ledger_attempt_request *in,
+				    const struct ledger_request *r);
 
 /** The API's error code of a refused creation, NULL for REPEATED and CREATED. */
 const char *ledger_attempt_create_code(enum ledger_create_outcome o);

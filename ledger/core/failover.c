@@ -59,6 +59,12 @@ const char *ledger_failover_action_name(enum ledger_failover_action a)
 	return action_names[a];
 }
 
+bool ledger_failover_closes(const struct ledger_failover_decision *d)
+{
+	return d->final && (d->request_after == LEDGER_REQUEST_FAILED ||
+			    d->request_after == LEDGER_REQUEST_TERMINATED);
+}
+
 static bool certainly_gone(enum ledger_signal s)
 {
 	return s == LEDGER_SIGNAL_REPLICA_EXITED || s == LEDGER_SIGNAL_POD_LOST ||
@@ -123,12 +129,17 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 		out->action = LEDGER_FAILOVER_KEEP_WAITING;
 		return;
 	}
-	/* 5: nobody is listening any more */
+	/*
+	 * 5: nobody is listening any more. After a delta the stream was cut:
+	 * its client error says so, for whoever asks about the request later.
+	 */
 	if (in->signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED) {
 		out->source_after = revoked(source, in->signal);
-		end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM,
-		    r->first_delta_sent ? LEDGER_REQUEST_TERMINATED : LEDGER_REQUEST_ABANDONED,
-		    NULL);
+		if (r->first_delta_sent)
+			end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM, LEDGER_REQUEST_TERMINATED,
+			    "client_disconnected");
+		else
+			end(out, LEDGER_FAILOVER_CANCEL_UPSTREAM, LEDGER_REQUEST_ABANDONED, NULL);
 		return;
 	}
 	out->source_after = revoked(source, in->signal);
@@ -141,6 +152,8 @@ void ledger_failover_decide(const struct ledger_request *r, const struct ledger_
 	/* 7: the budget, per request and pool-wide, and the cost of a rerun */
 	if (r->attempt_count >= r->max_attempts || !ledger_attempt_budget_allows_retry(p, budget)) {
 		end(out, LEDGER_FAILOVER_REJECT, LEDGER_REQUEST_FAILED, "retry_budget_exhausted");
+		out->budget = r->attempt_count >= r->max_attempts ? LEDGER_BUDGET_REQUEST
+								  : LEDGER_BUDGET_POOL;
 		return;
 	}
 	if (in->retry_prefill_tokens > p->max_retry_prefill_tokens) {

@@ -46,14 +46,22 @@ struct ledger_failover_decision {
 	enum ledger_attempt_state source_after;   /* the source's state afterwards */
 	enum ledger_request_status request_after; /* the request's status afterwards */
 	const char *client_error;                 /* the client error's code, or NULL; static */
-	int64_t retry_after_ms;                   /* WAIT_FOR_FENCE: when to ask again */
-	bool final; /* recorded: a retried call gets it back as it is */
+	enum ledger_budget_kind budget; /* client_error retry_budget_exhausted: which one */
+	int64_t retry_after_ms;         /* WAIT_FOR_FENCE: when to ask again */
+	bool final;                     /* recorded: a retried call gets it back as it is */
 };
 
 /** The API's names of signals and actions; @return -1 for an unknown signal. */
 const char *ledger_failover_signal_name(enum ledger_signal s);
 int ledger_failover_signal_parse(const char *s, enum ledger_signal *out);
 const char *ledger_failover_action_name(enum ledger_failover_action a);
+
+/**
+ * True when @p d ends the request (reject: failed; terminate_stream, or
+ * cancel_upstream after a delta: terminated): the answer its client was
+ * sent is kept with it. Abandoning a request does not end it: it may reopen.
+ */
+bool ledger_failover_closes(const struct ledger_failover_decision *d);
 
 /**
  * Decides a failover. The caller answers rows 1 (a recorded decision) and

@@ -21,13 +21,16 @@ static const struct {
 	{"tool_outcome_unknown",
 	 "the model server failed while the outcome of a tool call is unknown; a retry could "
 	 "repeat it, so none was made"},
+	{"client_disconnected",
+	 "the client went away after part of the answer was sent; the answer is incomplete and "
+	 "will not be retried"},
 	{"tool_call_divergence",
 	 "a retry of the request asked for a different tool call than the first run; it was "
 	 "stopped so that no action repeats"},
 };
 
 void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
-				const struct ledger_request *r)
+				const struct ledger_request *r, enum ledger_budget_kind budget)
 {
 	const char *message = NULL;
 	struct ledger_jsonw w;
@@ -58,6 +61,10 @@ void ledger_render_client_error(struct ledger_buf *out, const char *code, const 
 	ledger_jsonw_int(&w, r->delivered_output_tokens);
 	ledger_jsonw_key(&w, "retryable");
 	ledger_jsonw_bool(&w, false);
+	if (budget != LEDGER_BUDGET_NONE) {
+		ledger_jsonw_key(&w, "budget");
+		ledger_jsonw_string(&w, ledger_attempt_budget_name(budget));
+	}
 	ledger_jsonw_object_end(&w);
 	ledger_jsonw_object_end(&w);
 }
@@ -89,6 +96,8 @@ void ledger_render_request_members(struct ledger_jsonw *w, const char *request_i
 	ledger_jsonw_int(w, r->max_attempts);
 	ledger_jsonw_key(w, "model_revision");
 	ledger_jsonw_string(w, r->model_revision[0] != '\0' ? r->model_revision : NULL);
+	ledger_jsonw_key(w, "input_sha256");
+	ledger_jsonw_string(w, r->input_sha256[0] != '\0' ? r->input_sha256 : NULL);
 	if (client_error != NULL) {
 		ledger_jsonw_key(w, "client_error");
 		ledger_jsonw_raw(w, client_error, strlen(client_error));
@@ -102,6 +111,14 @@ void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 			   const char *client_error)
 {
 	ledger_jsonw_object_begin(w);
+	ledger_render_attempt_members(w, request_id, a, r, client_error);
+	ledger_jsonw_object_end(w);
+}
+
+void ledger_render_attempt_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_attempt *a, const struct ledger_request *r,
+				   const char *client_error)
+{
 	ledger_jsonw_key(w, "attempt_id");
 	ledger_jsonw_string(w, a->attempt_id);
 	ledger_jsonw_key(w, "epoch");
@@ -110,7 +127,29 @@ void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 	ledger_jsonw_int(w, a->epoch);
 	ledger_jsonw_key(w, "lease_ms");
 	ledger_jsonw_int(w, a->lease_ms_left);
+	ledger_jsonw_key(w, "gateway");
+	ledger_jsonw_string(w, a->gateway[0] != '\0' ? a->gateway : NULL);
 	ledger_jsonw_key(w, "request");
 	ledger_render_request(w, request_id, r, client_error);
-	ledger_jsonw_object_end(w);
+}
+
+void ledger_render_settled_calls(struct ledger_jsonw *w, const struct ledger_settled_call *calls,
+				 size_t n)
+{
+	ledger_jsonw_array_begin(w);
+	for (size_t i = 0; i < n; i++) {
+		const struct ledger_settled_call *c = &calls[i];
+
+		ledger_jsonw_object_begin(w);
+		ledger_jsonw_key(w, "tool_call_id");
+		ledger_jsonw_string(w, c->tool_call_id);
+		ledger_jsonw_key(w, "tool");
+		ledger_jsonw_string(w, c->tool[0] != '\0' ? c->tool : NULL);
+		ledger_jsonw_key(w, "args_sha256");
+		ledger_jsonw_string(w, c->args_sha256[0] != '\0' ? c->args_sha256 : NULL);
+		ledger_jsonw_key(w, "outcome");
+		ledger_jsonw_string(w, c->succeeded ? "succeeded" : "failed");
+		ledger_jsonw_object_end(w);
+	}
+	ledger_jsonw_array_end(w);
 }

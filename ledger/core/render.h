@@ -21,10 +21,13 @@
  * {"error": {"code", "type", "param", "message", "request_id",
  * "partial_output", "delivered_output_tokens", "retryable": false}}.
  * @param code one of upstream_decode_interrupted, retry_budget_exhausted,
- *        retry_cost_exceeded, tool_outcome_unknown, tool_call_divergence
+ *        retry_cost_exceeded, tool_outcome_unknown, client_disconnected,
+ *        tool_call_divergence
+ * @param budget which budget a retry_budget_exhausted spent: its name is
+ *        added as "budget" (NONE: nothing added)
  */
 void ledger_render_client_error(struct ledger_buf *out, const char *code, const char *request_id,
-				const struct ledger_request *r);
+				const struct ledger_request *r, enum ledger_budget_kind budget);
 
 /**
  * Writes the request object as the API shows it.
@@ -39,10 +42,22 @@ void ledger_render_request_members(struct ledger_jsonw *w, const char *request_i
 
 /**
  * Writes the attempt as POST attempts answers it: {"attempt_id", "epoch",
- * "attempt_number", "lease_ms", "request": {...}}.
+ * "attempt_number", "lease_ms", "gateway", "request": {...}}.
  */
 void ledger_render_attempt(struct ledger_jsonw *w, const char *request_id,
 			   const struct ledger_attempt *a, const struct ledger_request *r,
 			   const char *client_error);
+
+/** The members of the attempt object, into an object the caller opened (and closes). */
+void ledger_render_attempt_members(struct ledger_jsonw *w, const char *request_id,
+				   const struct ledger_attempt *a, const struct ledger_request *r,
+				   const char *client_error);
+
+/**
+ * Writes settled_tool_calls: an array of {"tool_call_id", "tool",
+ * "args_sha256", "outcome"}, @p n of @p calls (borrowed) in their order.
+ */
+void ledger_render_settled_calls(struct ledger_jsonw *w, const struct ledger_settled_call *calls,
+				 size_t n);
 
 #endif

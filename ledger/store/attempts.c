@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ledger/common/log.h"
+#include "ledger/store/answers.h"
 #include "ledger/store/store.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -20,15 +21,20 @@ void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
 	if (r == NULL)
 		return;
 	free(r->client_error);
+	free(r->settled);
 	memset(r, 0, sizeof(*r));
 }
 
-/* Hands the request as it stands, and its client error, to the result. */
+/* Hands the request as it stands, its client error and settled calls, to the result. */
 static void take_request(struct ledger_attempt_result *out, struct store_locked *lk)
 {
 	out->request = lk->request;
 	out->client_error = lk->client_error;
 	lk->client_error = NULL;
+	out->settled = lk->settled;
+	out->nsettled = lk->nsettled;
+	lk->settled = NULL;
+	lk->nsettled = 0;
 }
 
 static void event_refused_attempt(struct store_step *st, const char *tenant, const char *request_id,
@@ -45,25 +51,85 @@ static void event_refused_attempt(struct store_step *st, const char *tenant, con
 
 /* --- create --- */
 
+/* The events a creation writes; each outlives the step. */
+struct create_events {
+	struct store_event created, superseded, reopened;
+};
+
+/* The attempt @p d creates for @p in, the request's next. */
+static void new_attempt(const struct ledger_attempt_request *in, const struct store_locked *lk,
+			const struct ledger_create_decision *d, struct ledger_attempt *next)
+{
+	memset(next, 0, sizeof(*next));
+	next->exists = true;
+	snprintf(next->attempt_id, sizeof(next->attempt_id), "%s", in->attempt_id);
+	next->epoch = lk->request.attempt_count + 1;
+	snprintf(next->replica, sizeof(next->replica), "%s", in->replica ? in->replica : "");
+	snprintf(next->gateway, sizeof(next->gateway), "%s", in->gateway ? in->gateway : "");
+	snprintf(next->model_revision, sizeof(next->model_revision), "%s",
+		 d->model_revision ? d->model_revision : "");
+	next->revision_given = in->model_revision != NULL;
+	next->state = LEDGER_ATTEMPT_LIVE;
+	next->lease_ms_left = in->lease_ms;
+	next->is_retry = d->is_retry;
+}
+
+/*
+ * Queues the writes of a creation: the expired newest superseded, the
+ * attempt, the request as it now stands (reopened, its input fixed by the
+ * first attempt naming one), and their events; leaves lk->request so.
+ */
+static void queue_creation(struct store_step *st, const struct ledger_call_key *key,
+			   const struct ledger_attempt_request *in,
+			   const struct ledger_create_decision *d, struct store_locked *lk,
+			   const struct ledger_attempt *next, struct create_events *ev)
+{
+	if (d->supersede_newest) {
+		store_rows_attempt_set(st, key->tenant, key->request_id, lk->newest.attempt_id,
+				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
+		store_event_start(&ev->superseded, "attempt_revoked", lk->newest.attempt_id);
+		store_event_str(&ev->superseded, "state", "superseded");
+		store_event_str(&ev->superseded, "cause", "next_attempt");
+		store_event_add(st, key, &ev->superseded);
+	}
+	store_rows_attempt_insert(st, key->tenant, key->request_id, next, in, &ev->created,
+				  d->reopen);
+	lk->request.attempt_count = next->epoch;
+	lk->request.max_attempts = d->max_attempts;
+	if (in->input_sha256 != NULL && lk->request.input_sha256[0] == '\0')
+		snprintf(lk->request.input_sha256, sizeof(lk->request.input_sha256), "%s",
+			 in->input_sha256);
+	if (lk->request.model_revision[0] == '\0')
+		snprintf(lk->request.model_revision, sizeof(lk->request.model_revision), "%s",
+			 next->model_revision);
+	if (d->reopen) {
+		lk->request.status = LEDGER_REQUEST_OPEN;
+		store_event_start(&ev->reopened, "request_status", next->attempt_id);
+		store_event_str(&ev->reopened, "status", "open");
+		store_event_str(&ev->reopened, "cause", "reopened");
+		store_event_add(st, key, &ev->reopened);
+	}
+	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+}
+
 static enum ledger_err create_op(struct ledger_store_conn *conn, const char *tenant,
 				 const char *request_id, const struct ledger_attempt_request *in,
 				 const struct ledger_policy *policy,
 				 struct ledger_attempt_result *out)
 {
-	const struct store_lookup look = {.attempt_id = in->attempt_id, .calls_summary = true};
+	const struct store_lookup look = {
+		.attempt_id = in->attempt_id, .calls_summary = true, .settled_calls = true};
 	struct ledger_call_key key = {tenant, request_id, NULL};
 	struct ledger_create_decision d;
 	struct ledger_budget budget = {0, 0};
-	struct store_event created, superseded, reopened;
+	struct create_events ev;
 	struct ledger_attempt next;
 	struct store_locked lk;
 	struct store_step st;
 	enum ledger_err rc;
 
 	memset(&lk, 0, sizeof(lk));
-	memset(&created, 0, sizeof(created));
-	memset(&superseded, 0, sizeof(superseded));
-	memset(&reopened, 0, sizeof(reopened));
+	memset(&ev, 0, sizeof(ev));
 	store_step_begin(&st, conn);
 	rc = store_rows_lock_and_read(conn, tenant, request_id, true, &look, &lk, NULL);
 	if (rc != LEDGER_OK)
@@ -79,6 +145,13 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 				     policy, &d);
 	out->outcome.create = d.outcome;
 	out->retry_after_ms = d.retry_after_ms;
+	out->budget = d.budget;
+	out->input_mismatch = d.input_mismatch;
+	if (d.budget == LEDGER_BUDGET_POOL) {
+		rc = store_rows_read_retry_after(conn, tenant, policy, &out->retry_after_ms);
+		if (rc != LEDGER_OK)
+			goto out;
+	}
 
 	if (d.outcome == LEDGER_CREATE_REPEATED) {
 		out->attempt = lk.named;
@@ -92,46 +165,15 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 			rc = store_step_rollback(conn);
 			goto out;
 		}
-		event_refused_attempt(&st, tenant, request_id, &created, "attempt_create",
-				      ledger_attempt_create_code(d.outcome), in->attempt_id, NULL);
+		store_event_refused(&ev.created, "attempt_create",
+				    ledger_attempt_create_code(d.outcome), in->attempt_id);
+		store_event_str(&ev.created, "budget", ledger_attempt_budget_name(d.budget));
+		store_event_add(&st, &key, &ev.created);
 		rc = store_step_commit(&st);
 		goto out;
 	}
-
-	memset(&next, 0, sizeof(next));
-	next.exists = true;
-	snprintf(next.attempt_id, sizeof(next.attempt_id), "%s", in->attempt_id);
-	next.epoch = lk.request.attempt_count + 1;
-	snprintf(next.replica, sizeof(next.replica), "%s", in->replica ? in->replica : "");
-	snprintf(next.model_revision, sizeof(next.model_revision), "%s",
-		 d.model_revision ? d.model_revision : "");
-	next.revision_given = in->model_revision != NULL;
-	next.state = LEDGER_ATTEMPT_LIVE;
-	next.lease_ms_left = in->lease_ms;
-	next.is_retry = d.is_retry;
-
-	if (d.supersede_newest) {
-		store_rows_attempt_set(&st, tenant, request_id, lk.newest.attempt_id,
-				       LEDGER_ATTEMPT_SUPERSEDED, 0, 0, NULL);
-		store_event_start(&superseded, "attempt_revoked", lk.newest.attempt_id);
-		store_event_str(&superseded, "state", "superseded");
-		store_event_str(&superseded, "cause", "next_attempt");
-		store_event_add(&st, &key, &superseded);
-	}
-	store_rows_attempt_insert(&st, tenant, request_id, &next, &created, d.reopen);
-	lk.request.attempt_count = next.epoch;
-	lk.request.max_attempts = d.max_attempts;
-	if (lk.request.model_revision[0] == '\0')
-		snprintf(lk.request.model_revision, sizeof(lk.request.model_revision), "%s",
-			 next.model_revision);
-	if (d.reopen) {
-		lk.request.status = LEDGER_REQUEST_OPEN;
-		store_event_start(&reopened, "request_status", next.attempt_id);
-		store_event_str(&reopened, "status", "open");
-		store_event_str(&reopened, "cause", "reopened");
-		store_event_add(&st, &key, &reopened);
-	}
-	store_rows_request_set(&st, tenant, request_id, &lk.request, lk.client_error);
+	new_attempt(in, &lk, &d, &next);
+	queue_creation(&st, &key, in, &d, &lk, &next, &ev);
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
 		out->attempt = next;
@@ -139,9 +181,9 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 	}
 out:
 	store_step_clear(&st);
-	store_event_free(&created);
-	store_event_free(&superseded);
-	store_event_free(&reopened);
+	store_event_free(&ev.created);
+	store_event_free(&ev.superseded);
+	store_event_free(&ev.reopened);
 	store_rows_locked_clear(&lk);
 	return rc;
 }
@@ -189,6 +231,42 @@ static enum ledger_attempt_op_outcome decide(const struct ledger_attempt_call *c
 		return ledger_attempt_decide_finish(r, a, call->completed);
 	}
 	abort();
+}
+
+/*
+ * Queues a finish decided DONE: the attempt ends, and so does the request
+ * when it completed or failed with the client's own error (whose text the
+ * caller put in lk->client_error), with their events and the answer its
+ * client was sent, all in the one transaction.
+ */
+static void finish(struct store_step *st, const struct ledger_call_key *key,
+		   const struct ledger_attempt_call *call, struct store_locked *lk,
+		   struct ledger_attempt *att, struct store_event *ev, struct store_event *ev2)
+{
+	const char *outcome = call->completed ? "completed" : "failed";
+
+	att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
+	att->lease_ms_left = 0;
+	store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id, att->state, 0,
+			       att->delivered_output_tokens, outcome);
+	store_event_start(ev, "attempt_finished", att->attempt_id);
+	store_event_str(ev, "outcome", outcome);
+	store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
+	store_event_str(ev, "reason", call->reason);
+	store_event_add(st, key, ev);
+	if (!call->completed && call->client_error == NULL)
+		return; /* the request stays open for a failover decision */
+	lk->request.status = call->completed ? LEDGER_REQUEST_COMPLETED : LEDGER_REQUEST_FAILED;
+	store_event_start(ev2, "request_status", att->attempt_id);
+	store_event_str(ev2, "status", ledger_attempt_request_status_name(lk->request.status));
+	if (call->client_error != NULL) {
+		/* the engine refused the client's input: no failover, no rerun */
+		store_event_str(ev2, "cause", "client_error");
+		store_event_str(ev2, "client_error", call->client_error_code);
+	}
+	store_event_add(st, key, ev2);
+	if (call->answer != NULL)
+		store_answers_add(st, key, call->answer);
 }
 
 /*
@@ -243,22 +321,7 @@ static void apply(struct store_step *st, const struct ledger_call_key *key,
 		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
 				       LEDGER_ATTEMPT_LIVE, 0, att->delivered_output_tokens, NULL);
 	} else {
-		att->state = call->completed ? LEDGER_ATTEMPT_FINISHED : LEDGER_ATTEMPT_FAILED;
-		att->lease_ms_left = 0;
-		store_rows_attempt_set(st, key->tenant, key->request_id, att->attempt_id,
-				       att->state, 0, att->delivered_output_tokens,
-				       call->completed ? "completed" : "failed");
-		store_event_start(ev, "attempt_finished", att->attempt_id);
-		store_event_str(ev, "outcome", call->completed ? "completed" : "failed");
-		store_event_int(ev, "delivered_output_tokens", att->delivered_output_tokens);
-		store_event_str(ev, "reason", call->reason);
-		store_event_add(st, key, ev);
-		if (call->completed) {
-			r->status = LEDGER_REQUEST_COMPLETED;
-			store_event_start(ev2, "request_status", att->attempt_id);
-			store_event_str(ev2, "status", "completed");
-			store_event_add(st, key, ev2);
-		}
+		finish(st, key, call, lk, att, ev, ev2);
 	}
 	store_rows_request_set(st, key->tenant, key->request_id, r, lk->client_error);
 }
@@ -302,6 +365,18 @@ static enum ledger_err call_op(struct ledger_store_conn *conn, const char *tenan
 		rc = store_step_commit(&st);
 		break;
 	case LEDGER_ATTEMPT_OP_DONE:
+		if (call->client_error != NULL) {
+			/* recorded verbatim, as the request's: every later answer repeats it */
+			char *text = strndup(call->client_error, call->client_error_len);
+
+			if (text == NULL) {
+				store_step_abort(conn);
+				rc = LEDGER_ERR_NOMEM;
+				break;
+			}
+			free(lk.client_error);
+			lk.client_error = text;
+		}
 		apply(&st, &key, call, &lk, &out->attempt, &ev, &ev2);
 		rc = store_step_commit(&st);
 		break;

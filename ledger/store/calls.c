@@ -116,7 +116,8 @@ static void diverge(struct store_step *st, const struct ledger_call_key *key,
 	struct ledger_buf client_error = LEDGER_BUF_INIT;
 
 	after.status = LEDGER_REQUEST_FAILED;
-	ledger_render_client_error(&client_error, "tool_call_divergence", key->request_id, &after);
+	ledger_render_client_error(&client_error, "tool_call_divergence", key->request_id, &after,
+				   LEDGER_BUDGET_NONE);
 	store_rows_attempt_set(st, key->tenant, key->request_id, lk->named.attempt_id,
 			       LEDGER_ATTEMPT_CANCEL_REQUESTED, 0, 0, NULL);
 	store_event_start(revoked, "attempt_revoked", lk->named.attempt_id);

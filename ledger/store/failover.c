@@ -13,6 +13,7 @@
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/render.h"
+#include "ledger/store/answers.h"
 #include "ledger/store/store.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -31,14 +32,6 @@ static const struct store_stmt decision_insert = {
 	"  response) VALUES ($1, $2, $3, $4, $5, $6)",
 	6,
 };
-
-static const struct store_stmt settled_calls = {
-	"settled_calls",
-	"SELECT tool_call_id, tool, args_sha256, state FROM tool_calls"
-	" WHERE tenant = $1 AND request_id = $2 AND state IN ('succeeded', 'failed')"
-	" ORDER BY tool_call_id",
-	2,
-};
 /* clang-format on */
 
 void ledger_store_failover_result_clear(struct ledger_failover_result *r)
@@ -54,13 +47,14 @@ void ledger_store_failover_result_clear(struct ledger_failover_result *r)
 struct facts {
 	char *recorded; /* owned: the recorded answer, or NULL */
 	struct ledger_budget budget;
-	PGresult *settled; /* owned */
+	struct ledger_settled_call *settled; /* owned */
+	size_t nsettled;
 };
 
 static void facts_clear(struct facts *f)
 {
 	free(f->recorded);
-	PQclear(f->settled);
+	free(f->settled);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -77,7 +71,7 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct l
 	memset(f, 0, sizeof(*f));
 	store_step_begin(&st, conn);
 	store_step_add(&st, &decision_read, rec);
-	store_step_add(&st, &settled_calls, req);
+	store_step_add(&st, &store_rows_settled_calls, req);
 	rc = store_step_run(&st);
 	if (rc != LEDGER_OK)
 		goto out;
@@ -87,8 +81,9 @@ static enum ledger_err read_facts(struct ledger_store_conn *conn, const struct l
 			rc = LEDGER_ERR_NOMEM;
 		goto out;
 	}
-	f->settled = st.res[1];
-	st.res[1] = NULL;
+	rc = store_rows_parse_settled(st.res[1], &f->settled, &f->nsettled);
+	if (rc != LEDGER_OK)
+		goto out;
 	store_step_clear(&st);
 	rc = store_rows_read_budget(conn, key->tenant, policy, &f->budget);
 out:
@@ -100,7 +95,7 @@ out:
 static char *render_answer(const char *request_id, const struct ledger_failover_request *in,
 			   const struct ledger_failover_decision *d, const char *client_error,
 			   const struct ledger_attempt *next, const struct ledger_request *r,
-			   const PGresult *settled)
+			   const struct facts *f)
 {
 	struct ledger_buf buf = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
@@ -134,22 +129,7 @@ static char *render_answer(const char *request_id, const struct ledger_failover_
 		else
 			ledger_jsonw_null(&w);
 		ledger_jsonw_key(&w, "settled_tool_calls");
-		ledger_jsonw_array_begin(&w);
-		for (int i = 0; settled != NULL && i < PQntuples(settled); i++) {
-			ledger_jsonw_object_begin(&w);
-			ledger_jsonw_key(&w, "tool_call_id");
-			ledger_jsonw_string(&w, PQgetvalue(settled, i, 0));
-			ledger_jsonw_key(&w, "tool");
-			ledger_jsonw_string(
-				&w, PQgetisnull(settled, i, 1) ? NULL : PQgetvalue(settled, i, 1));
-			ledger_jsonw_key(&w, "args_sha256");
-			ledger_jsonw_string(
-				&w, PQgetisnull(settled, i, 2) ? NULL : PQgetvalue(settled, i, 2));
-			ledger_jsonw_key(&w, "outcome");
-			ledger_jsonw_string(&w, PQgetvalue(settled, i, 3));
-			ledger_jsonw_object_end(&w);
-		}
-		ledger_jsonw_array_end(&w);
+		ledger_render_settled_calls(&w, f->settled, f->nsettled);
 	}
 	ledger_jsonw_object_end(&w);
 	return ledger_buf_steal(&buf, NULL);
@@ -187,6 +167,7 @@ static void decision_event(struct store_event *ev, const struct ledger_failover_
 	store_event_str(ev, "request_status_after",
 			ledger_attempt_request_status_name(d->request_after));
 	store_event_str(ev, "client_error", d->client_error);
+	store_event_str(ev, "budget", ledger_attempt_budget_name(d->budget));
 	if (d->action == LEDGER_FAILOVER_WAIT_FOR_FENCE)
 		store_event_int(ev, "retry_after_ms", d->retry_after_ms);
 	if (next != NULL)
@@ -195,18 +176,21 @@ static void decision_event(struct store_event *ev, const struct ledger_failover_
 
 /*
  * The rerun @p in a retry_prefill creates, checked as POST attempts would check
- * it (its id unused, its revision the request's when the policy says so).
+ * it (its id unused, its input the request's, its revision the request's when
+ * the policy says so). The request takes its input_sha256 if it had none.
  * @return LEDGER_FAILOVER_ANSWERED when it may be created
  */
 static enum ledger_failover_status prepare_next(const struct ledger_attempt_request *in,
 						const struct ledger_policy *policy,
-						const struct store_locked *lk,
+						struct store_locked *lk,
 						struct ledger_attempt *next)
 {
 	const char *revision = in->model_revision;
 
 	if (lk->second.exists)
 		return LEDGER_FAILOVER_NEXT_MISMATCH;
+	if (ledger_attempt_input_conflicts(in, &lk->request))
+		return LEDGER_FAILOVER_NEXT_INPUT;
 	if (revision == NULL && lk->request.model_revision[0] != '\0')
 		revision = lk->request.model_revision;
 	if (policy->require_same_revision && lk->request.model_revision[0] != '\0' &&
@@ -217,12 +201,16 @@ static enum ledger_failover_status prepare_next(const struct ledger_attempt_requ
 	snprintf(next->attempt_id, sizeof(next->attempt_id), "%s", in->attempt_id);
 	next->epoch = lk->request.attempt_count + 1;
 	snprintf(next->replica, sizeof(next->replica), "%s", in->replica ? in->replica : "");
+	snprintf(next->gateway, sizeof(next->gateway), "%s", in->gateway ? in->gateway : "");
 	snprintf(next->model_revision, sizeof(next->model_revision), "%s",
 		 revision ? revision : "");
 	next->revision_given = in->model_revision != NULL;
 	next->state = LEDGER_ATTEMPT_LIVE;
 	next->lease_ms_left = in->lease_ms;
 	next->is_retry = true;
+	if (in->input_sha256 != NULL && lk->request.input_sha256[0] == '\0')
+		snprintf(lk->request.input_sha256, sizeof(lk->request.input_sha256), "%s",
+			 in->input_sha256);
 	return LEDGER_FAILOVER_ANSWERED;
 }
 
@@ -289,13 +277,14 @@ static void set_status(struct store_step *st, const struct ledger_call_key *key,
 		struct ledger_buf client_error = LEDGER_BUF_INIT;
 
 		ledger_render_client_error(&client_error, d->client_error, key->request_id,
-					   &lk->request);
+					   &lk->request, d->budget);
 		free(lk->client_error);
 		lk->client_error = ledger_buf_steal(&client_error, NULL); /* frees the buffer */
 	}
 	store_event_start(ev, "request_status", lk->named.attempt_id);
 	store_event_str(ev, "status", ledger_attempt_request_status_name(d->request_after));
 	store_event_str(ev, "client_error", d->client_error);
+	store_event_str(ev, "budget", ledger_attempt_budget_name(d->budget));
 	store_event_add(st, key, ev);
 }
 
@@ -317,16 +306,18 @@ static enum ledger_err perform(struct store_step *st, const struct ledger_call_k
 	revoke_source(st, key, in, lk, d, &ev->revoked);
 	set_status(st, key, lk, d, &ev->status);
 	if (created != NULL) {
-		store_rows_attempt_insert(st, key->tenant, key->request_id, created, &ev->created,
-					  false);
+		store_rows_attempt_insert(st, key->tenant, key->request_id, created, in->next,
+					  &ev->created, false);
 		lk->request.attempt_count = created->epoch;
 	}
 	store_rows_request_set(st, key->tenant, key->request_id, &lk->request, lk->client_error);
+	if (in->delivered_answer != NULL && ledger_failover_closes(d))
+		store_answers_add(st, key, in->delivered_answer);
 	decision_event(&ev->decision, in, policy, &before, f, d, created);
 	store_event_add(st, key, &ev->decision);
 	out->body = render_answer(key->request_id, in, d,
 				  d->client_error != NULL ? lk->client_error : NULL, created,
-				  &lk->request, f->settled);
+				  &lk->request, f);
 	if (out->body == NULL) {
 		store_step_abort(st->conn);
 		return LEDGER_ERR_NOMEM;
@@ -400,6 +391,9 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 	}
 	if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && in->next != NULL) {
 		out->status = prepare_next(in->next, policy, &lk, &next);
+		if (out->status == LEDGER_FAILOVER_NEXT_INPUT)
+			snprintf(out->input_sha256, sizeof(out->input_sha256), "%s",
+				 lk.request.input_sha256);
 		if (out->status != LEDGER_FAILOVER_ANSWERED) {
 			/* Nothing moves: the router fixes its call. */
 			rc = store_step_rollback(conn);
@@ -439,6 +433,5 @@ enum ledger_err ledger_store_failover(struct ledger_store_conn *conn, const char
 const struct store_stmt *const store_failover_statements[] = {
 	&decision_read,
 	&decision_insert,
-	&settled_calls,
 	NULL,
 };

@@ -1,6 +1,7 @@
 /*
  * ledger/store/gc.c: retention. Settled requests older than the retention
- * period go, with their attempts, calls and history; each settled call
+ * period go, with their attempts, calls and history (and their kept
+ * answers, through the foreign key of sql/006); each settled call
  * leaves a tombstone (key, fingerprint, outcome, completion time) so that a
  * late redelivery is refused, never run again. Requests still open, and any
  * request with a call in progress or of unknown outcome, stay whatever

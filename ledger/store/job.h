@@ -39,6 +39,8 @@ enum ledger_store_op_kind {
 	LEDGER_STORE_FAILOVER,       /* in.failover, policy -> res.failover */
 	LEDGER_STORE_REQUEST_VIEW,   /* in.view -> res.view */
 	LEDGER_STORE_LIST_REQUESTS,  /* in.requests -> res.requests */
+	LEDGER_STORE_ANSWER_GET,     /* -> res.answer */
+	LEDGER_STORE_CLIENT_EVENT,   /* in.client_event -> res.client_event */
 };
 
 /* One operation and its input. Every pointer is borrowed until done(). */
@@ -78,6 +80,7 @@ struct ledger_store_op {
 			unsigned max_events;
 		} view;
 		const struct ledger_request_filter *requests;
+		const struct ledger_client_event *client_event;
 	} in;
 };
 
@@ -106,6 +109,8 @@ struct ledger_store_result {
 		} calls;
 		struct ledger_attempt_result attempt;
 		struct ledger_failover_result failover;
+		struct ledger_answer_result answer;
+		struct ledger_client_event_result client_event;
 		struct ledger_request_view view;
 		struct {
 			struct ledger_listed_request *items;

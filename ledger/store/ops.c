@@ -114,6 +114,13 @@ static enum ledger_err run_op(struct ledger_store_conn *conn, struct ledger_job 
 	case LEDGER_STORE_LIST_REQUESTS:
 		return ledger_store_list_requests(conn, op->key.tenant, op->in.requests,
 						  &res->u.requests.items, &res->u.requests.count);
+	case LEDGER_STORE_ANSWER_GET:
+		return ledger_store_answer_get(conn, op->key.tenant, op->key.request_id,
+					       &res->u.answer);
+	case LEDGER_STORE_CLIENT_EVENT:
+		return ledger_store_client_event(conn, op->key.tenant, op->key.request_id,
+						 op->attempt_id, op->in.client_event,
+						 &res->u.client_event);
 	}
 	abort();
 }
@@ -297,6 +304,7 @@ void ledger_store_result_clear(struct ledger_job *job)
 	case LEDGER_STORE_NONE:
 	case LEDGER_STORE_TOKEN_LOOKUP:
 	case LEDGER_STORE_SCHEMA_VERSION:
+	case LEDGER_STORE_CLIENT_EVENT:
 		break;
 	case LEDGER_STORE_CLAIM:
 	case LEDGER_STORE_COMPLETE:
@@ -321,6 +329,9 @@ void ledger_store_result_clear(struct ledger_job *job)
 		break;
 	case LEDGER_STORE_LIST_REQUESTS:
 		ledger_store_free_requests(res->u.requests.items, res->u.requests.count);
+		break;
+	case LEDGER_STORE_ANSWER_GET:
+		ledger_store_answer_result_clear(&res->u.answer);
 		break;
 	}
 	memset(res, 0, sizeof(*res));

@@ -218,7 +218,7 @@ static enum ledger_err read_view(const struct store_step *st, unsigned max_event
 		return LEDGER_ERR_NOMEM;
 	for (int i = 0; i < PQntuples(att); i++) {
 		store_rows_parse_attempt(att, i, &v->attempts[i]);
-		store_step_get_text(att, i, 10, v->attempts[i].ended_at,
+		store_step_get_text(att, i, STORE_ATTEMPT_NCOLS, v->attempts[i].ended_at,
 				    sizeof(v->attempts[i].ended_at));
 		v->nattempts++;
 	}
@@ -323,10 +323,11 @@ enum ledger_err ledger_store_list_requests(struct ledger_store_conn *conn, const
 		goto out;
 	}
 	for (int i = 0; i < PQntuples(st.res[0]); i++) {
-		store_step_get_text(st.res[0], i, 8, items[i].request_id,
+		store_step_get_text(st.res[0], i, STORE_REQUEST_NCOLS, items[i].request_id,
 				    sizeof(items[i].request_id));
-		items[i].created_us = store_step_get_int(st.res[0], i, 9);
-		items[i].attention = (unsigned)store_step_get_int(st.res[0], i, 10);
+		items[i].created_us = store_step_get_int(st.res[0], i, STORE_REQUEST_NCOLS + 1);
+		items[i].attention =
+			(unsigned)store_step_get_int(st.res[0], i, STORE_REQUEST_NCOLS + 2);
 		n++;
 		rc = store_rows_parse_request(st.res[0], i, &items[i].request,
 					      &items[i].client_error);

@@ -76,9 +76,10 @@ static const struct store_stmt request_set = {
 	"  phase = CASE WHEN $4::boolean THEN 'decode' ELSE 'prefill' END,"
 	"  delivered_output_tokens = $5::bigint, attempt_count = $6::integer,"
 	"  max_attempts = nullif($7::integer, 0), model_revision = $8, client_error = $9,"
+	"  input_sha256 = $10,"
 	"  closed_at = CASE WHEN $3 = 'open' THEN NULL ELSE coalesce(closed_at, clock_timestamp()) END"
 	" WHERE tenant = $1 AND request_id = $2",
-	9,
+	10,
 };
 
 static const struct store_stmt attempt_set = {
@@ -121,14 +122,45 @@ static const struct store_stmt budget_count = {
 	2,
 };
 
+/*
+ * The window's retries in the order they leave it (the earliest first), each
+ * with the window's attempts and retries once it has left (every attempt
+ * created no later than it gone too): what
+ * ledger_attempt_budget_retry_after() reads. $2 the window in ms, $3 at most
+ * this many rows.
+ */
+static const struct store_stmt budget_drops = {
+	"budget_drops",
+	"SELECT in_ms, total - gone, total_retries - gone_retries FROM ("
+	"  SELECT a.is_retry,"
+	"    greatest(1, ceil(extract(epoch FROM a.created_at + $2::bigint * interval '1 millisecond'"
+	"      - now_.t) * 1000))::bigint AS in_ms,"
+	"    count(*) OVER w AS gone, count(*) FILTER (WHERE a.is_retry) OVER w AS gone_retries,"
+	"    count(*) OVER () AS total, count(*) FILTER (WHERE a.is_retry) OVER () AS total_retries"
+	"  FROM (SELECT clock_timestamp() AS t) now_"
+	"  JOIN attempts a ON a.tenant = $1"
+	"   AND a.created_at > now_.t - $2::bigint * interval '1 millisecond'"
+	"  WINDOW w AS (ORDER BY a.created_at RANGE UNBOUNDED PRECEDING)"
+	") s WHERE is_retry ORDER BY in_ms LIMIT $3::integer",
+	3,
+};
+
 static const struct store_stmt attempt_insert = {
 	"attempt_insert",
 	"INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,"
-	"  revision_given, state, lease_until, is_retry)"
+	"  revision_given, state, lease_until, is_retry, gateway)"
 	" VALUES ($1, $2, $3, $4::integer, $5, $6, $7::boolean, 'live', "
-	STORE_LEASE_FROM("clock_timestamp()", "$8") ", $9::boolean)"
+	STORE_LEASE_FROM("clock_timestamp()", "$8") ", $9::boolean, $10)"
 	" RETURNING " STORE_TS("created_at"),
-	9,
+	10,
+};
+
+const struct store_stmt store_rows_settled_calls = {
+	"settled_calls",
+	"SELECT tool_call_id, tool, args_sha256, state FROM tool_calls"
+	" WHERE tenant = $1 AND request_id = $2 AND state IN ('succeeded', 'failed')"
+	" ORDER BY tool_call_id",
+	2,
 };
 
 /* clang-format on */
@@ -283,6 +315,7 @@ enum ledger_err store_rows_parse_request(const PGresult *res, int row, struct le
 	r->max_attempts = store_step_get_int(res, row, 4);
 	store_step_get_text(res, row, 5, r->model_revision, sizeof(r->model_revision));
 	store_step_get_text(res, row, 7, r->created_at, sizeof(r->created_at));
+	store_step_get_text(res, row, 8, r->input_sha256, sizeof(r->input_sha256));
 	if (!PQgetisnull(res, row, 6)) {
 		*client_error = store_step_get_dup(res, row, 6, NULL);
 		if (*client_error == NULL)
@@ -308,6 +341,28 @@ void store_rows_parse_attempt(const PGresult *res, int row, struct ledger_attemp
 	a->is_retry = store_step_get_bool(res, row, 7);
 	a->delivered_output_tokens = store_step_get_int(res, row, 8);
 	store_step_get_text(res, row, 9, a->created_at, sizeof(a->created_at));
+	store_step_get_text(res, row, 10, a->gateway, sizeof(a->gateway));
+}
+
+enum ledger_err store_rows_parse_settled(const PGresult *res, struct ledger_settled_call **out,
+					 size_t *n)
+{
+	int rows = PQntuples(res);
+
+	*n = 0;
+	*out = calloc((size_t)rows + 1, sizeof(**out));
+	if (*out == NULL)
+		return LEDGER_ERR_NOMEM;
+	for (int i = 0; i < rows; i++) {
+		struct ledger_settled_call *c = &(*out)[i];
+
+		store_step_get_text(res, i, 0, c->tool_call_id, sizeof(c->tool_call_id));
+		store_step_get_text(res, i, 1, c->tool, sizeof(c->tool));
+		store_step_get_text(res, i, 2, c->args_sha256, sizeof(c->args_sha256));
+		c->succeeded = strcmp(PQgetvalue(res, i, 3), "succeeded") == 0;
+	}
+	*n = (size_t)rows;
+	return LEDGER_OK;
 }
 
 enum ledger_err store_rows_lock_and_read(struct ledger_store_conn *conn, const char *tenant,
@@ -321,6 +376,7 @@ enum ledger_err store_rows_lock_and_read(struct ledger_store_conn *conn, const c
 	const char *call_key[3] = {tenant, request_id, look->tool_call_id};
 	struct store_step st;
 	enum ledger_err rc;
+	unsigned next = 4; /* the result of the first statement added after the attempts */
 	int n;
 
 	memset(lk, 0, sizeof(*lk));
@@ -333,6 +389,8 @@ enum ledger_err store_rows_lock_and_read(struct ledger_store_conn *conn, const c
 		store_step_add(&st, &store_rows_read_call, call_key);
 	if (look->calls_summary)
 		store_step_add(&st, &calls_summary, key);
+	if (look->settled_calls)
+		store_step_add(&st, &store_rows_settled_calls, key);
 	rc = store_step_run(&st);
 	if (rc != LEDGER_OK)
 		goto out;
@@ -353,23 +411,25 @@ enum ledger_err store_rows_lock_and_read(struct ledger_store_conn *conn, const c
 		struct ledger_attempt a;
 
 		store_rows_parse_attempt(st.res[3], i, &a);
-		if (store_step_get_bool(st.res[3], i, 10))
+		if (store_step_get_bool(st.res[3], i, STORE_ATTEMPT_NCOLS))
 			lk->named = a;
-		if (store_step_get_bool(st.res[3], i, 11))
+		if (store_step_get_bool(st.res[3], i, STORE_ATTEMPT_NCOLS + 1))
 			lk->second = a;
-		if (store_step_get_bool(st.res[3], i, 12))
+		if (store_step_get_bool(st.res[3], i, STORE_ATTEMPT_NCOLS + 2))
 			lk->of_call = a;
-		if (store_step_get_bool(st.res[3], i, 13))
+		if (store_step_get_bool(st.res[3], i, STORE_ATTEMPT_NCOLS + 3))
 			lk->newest = a;
 	}
 	if (rc == LEDGER_OK && call != NULL)
-		rc = store_rows_parse_call(st.res[4], 0, 0, call);
+		rc = store_rows_parse_call(st.res[next++], 0, 0, call);
 	if (rc == LEDGER_OK && look->calls_summary) {
-		const PGresult *sum = st.res[call != NULL ? 5 : 4];
+		const PGresult *sum = st.res[next++];
 
 		lk->calls.held_by_newest_ms = store_step_get_int(sum, 0, 0);
 		lk->calls.unknown = store_step_get_int(sum, 0, 1);
 	}
+	if (rc == LEDGER_OK && look->settled_calls)
+		rc = store_rows_parse_settled(st.res[next++], &lk->settled, &lk->nsettled);
 	if (rc != LEDGER_OK) {
 		store_rows_locked_clear(lk);
 		store_step_abort(conn);
@@ -383,12 +443,15 @@ void store_rows_locked_clear(struct store_locked *lk)
 {
 	free(lk->client_error);
 	lk->client_error = NULL;
+	free(lk->settled);
+	lk->settled = NULL;
+	lk->nsettled = 0;
 }
 
 void store_rows_request_set(struct store_step *st, const char *tenant, const char *request_id,
 			    const struct ledger_request *r, const char *client_error)
 {
-	const char *params[9] = {
+	const char *params[10] = {
 		tenant,
 		request_id,
 		ledger_attempt_request_status_name(r->status),
@@ -398,6 +461,7 @@ void store_rows_request_set(struct store_step *st, const char *tenant, const cha
 		store_step_int(st, r->max_attempts),
 		r->model_revision[0] != '\0' ? r->model_revision : NULL,
 		client_error,
+		r->input_sha256[0] != '\0' ? r->input_sha256 : NULL,
 	};
 
 	store_step_add(st, &request_set, params);
@@ -443,11 +507,49 @@ enum ledger_err store_rows_read_budget(struct ledger_store_conn *conn, const cha
 	return rc;
 }
 
+/* Rows of budget_drops read at most: past them the answer is the whole window. */
+#define MAX_DROPS 1000
+
+enum ledger_err store_rows_read_retry_after(struct ledger_store_conn *conn, const char *tenant,
+					    const struct ledger_policy *p, int64_t *out)
+{
+	struct ledger_budget_drop *drops = NULL;
+	struct store_step st;
+	enum ledger_err rc;
+	int n;
+
+	*out = 0;
+	store_step_begin(&st, conn);
+	const char *params[3] = {tenant, store_step_int(&st, p->budget_window_ms),
+				 store_step_int(&st, MAX_DROPS)};
+	store_step_add(&st, &budget_drops, params);
+	rc = store_step_run(&st);
+	if (rc != LEDGER_OK)
+		goto out;
+	n = PQntuples(st.res[0]);
+	drops = calloc((size_t)n + 1, sizeof(*drops));
+	if (drops == NULL) {
+		rc = LEDGER_ERR_NOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		drops[i].in_ms = store_step_get_int(st.res[0], i, 0);
+		drops[i].attempts = store_step_get_int(st.res[0], i, 1);
+		drops[i].retries = store_step_get_int(st.res[0], i, 2);
+	}
+	*out = ledger_attempt_budget_retry_after(p, drops, (size_t)n);
+out:
+	free(drops);
+	store_step_clear(&st);
+	return rc;
+}
+
 void store_rows_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
-			       const struct ledger_attempt *a, struct store_event *ev,
+			       const struct ledger_attempt *a,
+			       const struct ledger_attempt_request *in, struct store_event *ev,
 			       bool reopened)
 {
-	const char *params[9] = {
+	const char *params[10] = {
 		tenant,
 		request_id,
 		a->attempt_id,
@@ -457,6 +559,7 @@ void store_rows_attempt_insert(struct store_step *st, const char *tenant, const 
 		a->revision_given ? "true" : "false",
 		store_step_int(st, a->lease_ms_left),
 		a->is_retry ? "true" : "false",
+		a->gateway[0] != '\0' ? a->gateway : NULL,
 	};
 	struct ledger_call_key key = {tenant, request_id, NULL};
 
@@ -464,8 +567,15 @@ void store_rows_attempt_insert(struct store_step *st, const char *tenant, const 
 	store_event_start(ev, "attempt_created", a->attempt_id);
 	store_event_int(ev, "epoch", a->epoch);
 	store_event_str(ev, "replica", a->replica);
+	store_event_str(ev, "gateway", a->gateway);
 	store_event_str(ev, "model_revision", a->model_revision);
 	store_event_int(ev, "lease_ms", a->lease_ms_left);
+	store_event_str(ev, "input_sha256", in->input_sha256);
+	if (in->identity != NULL) {
+		/* the replica's identity, spliced as the gateway sent it */
+		ledger_jsonw_key(&ev->w, "identity");
+		ledger_jsonw_raw(&ev->w, in->identity, in->identity_len);
+	}
 	if (a->is_retry) {
 		ledger_jsonw_key(&ev->w, "retry");
 		ledger_jsonw_bool(&ev->w, true);
@@ -489,6 +599,8 @@ const struct store_stmt *const store_rows_statements[] = {
 	&calls_summary,
 	&budget_lock,
 	&budget_count,
+	&budget_drops,
 	&attempt_insert,
+	&store_rows_settled_calls,
 	NULL,
 };

@@ -79,17 +79,20 @@ enum store_call_col {
 	"   ON c.tenant IS NULL AND t.tenant = $1 AND t.request_id = $2"                          \
 	"  AND t.tool_call_id = $3 AND t.expires_at > now_.t"
 
-/* A request's columns as store_rows_parse_request() reads them. */
+/* A request's columns as store_rows_parse_request() reads them: STORE_REQUEST_NCOLS of them. */
 #define STORE_REQUEST_COLUMNS                                                                     \
 	"status, first_delta_sent, delivered_output_tokens, attempt_count,"                       \
-	" coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")
+	" coalesce(max_attempts, 0), model_revision, client_error, " STORE_TS("created_at")       \
+	", input_sha256"
+#define STORE_REQUEST_NCOLS 9
 
 /* An attempt's columns over "a" and the clock "now_", as store_rows_parse_attempt() reads them. */
 #define STORE_ATTEMPT_COLUMNS                                                                     \
 	"a.attempt_id, a.epoch, a.replica, a.model_revision, a.revision_given, a.state,"          \
 	" CASE WHEN a.state IN ('live', 'cancel_requested') AND a.lease_until > now_.t"           \
 	"      THEN ceil(extract(epoch FROM a.lease_until - now_.t) * 1000)::bigint ELSE 0 END,"   \
-	" a.is_retry, a.delivered_output_tokens, " STORE_TS("a.created_at")
+	" a.is_retry, a.delivered_output_tokens, " STORE_TS("a.created_at") ", a.gateway"
+#define STORE_ATTEMPT_NCOLS 11
 /* clang-format on */
 
 /** Reads the request at @p row (none there: exists false). @return OK or NOMEM */
@@ -131,6 +134,17 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_set_completed(struct ledger_call *ca
 							  const PGresult *res, int row, int col,
 							  enum ledger_completed_by by);
 
+/**
+ * Reads the settled calls of store_rows_settled_calls' result.
+ * @param out a new array of *@p n calls; caller frees with free()
+ * @return LEDGER_OK or LEDGER_ERR_NOMEM
+ */
+LEDGER_MUSTCHECK enum ledger_err
+store_rows_parse_settled(const PGresult *res, struct ledger_settled_call **out, size_t *n);
+
+/* $1 tenant, $2 request: its settled calls, by id (ledger/store/rows.c). */
+extern const struct store_stmt store_rows_settled_calls;
+
 /* What locking a request found, read after the lock. */
 struct store_locked {
 	bool created;                      /* this transaction created the request's row */
@@ -141,6 +155,8 @@ struct store_locked {
 	struct ledger_attempt of_call;     /* the attempt the call was claimed under */
 	struct ledger_attempt newest;      /* the request's newest attempt */
 	struct ledger_calls_summary calls; /* with store_lookup.calls_summary */
+	struct ledger_settled_call *settled; /* owned: with store_lookup.settled_calls */
+	size_t nsettled;
 };
 
 /* The ids a transaction looks up besides its request; any may be NULL. */
@@ -149,6 +165,7 @@ struct store_lookup {
 	const char *second_attempt_id; /* -> second */
 	const char *tool_call_id;      /* -> the call, and of_call */
 	bool calls_summary;            /* -> calls: what the calls mean for a rerun */
+	bool settled_calls;            /* -> settled: the request's settled calls */
 };
 
 /**
@@ -177,11 +194,24 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_read_budget(struct ledger_store_conn
 							struct ledger_budget *out);
 
 /**
- * Queues the creation of attempt @p a (its id, epoch, replica, revision,
- * lease in lease_ms_left, is_retry) and its attempt_created event.
+ * When the tenant's pool-wide budget next allows a retry, in ms from now (at
+ * least 1; ledger_attempt_budget_retry_after() decides), read in the
+ * transaction of store_rows_read_budget(), under its lock.
+ */
+LEDGER_MUSTCHECK enum ledger_err store_rows_read_retry_after(struct ledger_store_conn *conn,
+							     const char *tenant,
+							     const struct ledger_policy *p,
+							     int64_t *out);
+
+/**
+ * Queues the creation of attempt @p a (its id, epoch, replica, gateway,
+ * revision, lease in lease_ms_left, is_retry) and its attempt_created
+ * event, whose detail also carries what @p in (borrowed until the step
+ * runs) gave beside it: its identity, as sent, and its input_sha256.
  */
 void store_rows_attempt_insert(struct store_step *st, const char *tenant, const char *request_id,
-			       const struct ledger_attempt *a, struct store_event *ev,
+			       const struct ledger_attempt *a,
+			       const struct ledger_attempt_request *in, struct store_event *ev,
 			       bool reopened);
 
 /**

@@ -9,8 +9,10 @@
 
 /* Each store file's statements, NULL-terminated. */
 extern const struct store_stmt *const store_admin_statements[];
+extern const struct store_stmt *const store_answers_statements[];
 extern const struct store_stmt *const store_batch_statements[];
 extern const struct store_stmt *const store_calls_statements[];
+extern const struct store_stmt *const store_client_events_statements[];
 extern const struct store_stmt *const store_event_statements[];
 extern const struct store_stmt *const store_fast_statements[];
 extern const struct store_stmt *const store_failover_statements[];

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ledger/core/answer.h"
 #include "ledger/core/attempt.h"
 #include "ledger/core/decide.h"
 #include "ledger/core/failover.h"
@@ -403,10 +404,15 @@ struct ledger_attempt_result {
 		enum ledger_create_outcome create;
 		enum ledger_attempt_op_outcome op;
 	} outcome;
-	struct ledger_request request; /* the request afterwards */
-	char *client_error;            /* owned: its recorded client error, or NULL */
-	struct ledger_attempt attempt; /* the attempt concerned, afterwards */
-	int64_t retry_after_ms;        /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS */
+	struct ledger_request request;  /* the request afterwards */
+	char *client_error;             /* owned: its recorded client error, or NULL */
+	struct ledger_attempt attempt;  /* the attempt concerned, afterwards */
+	int64_t retry_after_ms;         /* create: SOURCE_NOT_FENCED, TOOL_CALL_IN_PROGRESS, and
+				   BUDGET_EXHAUSTED by the pool: when it next allows a retry */
+	enum ledger_budget_kind budget; /* create BUDGET_EXHAUSTED: which budget */
+	bool input_mismatch; /* create REQUEST_MISMATCH: of input_sha256 (the request's in request) */
+	struct ledger_settled_call *settled; /* owned: create CREATED or REPEATED, the request's */
+	size_t nsettled;
 };
 
 /** Frees what @p r owns. */
@@ -433,6 +439,11 @@ struct ledger_attempt_call {
 	int64_t delivered_output_tokens; /* DELIVER, FINISH; -1: not given */
 	bool completed;                  /* FINISH: "completed"; false: "failed" */
 	const char *reason;              /* CANCEL, FINISH; NULL: none */
+	const char *client_error;        /* FINISH failed: the client's own error, which ends the
+				     request; exact JSON text, not NUL-terminated; NULL: none */
+	size_t client_error_len;
+	const char *client_error_code;      /* its error.code, for the history; NULL: none */
+	const struct ledger_answer *answer; /* FINISH that ends the request: kept with it */
 };
 
 LEDGER_MUSTCHECK enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn,
@@ -446,7 +457,8 @@ struct ledger_failover_request {
 	const char *source_attempt_id;
 	enum ledger_signal signal;
 	int64_t retry_prefill_tokens;
-	const struct ledger_attempt_request *next; /* the rerun to create; NULL: none */
+	const struct ledger_attempt_request *next;    /* the rerun to create; NULL: none */
+	const struct ledger_answer *delivered_answer; /* kept if the decision ends the request */
 };
 
 enum ledger_failover_status {
@@ -455,12 +467,14 @@ enum ledger_failover_status {
 	LEDGER_FAILOVER_NO_ATTEMPT,    /* 404 attempt_not_found */
 	LEDGER_FAILOVER_NEXT_MISMATCH, /* 422 request_mismatch: next_attempt's id is taken */
 	LEDGER_FAILOVER_NEXT_REVISION, /* 409 revision_mismatch: next_attempt's revision */
+	LEDGER_FAILOVER_NEXT_INPUT,    /* 422 request_mismatch: next_attempt's input_sha256 */
 };
 
 struct ledger_failover_result {
 	enum ledger_failover_status status;
 	struct ledger_failover_decision decision;
 	char current_attempt_id[LEDGER_ID_MAX + 1]; /* ATTEMPT_FENCED: the newest */
+	char input_sha256[LEDGER_SHA256_HEX + 1];   /* NEXT_INPUT: the request's */
 	char *client_error; /* owned: REQUEST_CLOSED, the request's recorded one */
 	char *body;         /* owned: ANSWERED, the decision as recorded */
 	bool replayed;      /* ANSWERED with a decision taken before */
@@ -480,6 +494,51 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_failover(struct ledger_store_conn 
 						       const struct ledger_failover_request *in,
 						       const struct ledger_policy *p,
 						       struct ledger_failover_result *out);
+
+/* --- client events (ledger/store/client_events.c) --- */
+
+/* What a router saw of its client during an attempt, for the request's history. */
+struct ledger_client_event {
+	const char *type; /* client_disconnected, client_resumed or client_hold_ended */
+	int64_t n;        /* the caller's counter for the attempt: a retried call has its own */
+	int64_t last_event_id; /* resumed: the last event the client had; -1: not given */
+	int64_t hold_ms;       /* disconnected: how long the attempt is held for it; -1: none */
+};
+
+struct ledger_client_event_result {
+	bool found;        /* false: the request has no such attempt (404 attempt_not_found) */
+	bool appended;     /* false: (attempt, n) was recorded before; nothing appended */
+	char recorded[32]; /* the type recorded for (attempt, n) */
+};
+
+/**
+ * Appends @p in to the history of @p request_id as an event of attempt
+ * @p attempt_id, under the request's lock, unless (attempt, n) is there.
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_client_event(struct ledger_store_conn *conn,
+							   const char *tenant,
+							   const char *request_id,
+							   const char *attempt_id,
+							   const struct ledger_client_event *in,
+							   struct ledger_client_event_result *out);
+
+/* --- kept answers (ledger/store/answers.c) --- */
+
+/* A request's kept answer, as GET /v1/requests/{rid}/answer reads it. */
+struct ledger_answer_result {
+	bool found;                  /* false: no request, or none kept */
+	struct ledger_answer answer; /* its strings are the two below */
+	char *content_type;          /* owned */
+	char *body_b64;              /* owned; NULL unless kept */
+};
+
+/** Frees what @p r owns. */
+void ledger_store_answer_result_clear(struct ledger_answer_result *r);
+
+/** Reads the answer kept for @p request_id (no lock: it never changes). */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_answer_get(struct ledger_store_conn *conn,
+							 const char *tenant, const char *request_id,
+							 struct ledger_answer_result *out);
 
 /* --- incident review (ledger/store/reads.c) --- */
 

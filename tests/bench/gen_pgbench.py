@@ -63,12 +63,13 @@ LOOK = [":tenant", ":rid", ":aid", "NULL", "NULL"]
 ATTEMPT_CYCLE = [
     # POST attempts: lock and read, then write and commit.
     [("BEGIN", []), ("lock_request", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
-     ("read_attempts", LOOK), ("calls_summary", [":tenant", ":rid"])],
+     ("read_attempts", LOOK), ("calls_summary", [":tenant", ":rid"]),
+     ("settled_calls", [":tenant", ":rid"])],
     [("attempt_insert", [":tenant", ":rid", ":aid", ":one", ":replica", "NULL", ":false",
-                         ":lease", ":false"]),
+                         ":lease", ":false", "NULL"]),
      ("event_insert", [":tenant", ":rid", ":createdtype", ":aid", "NULL", ":createddetail"]),
      ("request_set", [":tenant", ":rid", ":open", ":false", ":zero", ":one", ":two", "NULL",
-                      "NULL"]),
+                      "NULL", "NULL"]),
      ("COMMIT", [])],
     # deliver
     [("BEGIN", []), ("lock_existing", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
@@ -76,7 +77,7 @@ ATTEMPT_CYCLE = [
     [("event_insert", [":tenant", ":rid", ":deltatype", ":aid", "NULL", ":deltadetail"]),
      ("attempt_set", [":tenant", ":rid", ":aid", ":live", ":zero", ":zero", "NULL"]),
      ("request_set", [":tenant", ":rid", ":open", ":true", ":zero", ":one", ":two", "NULL",
-                      "NULL"]),
+                      "NULL", "NULL"]),
      ("COMMIT", [])],
     # finish
     [("BEGIN", []), ("lock_existing", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
@@ -85,7 +86,7 @@ ATTEMPT_CYCLE = [
      ("event_insert", [":tenant", ":rid", ":finishedtype", ":aid", "NULL", ":finisheddetail"]),
      ("event_insert", [":tenant", ":rid", ":statustype", ":aid", "NULL", ":statusdetail"]),
      ("request_set", [":tenant", ":rid", ":completed", ":true", ":tokens", ":one", ":two",
-                      "NULL", "NULL"]),
+                      "NULL", "NULL", "NULL"]),
      ("COMMIT", [])],
 ]
 

@@ -25,7 +25,7 @@ SHORT_LEASE_MS = 250
 PAST_SHORT_LEASE_S = 0.4  # sleep just past SHORT_LEASE_MS, with a margin
 
 REQUEST_KEYS = {"request_id", "status", "phase", "first_delta_sent", "delivered_output_tokens",
-                "attempts", "max_attempts", "model_revision", "created_at"}
+                "attempts", "max_attempts", "model_revision", "input_sha256", "created_at"}
 
 
 @pytest.fixture
@@ -41,8 +41,9 @@ def test_create_is_201_with_attempt_and_request(rt):
     r = rt.create(rid, aid, replica="gpu-7", model_revision="m-2026-01")
     assert r.status == 201, r
     b = r.json
-    assert set(b) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "request"}, b
-    assert b["attempt_id"] == aid
+    assert set(b) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "gateway",
+                      "request"}, b
+    assert b["attempt_id"] == aid and b["gateway"] is None
     assert b["epoch"] == 1 and b["attempt_number"] == 1
     assert leases_as_asked(b["lease_ms"], 30000)  # the policy's default_lease_ms
     req = b["request"]
@@ -51,7 +52,7 @@ def test_create_is_201_with_attempt_and_request(rt):
     assert req["status"] == "open" and req["phase"] == "prefill"
     assert req["first_delta_sent"] is False and req["delivered_output_tokens"] == 0
     assert req["attempts"] == 1 and req["max_attempts"] == 2  # the policy's max_attempts
-    assert req["model_revision"] == "m-2026-01"
+    assert req["model_revision"] == "m-2026-01" and req["input_sha256"] is None
     assert req.get("client_error") is None
     assert TS_RE.match(req["created_at"]), req
     # The rows it leaves.
@@ -243,8 +244,14 @@ def test_max_attempts_reached_is_retry_budget_exhausted(rt):
     assert r.status == 201, r
     assert r.json["epoch"] == 2
     rt.failed(rid, a2)
-    assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
+    r = rt.create(rid, new_id("a"))
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    # The request's own budget is spent for good: no time to wait for.
+    assert err["budget"] == "request", err
+    assert "retry_after_ms" not in err and r.header("Retry-After") is None, r
     assert list(rt.attempts(rid)) == [a1, a2]
+    refused = [d for t, _, _, d in rt.events(rid) if t == "refused"]
+    assert refused[-1]["code"] == "retry_budget_exhausted" and refused[-1]["budget"] == "request"
 
 
 def test_max_attempts_one_allows_no_retry(rt):
@@ -290,7 +297,10 @@ def test_pool_budget_of_the_default_policy_refuses_the_fourth_retry(service):
         r = rt.create(rid, new_id("a"))
         assert r.status == 201, r
     r = rt.create(rids[3], new_id("a"))
-    assert_error(r, 409, "retry_budget_exhausted")
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    # The pool's budget comes back as the window moves on: when, it says.
+    assert err["budget"] == "pool", err
+    assert_retry_after(r, err, 10000)
     assert rt.count("attempts", rids[3]) == 1
     # A first attempt is no retry: it is still welcome.
     rt.started()
@@ -890,6 +900,40 @@ def test_reopen_is_a_retry_within_max_attempts(rt):
     assert rt.ack(rid, a1).status == 200
     assert_error(rt.create(rid, new_id("a")), 409, "retry_budget_exhausted")
     assert rt.request(rid)["status"] == "abandoned"
+
+
+def test_refused_reopen_leaves_the_request_abandoned(service):
+    """A refused attempt changes nothing: the request stays abandoned, for its own
+    budget and for the pool's, and a later attempt within budget still reopens it."""
+    rt = Router(service)
+    spent, a1 = rt.started(max_attempts=1)
+    assert rt.failover(spent, a1, "client_disconnected").json["request_status"] == "abandoned"
+    assert rt.ack(spent, a1).status == 200
+    err = assert_error(rt.create(spent, new_id("a")), 409,
+                       "retry_budget_exhausted")
+    assert err["budget"] == "request"
+    assert rt.request(spent)["status"] == "abandoned"
+    assert rt.attempts(spent) == {a1: (1, "cancelled")}
+    # The tenant's pool: three retries in the window (the default min_retries) ...
+    rid, a1 = rt.started()
+    assert rt.failover(rid, a1, "client_disconnected").json["request_status"] == "abandoned"
+    assert rt.ack(rid, a1).status == 200
+    for _ in range(3):
+        other, b1 = rt.started()
+        rt.failed(other, b1)
+        assert rt.create(other, new_id("a")).status == 201
+    before = rt.events(rid)
+    # ... so the reopen is a retry the pool refuses.
+    r = rt.create(rid, new_id("a"))
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    assert err["budget"] == "pool"
+    assert_retry_after(r, err, 10000)
+    q = rt.request(rid)
+    assert q["status"] == "abandoned" and q["attempts"] == 1, q
+    assert rt.attempts(rid) == {a1: (1, "cancelled")}
+    after = rt.events(rid)
+    assert after[:len(before)] == before and [t for t, _, _, _ in after[len(before):]] == [
+        "refused"]
 
 
 def test_abandoned_after_a_delta_never_reopens(rt):

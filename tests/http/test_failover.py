@@ -24,8 +24,8 @@ import time
 import pytest
 
 from conftest import Ledgerd, ledgerd_cmd, new_id
-from http_helpers import (ANSWER_KEYS, Router, answer, assert_error, fingerprint,
-                          result_text_of, leases_as_asked)
+from http_helpers import (ANSWER_KEYS, Router, answer, assert_error, assert_retry_after,
+                          fingerprint, result_text_of, leases_as_asked)
 
 SHORT_LEASE_MS = 250
 PAST_SHORT_LEASE_S = 0.4
@@ -37,10 +37,12 @@ CLIENT_ERROR_KEYS = {"code", "type", "param", "message", "request_id", "partial_
 # --- helpers ----------------------------------------------------------------
 
 
-def assert_client_error(ce, code, rid, partial, delivered):
+def assert_client_error(ce, code, rid, partial, delivered, budget=None):
+    """@budget: the "budget" a retry_budget_exhausted names ("request" or "pool")."""
     assert set(ce) == {"error"}, ce
     e = ce["error"]
-    assert set(e) == CLIENT_ERROR_KEYS, e
+    assert set(e) == CLIENT_ERROR_KEYS | ({"budget"} if budget else set()), e
+    assert e.get("budget") == budget, e
     assert e["code"] == code
     assert e["type"] == "server_error"
     assert e["param"] is None
@@ -262,6 +264,25 @@ def test_client_disconnected_after_a_delta_terminates(rt):
     assert rt.attempts(rid) == {a1: (1, "cancel_requested")}
 
 
+def test_client_disconnected_after_a_delta_records_its_client_error(rt):
+    """API.md row 5: the request ends terminated with the client error that says
+    the client went away mid-answer, recorded as the request's."""
+    rid, a1 = rt.started()
+    assert rt.deliver(rid, a1, 7).status == 200
+    b = answer(rt.failover(rid, a1, "client_disconnected"), "cancel_upstream")
+    assert set(b) == ANSWER_KEYS | {"client_error"}, b
+    assert_client_error(b["client_error"], "client_disconnected", rid, True, 7)
+    q = rt.request(rid)
+    assert q["status"] == "terminated" and q["client_error"] == b["client_error"]
+    # A later attempt is told why, as after any cut stream.
+    err = assert_error(rt.create(rid, new_id("a")), 409, "first_delta_sent")
+    assert err["client_error"] == b["client_error"]
+    # The retried call gets the same answer; the history names the client error.
+    assert rt.failover(rid, a1, "client_disconnected").json == b
+    statuses = [d for t, _, _, d in rt.events(rid) if t == "request_status"]
+    assert statuses[-1] == {"status": "terminated", "client_error": "client_disconnected"}
+
+
 # --- row 6: terminate_stream ------------------------------------------------
 
 
@@ -308,7 +329,8 @@ def test_max_attempts_reached_is_reject_retry_budget_exhausted(rt):
     b = answer(rt.failover(rid, a1, "replica_exited", next_aid=new_id("a")), "reject")
     assert set(b) == ANSWER_KEYS | {"client_error"}, b
     assert b["source_state"] == "dead" and b["request_status"] == "failed"
-    assert_client_error(b["client_error"], "retry_budget_exhausted", rid, False, 0)
+    assert_client_error(b["client_error"], "retry_budget_exhausted", rid, False, 0,
+                        budget="request")
     q = rt.request(rid)
     assert q["status"] == "failed" and q["client_error"] == b["client_error"]
     assert list(rt.attempts(rid)) == [a1]
@@ -504,8 +526,10 @@ def test_dead_replica_is_rerun_in_the_same_transaction(rt, signal):
     assert b["source_state"] == "dead" and b["request_status"] == "open"
     assert b["settled_tool_calls"] == []
     att = b["attempt"]
-    assert set(att) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "request"}
+    assert set(att) == {"attempt_id", "epoch", "attempt_number", "lease_ms", "gateway",
+                        "request"}
     assert (att["attempt_id"], att["epoch"], att["attempt_number"]) == (a2, 2, 2)
+    assert att["gateway"] is None
     assert leases_as_asked(att["lease_ms"], 7000)
     req = att["request"]
     assert req["request_id"] == rid and req["status"] == "open"
@@ -910,6 +934,7 @@ def test_pool_budget_refuses_a_burst_of_retries_then_refills(policy_service):
     rb, ab = b.started()
     assert a.finish(r4, a4, "failed").status == 200
     # The burst: two retries of tenant a are allowed in the window ...
+    t_first_retry = time.monotonic()
     n1 = a.failed_over(r1, a1)
     n2 = a.failed_over(r2, a2)
     t_last_retry = time.monotonic()
@@ -920,9 +945,16 @@ def test_pool_budget_refuses_a_burst_of_retries_then_refills(policy_service):
     assert elapsed < WINDOW_S - 0.5, "the burst took too long to test the window"
     bf = answer(f, "reject")
     assert bf["request_status"] == "failed" and bf["source_state"] == "dead"
-    assert_client_error(bf["client_error"], "retry_budget_exhausted", r3, False, 0)
+    assert_client_error(bf["client_error"], "retry_budget_exhausted", r3, False, 0,
+                        budget="pool")
+    assert a.decisions(r3)[-1][1]["budget"] == "pool"
     assert list(a.attempts(r3)) == [a3]
-    assert_error(c, 409, "retry_budget_exhausted")
+    err = assert_error(c, 409, "retry_budget_exhausted")
+    assert err["budget"] == "pool"
+    # The first retry of the window leaves it first: then min_retries (2) allow one.
+    assert_retry_after(c, err, WINDOW_S * 1000)
+    assert err["retry_after_ms"] >= WINDOW_S * 1000 - (time.monotonic() - t_first_retry) * 1000 \
+        - 1000, err
     assert list(a.attempts(r4)) == [a4]
     # The retries are counted for the tenant that made them only.
     b.failed_over(rb, ab)
@@ -934,6 +966,25 @@ def test_pool_budget_refuses_a_burst_of_retries_then_refills(policy_service):
     a.failed_over(r5, a5)
     f = a.failover(r6, a6, "pod_lost", next_aid=new_id("a"))
     assert answer(f, "reject")["client_error"]["error"]["code"] == "retry_budget_exhausted"
+
+
+def test_pool_refusal_says_when_a_retry_is_welcome_again(policy_service):
+    """retry_after_ms of a pool refusal is when the window next allows a retry:
+    waited out, the same attempt is created."""
+    rt = Router(policy_service)
+    reqs = [rt.started() for _ in range(3)]
+    for rid, aid in reqs[:2]:
+        rt.failed_over(rid, aid)
+    rid, aid = reqs[2]
+    rt.failed(rid, aid)
+    a2 = new_id("a")
+    r = rt.create(rid, a2)
+    err = assert_error(r, 409, "retry_budget_exhausted")
+    assert err["budget"] == "pool", err
+    assert_retry_after(r, err, WINDOW_S * 1000)
+    time.sleep(err["retry_after_ms"] / 1000 + 0.1)
+    r = rt.create(rid, a2)
+    assert r.status == 201, r
 
 
 def test_policy_sets_default_lease_and_max_attempts(policy_service):

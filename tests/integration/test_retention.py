@@ -87,6 +87,35 @@ def test_old_settled_requests_go_and_leave_tombstones(service):
         assert not exists(service, rid)  # and no request is made up for it
 
 
+def test_retention_removes_a_kept_answer_with_its_request(service):
+    """API 1.1: an answer kept for a request goes with the request, in
+    retention's own transaction; a recent request keeps its answer."""
+    led = service.ledgerd
+    router = service.token("router")
+    kept = {"status": 200, "content_type": "text/event-stream", "body_b64": "ZGF0YTogaGkKCg=="}
+    rids = []
+    for _ in range(2):
+        rid = new_id()
+        assert led.post("/v1/requests/%s/attempts" % rid, {"attempt_id": "a1"},
+                        token=router).status == 201
+        assert led.post("/v1/requests/%s/attempts/a1/finish" % rid,
+                        {"outcome": "completed", "answer": kept}, token=router).status == 200
+        assert led.get("/v1/requests/%s/answer" % rid, token=router).status == 200
+        rids.append(rid)
+    old, recent = rids
+    backdate(service, old)
+
+    gc(service)
+
+    assert not exists(service, old)
+    assert service.sql("SELECT count(*) FROM answers WHERE request_id = '%s'" % old) == [["0"]]
+    r = led.get("/v1/requests/%s/answer" % old, token=router)
+    assert r.status == 404 and r.code == "answer_not_found", r
+    assert exists(service, recent)
+    assert led.get("/v1/requests/%s/answer" % recent, token=router).json["body_b64"] == \
+        kept["body_b64"]
+
+
 def test_nothing_open_held_unknown_or_recent_is_removed(service):
     led = service.ledgerd
     token = service.token("agent")

@@ -74,5 +74,5 @@ def test_batches_carry_the_key_of_every_element():
 
 def test_tenant_wide_statements_are_scoped_to_a_tenant():
     sql = statements()
-    for name in ("list_open", "list_any", "list_requests", "budget_count"):
+    for name in ("list_open", "list_any", "list_requests", "budget_count", "budget_drops"):
         assert KEYED[0].search(sql[name]), name

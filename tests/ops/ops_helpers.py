@@ -34,10 +34,19 @@ def result_text_of(body):
     return body[m.end():]
 
 
+# Members API 1.1 added to the objects of the review API (an attempt's gateway, a
+# request's input_sha256): null on every row an older release wrote, and absent
+# from the answers of the releases before 1.1. A release serves the other's rows
+# alike when the one differs from the other by these, null, alone.
+ADDED_IN_1_1 = ("gateway", "input_sha256")
+
+
 def without_leases(obj):
-    """@obj with every lease_ms_left removed: the one thing that moves on its own."""
+    """@obj with every lease_ms_left removed (the one thing that moves on its own),
+    and API 1.1's members where they are null."""
     if isinstance(obj, dict):
-        return {k: without_leases(v) for k, v in obj.items() if k != "lease_ms_left"}
+        return {k: without_leases(v) for k, v in obj.items()
+                if k != "lease_ms_left" and not (k in ADDED_IN_1_1 and v is None)}
     if isinstance(obj, list):
         return [without_leases(v) for v in obj]
     return obj

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from conftest import LEDGERD, ROOT, Ledgerd, ledgerd_cmd, new_id
+from conftest import LEDGERD, ROOT, Ledgerd, claim_id, ledgerd_cmd, new_id
 from ops_helpers import Keys
 from pgcluster import wait_for
 
@@ -193,6 +193,72 @@ def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
         keys.check(old)
     finally:
         old.stop()
+
+
+def test_previous_release_serves_what_api_1_1_wrote(cluster, previous, tmp_path):
+    """The rollback of a rolling upgrade to API 1.1: the previous release serves a
+    database in which this tree wrote 1.1's columns and answers, reads what it
+    needs and writes rows this tree reads; its retention removes a request with
+    its kept answer (the foreign key of sql/006)."""
+    db = "api11_" + new_id("a").replace("-", "_")
+    url = cluster.create_db(db)
+    ledgerd_cmd("migrate", "--database-url", url)
+    agent, router = tokens(LEDGERD, url)
+    sha = "ab" * 32
+    kept = {"status": 200, "content_type": "text/event-stream", "body_b64": "ZGF0YTogaGkKCg=="}
+    done, failed = new_id("r"), new_id("r")
+    new = Ledgerd(url, tmp_path / "new.log")
+    try:
+        r = new.post("/v1/requests/%s/attempts" % done,
+                     {"attempt_id": "a1", "gateway": "gw-1", "input_sha256": sha,
+                      "identity": {"model": "m"}}, token=router)
+        assert r.status == 201, r
+        assert new.post("/v1/requests/%s/tool-calls/call_01/claim" % done,
+                        {"claim_id": claim_id(), "attempt_id": "a1"}, token=agent).status == 201
+        assert new.post("/v1/requests/%s/tool-calls/call_01/complete" % done,
+                        {"fencing_token": 1, "outcome": "succeeded", "result": 1},
+                        token=agent).status == 200
+        assert new.post("/v1/requests/%s/attempts/a1/finish" % done,
+                        {"outcome": "completed", "answer": kept}, token=router).status == 200
+        assert new.post("/v1/requests/%s/attempts" % failed, {"attempt_id": "a1"},
+                        token=router).status == 201
+        assert new.post("/v1/requests/%s/attempts/a1/finish" % failed,
+                        {"outcome": "failed", "client_error": {"error": {"code": "bad"}}},
+                        token=router).status == 200
+    finally:
+        new.stop()
+
+    old = Ledgerd(url, tmp_path / "previous.log", binary=previous)
+    fresh = new_id("r")
+    try:
+        assert old.get("/readyz").status == 200
+        v = old.get("/v1/requests/%s" % done, token=router)
+        assert v.status == 200 and v.json["request"]["status"] == "completed", v
+        assert [a["attempt_id"] for a in v.json["attempts"]] == ["a1"]
+        err = old.post("/v1/requests/%s/attempts" % failed, {"attempt_id": "a2"}, token=router)
+        assert err.status == 409 and err.json["error"]["client_error"] == \
+            {"error": {"code": "bad"}}, err
+        assert old.post("/v1/requests/%s/attempts" % fresh, {"attempt_id": "a1"},
+                        token=router).status == 201
+    finally:
+        old.stop()
+
+    new = Ledgerd(url, tmp_path / "new-again.log")
+    try:
+        v = new.get("/v1/requests/%s" % fresh, token=router).json
+        assert v["attempts"][0]["gateway"] is None and v["request"]["input_sha256"] is None
+        assert new.get("/v1/requests/%s/answer" % done, token=router).json["body_b64"] == \
+            kept["body_b64"]
+    finally:
+        new.stop()
+
+    cluster.psql("UPDATE requests SET created_at = created_at - interval '8 days',"
+                 " closed_at = closed_at - interval '8 days' WHERE request_id = '%s'" % done, db)
+    assert "removed" in run(previous, "gc", "--database-url", url, "--retention", "7d").stdout
+    left = cluster.psql("SELECT (SELECT count(*) FROM requests WHERE request_id = '%s'),"
+                        " (SELECT count(*) FROM answers WHERE request_id = '%s')" % (done, done),
+                        db)
+    assert left == [["0", "0"]], left
 
 
 def test_token_made_by_one_release_works_in_the_other(cluster, previous, tmp_path):

@@ -42,7 +42,9 @@ function readView() {
     refused: all('svg#timeline circle.mark-refused', (el) => ({ operation: el.getAttribute('data-operation'), code: el.getAttribute('data-code'), box: box(el), title: title(el) })),
     late: all('svg#timeline circle.mark-late-completion', (el) => ({ call: el.getAttribute('data-tool-call-id'), box: box(el), title: title(el) })),
     failovers: all('svg#timeline path.mark-failover', (el) => ({ signal: el.getAttribute('data-signal'), action: el.getAttribute('data-action'), box: box(el), title: title(el) })),
+    client: all('svg#timeline path.mark-client', (el) => ({ type: el.getAttribute('data-type'), attempt: el.getAttribute('data-attempt-id'), box: box(el), title: title(el) })),
     axis: all('svg#timeline text.axis-label', (el) => el.textContent.trim()),
+    attemptRows: all('table#attempts tr[data-attempt-id]', (tr) => ({ id: tr.getAttribute('data-attempt-id'), ...cells(tr, ['replica', 'gateway', 'state']) })),
     toolCalls: all('table#tool-calls tr[data-tool-call-id]', (tr) => ({ id: tr.getAttribute('data-tool-call-id'), ...cells(tr, ['tool', 'state', 'attempt', 'owner', 'fencing-token', 'outcome']) })),
     events: all('table#events tr[data-seq]', (tr) => ({ seq: tr.getAttribute('data-seq'), ...cells(tr, ['at', 'type', 'attempt', 'tool-call', 'detail']) })),
   };
@@ -113,6 +115,10 @@ function checkView(name, want, { history, view }) {
       shown.includes(a.replica.slice(0, n) + '…')), `${name}: label ${shown} lacks ${a.replica}`);
     assert.match(shown, new RegExp(`\\bepoch ${a.epoch}\\b`), `${name}: label ${shown}`);
     assert.ok(lane.label.includes(a.replica), `${name}: label ${lane.label} lacks ${a.replica} even in full`);
+    // The gateway that ran it (API 1.1), when one did.
+    if (a.gateway) assert.ok(shown.includes('via ' + a.gateway), `${name}: label ${shown} lacks gateway ${a.gateway}`);
+    else assert.ok(!shown.includes('via '), `${name}: label ${shown} names a gateway`);
+    if (want.gateways) assert.equal(a.gateway, want.gateways[a.attempt_id], `${name}: ${a.attempt_id}'s gateway`);
     assert.ok(lane.lease, `${name}: ${a.attempt_id} has no rect.lease`);
     assert.equal(lane.lease.state, a.state, `${name}: ${a.attempt_id}'s lease state`);
     assert.ok(lane.lease.box.w > 0, `${name}: ${a.attempt_id}'s lease has no width`);
@@ -199,6 +205,22 @@ function checkView(name, want, { history, view }) {
   assert.deepEqual(view.failovers.map((m) => [m.signal, m.action]), want.failovers ?? [], `${name}: the fill's failovers`);
   view.failovers.forEach((mark, i) => titled(mark, `${name} failover`, decisions[i].at));
 
+  // Client events a gateway reported, on their attempt's lane.
+  const clientEvents = events.filter((e) => e.type.startsWith('client_'));
+  assert.deepEqual(view.client.map((m) => [m.attempt, m.type]), clientEvents.map((e) => [e.attempt_id, e.type]), `${name}: client events`);
+  assert.deepEqual(view.client.map((m) => [m.attempt, m.type]), want.client ?? [], `${name}: the fill's client events`);
+  view.client.forEach((mark, i) => {
+    assert.equal(nearestLane(view, mark.box), clientEvents[i].attempt_id, `${name}: client event on another lane`);
+    titled(mark, `${name} client event`, clientEvents[i].at);
+  });
+
+  // The attempts table: one row per attempt, with the gateway that ran it (empty: none).
+  assert.deepEqual(view.attemptRows.map((r) => r.id), byEpoch.map((a) => a.attempt_id), `${name}: attempt rows`);
+  for (const a of byEpoch) {
+    const row = view.attemptRows.find((r) => r.id === a.attempt_id);
+    assert.equal(row.gateway, a.gateway ?? '', `${name}: ${a.attempt_id}'s gateway cell`);
+  }
+
   // The tool-call table: one row per call.
   assert.deepEqual(view.toolCalls.map((r) => r.id).sort(), calls.map((c) => c.tool_call_id).sort(), `${name}: tool-call rows`);
   for (const c of calls) {
@@ -234,11 +256,11 @@ function checkView(name, want, { history, view }) {
   });
 }
 
-for (const name of ['plain', 'failover', 'terminated', 'zombie', 'unknown', 'resolve', 'hostile']) {
+for (const name of ['plain', 'failover', 'terminated', 'zombie', 'unknown', 'resolve', 'hostile', 'gateway']) {
   test(`the request view of ${name}`, async () => {
     const shown = await openRequest(held.tab.page, S[name].rid);
     checkView(name, S[name], shown);
-    if (name === 'failover' || name === 'zombie') {
+    if (name === 'failover' || name === 'zombie' || name === 'gateway') {
       await held.tab.page.screenshot({ path: shot(`request-${name}.png`), fullPage: true });
       // What the README shows: the first screen of the view, its timeline whole.
       await held.tab.page.screenshot({ path: shot(`request-${name}-top.png`) });

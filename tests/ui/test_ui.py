@@ -2,8 +2,8 @@
 
 The module's ledgerd gets an incident written through the API (ui_fill.py:
 a plain request, a failover before the first delta, a stream terminated
-after it, a zombie's refused claim, unknown outcomes, hostile text, and
-more requests than one page). Then each node test file (tests/ui/test_*.mjs,
+after it, a zombie's refused claim, unknown outcomes, hostile text, a
+gateway's request with its client events, and more requests than one page). Then each node test file (tests/ui/test_*.mjs,
 node's own test runner) drives Debian's chromium through playwright-core,
 pinned in tests/ui/node, and reads the page by the hooks ui/README.md
 names. What needs no browser (the headers of every /ui answer, the
@@ -97,6 +97,12 @@ def test_the_fill_reads_back_through_the_api(service, scenarios):
             for e in refused] == [("att-1", "claim", "attempt_fenced")]
     terminated = by_id[scenarios["terminated"]["rid"]]
     assert terminated["client_error"]["error"]["code"] == "upstream_decode_interrupted"
+    gw = service.ledgerd.get("/v1/requests/" + scenarios["gateway"]["rid"], token=reviewer).json
+    assert {a["attempt_id"]: a["gateway"] for a in gw["attempts"]} == \
+        scenarios["gateway"]["gateways"]
+    assert [[e["attempt_id"], e["type"]] for e in gw["events"]
+            if e["type"].startswith("client_")] == scenarios["gateway"]["client"]
+    assert gw["request"]["client_error"]["error"]["code"] == "context_length_exceeded"
     assert all(by_id[rid]["attention"] == [] for rid in scenarios["extra"])
     assert len(by_id) == len(scenarios) - 1 + len(scenarios["extra"])
 

@@ -83,7 +83,8 @@ def fill(service):
     """Writes every scenario; returns {name: {"rid", ...}} for the node tests."""
     f = Fill(service)
     s = {name: new_id("ui-" + name) for name in
-         ("plain", "failover", "terminated", "zombie", "unknown", "resolve", "hostile")}
+         ("plain", "failover", "terminated", "zombie", "unknown", "resolve", "hostile",
+          "gateway")}
 
     # Enough plain requests for a second page, made first so that the
     # scenarios, newest, head the first one. A claim creates its request.
@@ -169,6 +170,23 @@ def fill(service):
     # (f) continued: the attempt is cancelled with a hostile reason.
     f.attempt_call(s["hostile"], "att-1", "cancel", {"reason": hostile("reason")})
 
+    # (g) a gateway's request (API 1.1): its client drops and comes back while
+    # the first replica runs, that replica dies, the rerun's client is given
+    # up on, and its engine refuses the prompt: failed with the client's own error.
+    rid = s["gateway"]
+    f.attempt(rid, "att-1", "gpu-g/1", 30000, model_revision="m@1", gateway="gw-7",
+              identity={"model": "llama-3.1-8b", "quantization": "fp8"})
+    f.attempt_call(rid, "att-1", "client", {"event": "disconnected", "n": 1, "hold_ms": 10000})
+    f.attempt_call(rid, "att-1", "client", {"event": "resumed", "n": 2, "last_event_id": 0})
+    f.failover(rid, "att-1", "replica_exited", "retry_prefill",
+               {"attempt_id": "att-2", "replica": "gpu-h/1", "lease_ms": 30000,
+                "gateway": "gw-8"})
+    f.attempt_call(rid, "att-2", "client", {"event": "disconnected", "n": 1})
+    f.attempt_call(rid, "att-2", "client", {"event": "hold_ended", "n": 2})
+    f.attempt_call(rid, "att-2", "finish", {"outcome": "failed", "client_error": {
+        "error": {"code": "context_length_exceeded", "message": "the prompt is too long"},
+        "http_status": 400}})
+
     return {
         "plain": {"rid": s["plain"], "status": "completed", "attention": [],
                   "lanes": ["att-1"], "first_delta": "att-1", "fenced": [],
@@ -200,5 +218,13 @@ def fill(service):
                     "lanes": ["att-1"], "first_delta": None, "fenced": None,
                     "calls": {"call_01": "att-1", "call_02": "att-1"}, "unknown": ["call_02"],
                     "hostile": HOSTILE},
+        "gateway": {"rid": s["gateway"], "status": "failed", "attention": [],
+                    "lanes": ["att-1", "att-2"], "first_delta": None, "fenced": ["att-1"],
+                    "calls": {}, "client_error": "context_length_exceeded",
+                    "failovers": [["replica_exited", "retry_prefill"]],
+                    "gateways": {"att-1": "gw-7", "att-2": "gw-8"},
+                    "client": [["att-1", "client_disconnected"], ["att-1", "client_resumed"],
+                               ["att-2", "client_disconnected"],
+                               ["att-2", "client_hold_ended"]]},
         "extra": extra,
     }

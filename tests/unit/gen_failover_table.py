@@ -86,9 +86,11 @@ def decide(req, src, signal, tokens, newest, held, unknown, win):
     if signal == "overloaded":
         return dict(nothing, action="keep_waiting", final=False)
     if signal == "client_disconnected":
+        # After a delta the stream is cut: the client error says so (API.md row 5).
         return dict(action="cancel_upstream", source_after=revoke(state, signal, False),
                     request_after="terminated" if delta else "abandoned",
-                    client_error=None, retry_after=0, final=True)
+                    client_error="client_disconnected" if delta else None, retry_after=0,
+                    final=True)
     if delta:
         return dict(action="terminate_stream", source_after=revoke(state, signal, False),
                     request_after="terminated", client_error="upstream_decode_interrupted",

@@ -413,6 +413,7 @@ static bool check_create(size_t i, const struct create_row *row)
 	make_request(row->req, &r);
 	make_attempt(row->same, &same);
 	make_attempt(row->newest, &newest);
+	memset(&in, 0, sizeof(in));
 	in.attempt_id = same.exists ? same.attempt_id : "att-new";
 	in.replica = row->replica;
 	in.model_revision = row->revision;
@@ -482,11 +483,14 @@ static void test_attempt_create_codes(void **state)
 	assert_string_equal(ledger_attempt_create_code(C(REQUEST_MISMATCH)), "request_mismatch");
 	assert_string_equal(ledger_attempt_create_code(C(FIRST_DELTA_SENT)), "first_delta_sent");
 	assert_string_equal(ledger_attempt_create_code(C(REQUEST_CLOSED)), "request_closed");
-	assert_string_equal(ledger_attempt_create_code(C(BUDGET_EXHAUSTED)), "retry_budget_exhausted");
+	assert_string_equal(ledger_attempt_create_code(C(BUDGET_EXHAUSTED)),
+			    "retry_budget_exhausted");
 	assert_string_equal(ledger_attempt_create_code(C(REVISION_MISMATCH)), "revision_mismatch");
 	assert_string_equal(ledger_attempt_create_code(C(SOURCE_NOT_FENCED)), "source_not_fenced");
-	assert_string_equal(ledger_attempt_create_code(C(TOOL_CALL_IN_PROGRESS)), "tool_call_in_progress");
-	assert_string_equal(ledger_attempt_create_code(C(TOOL_OUTCOME_UNKNOWN)), "tool_outcome_unknown");
+	assert_string_equal(ledger_attempt_create_code(C(TOOL_CALL_IN_PROGRESS)),
+			    "tool_call_in_progress");
+	assert_string_equal(ledger_attempt_create_code(C(TOOL_OUTCOME_UNKNOWN)),
+			    "tool_outcome_unknown");
 	assert_null(ledger_attempt_create_code(C(CREATED)));
 }
 
@@ -766,6 +770,203 @@ static void test_attempt_budget_allows_retry(void **state)
 		fail_msg("%zu of %zu budget rows failed", failed, N(budget_rows));
 }
 
+/*
+ * API 1.1 in row 2: an input_sha256 other than the request's is
+ * request_mismatch before anything else but a repeat of the same body; a
+ * repeat with another gateway is another body.
+ */
+static void test_attempt_create_input_and_gateway(void **state)
+{
+	static const char sha_a[] =
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+	static const char sha_b[] =
+		"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+	static const struct {
+		const char *what;
+		int req, same;
+		const char *request_sha, *sha, *gateway, *same_gateway;
+		enum ledger_create_outcome want;
+		bool input_mismatch;
+	} rows[] = {
+		{"other input", RQ_OPEN, AT_NONE, sha_a, sha_b, NULL, "", C(REQUEST_MISMATCH),
+		 true},
+		{"same input", RQ_OPEN, AT_NONE, sha_a, sha_a, NULL, "", C(CREATED), false},
+		{"no input named", RQ_OPEN, AT_NONE, sha_a, NULL, NULL, "", C(CREATED), false},
+		{"the request has none", RQ_OPEN, AT_NONE, "", sha_b, NULL, "", C(CREATED), false},
+		{"other input before first_delta_sent", RQ_DELTA, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"other input before request_closed", RQ_FAILED, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"other input before the budget", RQ_OPEN_MAX, AT_NONE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"same attempt, other input", RQ_OPEN, AT_LIVE, sha_a, sha_b, NULL, "",
+		 C(REQUEST_MISMATCH), true},
+		{"same attempt, no input named", RQ_OPEN, AT_LIVE, sha_a, NULL, NULL, "",
+		 C(REPEATED), false},
+		{"same attempt, an input the request lacks", RQ_OPEN, AT_LIVE, "", sha_b, NULL, "",
+		 C(REPEATED), false},
+		{"same attempt and gateway", RQ_OPEN, AT_LIVE, "", NULL, "gw-1", "gw-1",
+		 C(REPEATED), false},
+		{"same attempt, other gateway", RQ_OPEN, AT_LIVE, "", NULL, "gw-2", "gw-1",
+		 C(REQUEST_MISMATCH), false},
+		{"same attempt, gateway dropped", RQ_OPEN, AT_LIVE, "", NULL, NULL, "gw-1",
+		 C(REQUEST_MISMATCH), false},
+		{"same attempt, gateway added", RQ_OPEN, AT_LIVE, "", NULL, "gw-1", "",
+		 C(REQUEST_MISMATCH), false},
+		{"other gateway and input: the body first", RQ_OPEN, AT_LIVE, sha_a, sha_b, "gw-2",
+		 "gw-1", C(REQUEST_MISMATCH), false},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < N(rows); i++) {
+		struct ledger_policy p;
+		struct ledger_request r;
+		struct ledger_attempt same, newest;
+		struct ledger_calls_summary calls = {0, 0};
+		struct ledger_budget b = {100, 0};
+		struct ledger_attempt_request in;
+		struct ledger_create_decision d;
+
+		ledger_policy_default(&p);
+		make_request(rows[i].req, &r);
+		strcpy(r.input_sha256, rows[i].request_sha);
+		make_attempt(rows[i].same, &same);
+		strcpy(same.gateway, rows[i].same_gateway);
+		make_attempt(AT_DEAD, &newest);
+		memset(&in, 0, sizeof(in));
+		in.attempt_id = same.exists ? same.attempt_id : "att-new";
+		in.replica = same.exists ? same.replica : "replica-b";
+		in.model_revision = same.exists ? "rev-1" : NULL;
+		in.lease_ms = 30000;
+		in.input_sha256 = rows[i].sha;
+		in.gateway = rows[i].gateway;
+		ledger_attempt_decide_create(&in, &r, &same, &newest, &calls, &b, &p, &d);
+		if (d.outcome != rows[i].want || d.input_mismatch != rows[i].input_mismatch)
+			fail_msg("row %zu (%s): %s input_mismatch %d, want %s %d", i, rows[i].what,
+				 CNAME(d.outcome), d.input_mismatch, CNAME(rows[i].want),
+				 rows[i].input_mismatch);
+		/* the check failover's next_attempt shares: the input alone */
+		assert_int_equal(ledger_attempt_input_conflicts(&in, &r),
+				 rows[i].sha != NULL && rows[i].request_sha[0] != '\0' &&
+					 strcmp(rows[i].sha, rows[i].request_sha) != 0);
+	}
+}
+
+/* Which budget refused: the request's first (it never comes back), then the pool's. */
+static void test_attempt_create_names_the_budget(void **state)
+{
+	static const struct {
+		const char *what;
+		int req;
+		int64_t win_attempts, win_retries;
+		enum ledger_create_outcome want;
+		enum ledger_budget_kind budget;
+	} rows[] = {
+		{"attempt 2 of 2", RQ_OPEN_MAX, 100, 0, C(BUDGET_EXHAUSTED), LEDGER_BUDGET_REQUEST},
+		{"attempt 2 of 2, pool spent too", RQ_OPEN_MAX, 10, 3, C(BUDGET_EXHAUSTED),
+		 LEDGER_BUDGET_REQUEST},
+		{"pool 3 of 10", RQ_OPEN, 10, 3, C(BUDGET_EXHAUSTED), LEDGER_BUDGET_POOL},
+		{"abandoned, pool 3 of 10", RQ_ABANDONED, 10, 3, C(BUDGET_EXHAUSTED),
+		 LEDGER_BUDGET_POOL},
+		{"pool 2 of 10", RQ_OPEN, 10, 2, C(CREATED), LEDGER_BUDGET_NONE},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < N(rows); i++) {
+		struct ledger_policy p;
+		struct ledger_request r;
+		struct ledger_attempt same, newest;
+		struct ledger_calls_summary calls = {0, 0};
+		struct ledger_budget b = {rows[i].win_attempts, rows[i].win_retries};
+		struct ledger_attempt_request in = {.attempt_id = "att-new", .lease_ms = 30000};
+		struct ledger_create_decision d;
+
+		ledger_policy_default(&p);
+		make_request(rows[i].req, &r);
+		make_attempt(AT_NONE, &same);
+		make_attempt(rows[i].req == RQ_ABANDONED ? AT_CANCELLED : AT_DEAD, &newest);
+		ledger_attempt_decide_create(&in, &r, &same, &newest, &calls, &b, &p, &d);
+		if (d.outcome != rows[i].want || d.budget != rows[i].budget)
+			fail_msg("row %zu (%s): %s budget %d, want %s budget %d", i, rows[i].what,
+				 CNAME(d.outcome), (int)d.budget, CNAME(rows[i].want),
+				 (int)rows[i].budget);
+	}
+	assert_string_equal(ledger_attempt_budget_name(LEDGER_BUDGET_REQUEST), "request");
+	assert_string_equal(ledger_attempt_budget_name(LEDGER_BUDGET_POOL), "pool");
+	assert_null(ledger_attempt_budget_name(LEDGER_BUDGET_NONE));
+}
+
+/*
+ * When the pool next allows a retry: at the first leaving retry after which
+ * the window allows one, never before it, at least 1 ms; the whole window
+ * when no leaving does.
+ */
+static void test_attempt_budget_retry_after(void **state)
+{
+	/* Each row: the policy, then up to 4 drops (in_ms, attempts, retries), and the answer. */
+	static const struct {
+		const char *what;
+		unsigned percent, min_retries;
+		int64_t window_ms;
+		size_t n;
+		struct ledger_budget_drop drops[4];
+		int64_t want;
+	} rows[] = {
+		{"min 3: the first retry to leave makes room",
+		 20,
+		 3,
+		 10000,
+		 2,
+		 {{1200, 9, 2}, {4000, 8, 1}},
+		 1200},
+		{"min 2 of 4 retries: the third to leave",
+		 0,
+		 2,
+		 2000,
+		 4,
+		 {{100, 3, 3}, {200, 2, 2}, {300, 1, 1}, {400, 0, 0}},
+		 300},
+		{"20% of 40 attempts, 8 retries: one retry leaving is enough",
+		 20,
+		 3,
+		 10000,
+		 1,
+		 {{500, 39, 7}},
+		 500},
+		{"20%, the first leaving takes many attempts with it",
+		 20,
+		 0,
+		 10000,
+		 2,
+		 {{700, 20, 4}, {900, 10, 1}},
+		 900},
+		{"a retry leaving now still counts as 1 ms", 20, 3, 10000, 1, {{0, 0, 0}}, 1},
+		{"no retry in the window any more", 20, 3, 10000, 0, {{0, 0, 0}}, 10000},
+		{"a policy that never allows one: the window",
+		 0,
+		 0,
+		 5000,
+		 2,
+		 {{100, 1, 1}, {200, 0, 0}},
+		 5000},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < N(rows); i++) {
+		struct ledger_policy p;
+		int64_t got;
+
+		ledger_policy_default(&p);
+		p.budget_percent = rows[i].percent;
+		p.budget_min_retries = rows[i].min_retries;
+		p.budget_window_ms = rows[i].window_ms;
+		got = ledger_attempt_budget_retry_after(&p, rows[i].drops, rows[i].n);
+		if (got != rows[i].want)
+			fail_msg("row %zu (%s): %lld ms, want %lld", i, rows[i].what,
+				 (long long)got, (long long)rows[i].want);
+	}
+}
+
 /* The policy this file assumes is the built-in one. */
 static void test_attempt_policy_default(void **state)
 {
@@ -796,7 +997,8 @@ static void test_attempt_names_round_trip(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < N(statuses); i++) {
-		const char *name = ledger_attempt_request_status_name((enum ledger_request_status)i);
+		const char *name =
+			ledger_attempt_request_status_name((enum ledger_request_status)i);
 
 		assert_non_null(name);
 		assert_string_equal(name, statuses[i]);
@@ -831,6 +1033,9 @@ int main(void)
 		cmocka_unit_test(test_attempt_finish_table),
 		cmocka_unit_test(test_attempt_cancel_table),
 		cmocka_unit_test(test_attempt_budget_allows_retry),
+		cmocka_unit_test(test_attempt_create_input_and_gateway),
+		cmocka_unit_test(test_attempt_create_names_the_budget),
+		cmocka_unit_test(test_attempt_budget_retry_after),
 		cmocka_unit_test(test_attempt_names_round_trip),
 	};
 

@@ -58,6 +58,7 @@
 #define E_BUDGET "retry_budget_exhausted"
 #define E_COST "retry_cost_exceeded"
 #define E_UNKNOWN "tool_outcome_unknown"
+#define E_DISCONNECTED "client_disconnected"
 
 /* The test's own names, so a failure reads without trusting the module's. */
 static const char *const signal_names[] = {
@@ -350,7 +351,7 @@ static const struct word status_words[] = {
 };
 static const struct word flag_words[] = {{"0", 0}, {"1", 1}};
 /* The client errors a decision may carry; "-" in the file: none. */
-static const char *const client_errors[] = {E_DECODE, E_BUDGET, E_COST, E_UNKNOWN};
+static const char *const client_errors[] = {E_DECODE, E_BUDGET, E_COST, E_UNKNOWN, E_DISCONNECTED};
 
 /* @return the value of @text in @words, or -1 with a complaint in @why. */
 static int word_value(const struct word *words, size_t n, const char *column, const char *text,
@@ -835,6 +836,66 @@ static void test_failover_budget_boundaries(void **state)
 	run_cases("budget", budget_rows, sizeof(budget_rows) / sizeof(budget_rows[0]));
 }
 
+/* A reject for the budget names which one; the request's comes first when both are spent. */
+static void test_failover_names_the_budget(void **state)
+{
+	static const struct {
+		struct fo_case c;
+		enum ledger_budget_kind budget;
+	} rows[] = {
+		{{"attempt 2 of 2", R_OPEN, false, 2, 2, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096,
+		  NOCALLS, WIN0, W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_REQUEST},
+		{{"pool 3 of 3", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096, NOCALLS, 3, 3,
+		  W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_POOL},
+		{{"both spent", R_OPEN, false, 2, 2, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096,
+		  NOCALLS, 3, 3, W(A_REJECT, S_DEAD, R_FAILED, E_BUDGET, 0, true)},
+		 LEDGER_BUDGET_REQUEST},
+		{{"cost", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 32769, NOCALLS, WIN0,
+		  W(A_REJECT, S_DEAD, R_FAILED, E_COST, 0, true)},
+		 LEDGER_BUDGET_NONE},
+		{{"retry", OPEN1, S_LIVE, 5000, NEWEST, SIG_EXITED, 4096, NOCALLS, WIN0,
+		  W(A_RETRY, S_DEAD, R_OPEN, NULL, 0, true)},
+		 LEDGER_BUDGET_NONE},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct ledger_failover_decision d;
+
+		assert_true(check_case("budget kind", i, &rows[i].c));
+		decide(&rows[i].c, &d);
+		if (d.budget != rows[i].budget)
+			fail_msg("budget kind row %zu (%s): budget %d, want %d", i, rows[i].c.what,
+				 (int)d.budget, (int)rows[i].budget);
+	}
+}
+
+/*
+ * Which decisions end the request, and so keep the answer its client was
+ * sent: reject, terminate_stream, and cancel_upstream after a delta; never
+ * an abandon (it may reopen), a wait or a rerun. Every final decision of
+ * the cross table, checked against its request_after.
+ */
+static void test_failover_closes_only_what_ends_the_request(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < n_cross; i++) {
+		const struct cross_row *x = &cross_rows[i];
+		struct ledger_failover_decision d = {
+			.action = x->action, .request_after = x->request_after, .final = x->final};
+		bool want = x->final && (x->action == A_REJECT || x->action == A_TERMINATE ||
+					 (x->action == A_CANCEL && x->delta));
+
+		if (ledger_failover_closes(&d) != want)
+			fail_msg("line %u: %s, request %s: closes %d, want %d", cross_lines[i],
+				 NAME(action_names, x->action),
+				 NAME(status_names, x->request_after), ledger_failover_closes(&d),
+				 want);
+	}
+}
+
 /*
  * wait_for_fence, then the same call again once the source is fenced (by
  * its cancel-ack, by its lease running out, or by its held call ending):
@@ -945,6 +1006,8 @@ int main(void)
 		cmocka_unit_test(test_failover_held_call),
 		cmocka_unit_test(test_failover_uncertain_needs_lease),
 		cmocka_unit_test(test_failover_budget_boundaries),
+		cmocka_unit_test(test_failover_names_the_budget),
+		cmocka_unit_test(test_failover_closes_only_what_ends_the_request),
 		cmocka_unit_test(test_failover_wait_then_retry),
 		cmocka_unit_test(test_failover_names),
 	};

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/service/answers.h"
 #include "api/service/attempts.h"
 #include "api/service/ops.h"
 #include "api/service/review.h"
@@ -185,6 +186,8 @@ static const struct row route_rows[] = {
 	OK("POST", "/v1/requests/r1/attempts/a1/cancel-ack", "attempt_cancel_ack", "r1", "a1"),
 	OK("POST", "/v1/requests/r1/attempts/a1/finish", "attempt_finish", "r1", "a1"),
 	OK("POST", "/v1/requests/r1/failover", "failover", "r1"),
+	OK("GET", "/v1/requests/r1/answer", "request_answer", "r1"),
+	OK("POST", "/v1/requests/r1/attempts/a1/client", "attempt_client", "r1", "a1"),
 	OK("GET", "/healthz", "healthz", NULL),
 	OK("GET", "/readyz", "readyz", NULL),
 	OK("GET", "/metrics", "metrics", NULL),
@@ -232,6 +235,8 @@ static const struct {
 	{"attempt_cancel_ack", ROUTER | ADMIN, &api_attempts_cancel_ack},
 	{"attempt_finish", ROUTER | ADMIN, &api_attempts_finish},
 	{"failover", ROUTER | ADMIN, &api_attempts_failover},
+	{"request_answer", ROUTER | ADMIN, &api_answers_get},
+	{"attempt_client", ROUTER | ADMIN, &api_attempts_client},
 	{"healthz", NO_TOKEN, &api_ops_healthz},
 	{"readyz", NO_TOKEN, &api_ops_readyz},
 	{"metrics", NO_TOKEN, &api_ops_metrics},

@@ -56,6 +56,8 @@ static const struct known {
 	 90 * DAY_MS},
 	{"log-level", "LEDGER_LOG_LEVEL", "info", AT(log_level), T_LEVEL, LEDGER_LOG_INFO},
 	{"max-body", "LEDGER_MAX_BODY", "1MiB", AT(max_body_bytes), T_INT, MIB},
+	{"max-kept-answer-bytes", "LEDGER_MAX_KEPT_ANSWER_BYTES", "1MiB", AT(max_kept_answer_bytes),
+	 T_INT, MIB},
 	{"min-lease", "LEDGER_MIN_LEASE", "100ms", AT(min_lease_ms), T_INT, 100},
 	{"max-lease", "LEDGER_MAX_LEASE", "1h", AT(max_lease_ms), T_INT, 3600 * 1000},
 	{"unavailable-retry", "LEDGER_UNAVAILABLE_RETRY", "1s", AT(unavailable_retry_ms), T_INT,
@@ -315,6 +317,11 @@ static const struct value_row source_rows[] = {
 	{{NO_ENV, ARGS("--log-level", "warn")}, "log-level", LEDGER_LOG_WARN, NULL},
 	{{ENV("LEDGER_MAX_BODY", "4KiB"), {NULL}}, "max-body", 4096, NULL},
 	{{NO_ENV, ARGS("--max-body=2MiB")}, "max-body", 2 * MIB, NULL},
+	{{ENV("LEDGER_MAX_KEPT_ANSWER_BYTES", "0"), {NULL}}, "max-kept-answer-bytes", 0, NULL},
+	{{NO_ENV, ARGS("--max-kept-answer-bytes", "64MiB")},
+	 "max-kept-answer-bytes",
+	 64 * MIB,
+	 NULL},
 	{{ENV("LEDGER_MIN_LEASE", "1s"), {NULL}}, "min-lease", 1000, NULL},
 	{{NO_ENV, ARGS("--min-lease", "250ms")}, "min-lease", 250, NULL},
 	{{ENV("LEDGER_MAX_LEASE", "2h"), {NULL}}, "max-lease", 2 * 3600 * 1000LL, NULL},
@@ -589,6 +596,9 @@ static const struct error_row variable_error_rows[] = {
 	{{ENV("LEDGER_MAX_BODY", "1GiB"), {NULL}},
 	 "LEDGER_MAX_BODY: must be a size in bytes, KiB or MiB between 1024 and 67108864 (got "
 	 "\"1GiB\")"},
+	{{ENV("LEDGER_MAX_KEPT_ANSWER_BYTES", "65MiB"), {NULL}},
+	 "LEDGER_MAX_KEPT_ANSWER_BYTES: must be a size in bytes, KiB or MiB between 0 and 67108864 "
+	 "(got \"65MiB\")"},
 	{{ENV("LEDGER_LOG_LEVEL", "trace"), {NULL}},
 	 "LEDGER_LOG_LEVEL: must be one of debug, info, warn, error (got \"trace\")"},
 	{{ENV("LEDGER_FAST_PATHS", "true"), {NULL}},
@@ -746,6 +756,24 @@ static void test_settings_command_words(void **state)
 	}
 }
 
+/* What the service runs with comes from the settings: the kept answers' bound among them. */
+static void test_settings_config_carries_the_service_settings(void **state)
+{
+	const struct input in = {NO_ENV,
+				 ARGS("--max-body", "4KiB", "--max-kept-answer-bytes", "8KiB")};
+	struct api_config c;
+	struct loaded l;
+
+	(void)state;
+	load(&in, &l);
+	assert_int_equal(l.rc, LEDGER_OK);
+	api_settings_config(&l.cfg, &c);
+	assert_int_equal(c.max_body_bytes, 4096);
+	assert_int_equal(c.max_kept_answer_bytes, 8192);
+	assert_int_equal(c.min_lease_ms, 100);
+	api_settings_free(&l.cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -764,6 +792,8 @@ int main(void)
 		cmocka_unit_test_setup(test_settings_min_lease_equal_to_max_lease_loads, clear_env),
 		cmocka_unit_test_setup(test_settings_error_fits_its_buffer, clear_env),
 		cmocka_unit_test_setup(test_settings_command_words, clear_env),
+		cmocka_unit_test_setup(test_settings_config_carries_the_service_settings,
+				       clear_env),
 	};
 
 	return cmocka_run_group_tests_name("settings", tests, NULL, clear_env);

@@ -108,6 +108,8 @@ static void say_attempt_created(struct detail *d, const struct ledger_json_value
 {
 	const char *rev = ledgerctl_field_str(x, "model_revision");
 	const char *request_rev = ledgerctl_field_str(request, "model_revision");
+	const char *gateway = ledgerctl_field_str(x, "gateway");
+	const char *model = ledgerctl_field_str(ledgerctl_field_obj(x, "identity"), "model");
 	char e[24], l[24];
 
 	say(d, false, "", "epoch %s, lease %s ms", num(x, "epoch", e), num(x, "lease_ms", l));
@@ -115,8 +117,31 @@ static void say_attempt_created(struct detail *d, const struct ledger_json_value
 		say(d, false, ", ", "retry");
 	if (ledgerctl_field_true(x, "reopened"))
 		say(d, false, ", ", "reopened");
+	if (gateway != NULL)
+		say(d, false, ", ", "gateway %s", gateway);
 	if (rev != NULL && (request_rev == NULL || strcmp(rev, request_rev) != 0))
 		say(d, true, ", ", "revision %s", rev);
+	if (model != NULL)
+		say(d, true, ", ", "model %s", model);
+}
+
+/* What a router saw of its client (ledgerd's client events), with its counter n. */
+static void say_client(struct detail *d, const struct ledger_json_value *x, const char *type)
+{
+	char n[24], v[24];
+
+	if (strcmp(type, "client_disconnected") == 0) {
+		say(d, false, "", "client disconnected");
+		if (ledger_json_get(x, "hold_ms") != NULL)
+			say(d, false, ", ", "held %s ms", num(x, "hold_ms", v));
+	} else if (strcmp(type, "client_resumed") == 0) {
+		say(d, false, "", "client resumed");
+		if (ledger_json_get(x, "last_event_id") != NULL)
+			say(d, false, " ", "after event %s", num(x, "last_event_id", v));
+	} else {
+		say(d, false, "", "hold ended: no client came back");
+	}
+	say(d, true, " ", "(n %s)", num(x, "n", n));
 }
 
 static void say_reason(struct detail *d, const struct ledger_json_value *x, const char *what)
@@ -369,6 +394,9 @@ void ledgerctl_timeline_detail(const struct ledger_json_value *event,
 		say_failover(&d, x);
 	} else if (strcmp(type, "refused") == 0) {
 		say_refused(&d, x, call);
+	} else if (strcmp(type, "client_disconnected") == 0 ||
+		   strcmp(type, "client_resumed") == 0 || strcmp(type, "client_hold_ended") == 0) {
+		say_client(&d, x, type);
 	} else if (call == NULL) {
 		say_other(&d, x); /* a call event needs its call */
 	} else if (strcmp(type, "claimed") == 0) {
@@ -494,18 +522,31 @@ static const char *with_lease(const struct ledger_json_value *v, char buf[64])
 	return buf;
 }
 
+/* True when an attempt of @p list names the gateway that ran it (API 1.1). */
+static bool any_gateway(const struct ledger_json_value *list)
+{
+	for (size_t i = 0; i < list->u.arr.count; i++) {
+		if (ledgerctl_field_str(&list->u.arr.items[i], "gateway") != NULL)
+			return true;
+	}
+	return false;
+}
+
 static enum ledger_err render_attempts(const struct ledger_json_value *list, struct ledger_buf *out)
 {
-	static const char *const headers[] = {"ATTEMPT", "EPOCH",   "REPLICA",
-					      "STATE",   "CREATED", "ENDED"};
+	static const char *const headers[] = {"ATTEMPT", "EPOCH", "REPLICA", "STATE",
+					      "CREATED", "ENDED", "GATEWAY"};
 	struct ledgerctl_table *t = NULL;
 	enum ledger_err rc = LEDGER_ERR_NOMEM;
+	bool gateways;
 
 	if (list == NULL || list->u.arr.count == 0) {
 		ledger_buf_puts(out, "no attempts\n");
 		return LEDGER_OK;
 	}
-	t = ledgerctl_table_new(6, headers);
+	/* the gateway's column only where a gateway ran one: older answers look as before */
+	gateways = any_gateway(list);
+	t = ledgerctl_table_new(gateways ? 7 : 6, headers);
 	if (t == NULL)
 		goto out;
 	ledgerctl_table_align_right(t, 1);
@@ -520,6 +561,8 @@ static enum ledger_err render_attempts(const struct ledger_json_value *list, str
 		ledgerctl_table_set(t, row, 3, with_lease(a, state));
 		ledgerctl_table_set(t, row, 4, clock_of(ledgerctl_field_str(a, "created_at"), c));
 		ledgerctl_table_set(t, row, 5, clock_of(ledgerctl_field_str(a, "ended_at"), x));
+		if (gateways)
+			ledgerctl_table_set(t, row, 6, ledgerctl_field_str(a, "gateway"));
 	}
 	ledgerctl_table_fit(t, WIDTH, TIME_MIN);
 	rc = ledgerctl_table_print(t, out, WIDTH);

@@ -331,6 +331,49 @@ def test_unknown_lists_the_call_and_resolve_settles_it(service):
     ])
 
 
+def test_show_names_the_gateway_and_what_it_saw_of_its_client(service):
+    """API 1.1: an attempt's gateway and the replica's model in its creation, the
+    client events a gateway reports, and a request that ended on the client's own
+    error. Requests without a gateway keep the table of before (the test above)."""
+    tenant = new_id("t")
+    router, admin = service.token("router", tenant), service.token("admin", tenant)
+    led, rid = service.ledgerd, new_id("req")
+
+    def post(path, body):
+        r = led.post("/v1/requests/%s%s" % (rid, path), body, token=router)
+        assert r.status in (200, 201), (path, r)
+
+    post("/attempts", {"attempt_id": "att-1", "replica": "gpu-a/3", "gateway": "gw-7",
+                       "identity": {"model": "llama-3.1-8b", "quantization": "fp8"}})
+    post("/attempts/att-1/deliver", {"delivered_output_tokens": 3})
+    post("/attempts/att-1/client", {"event": "disconnected", "n": 1, "hold_ms": 10000})
+    post("/attempts/att-1/client", {"event": "resumed", "n": 2, "last_event_id": 4})
+    post("/attempts/att-1/client", {"event": "disconnected", "n": 3})
+    post("/attempts/att-1/client", {"event": "hold_ended", "n": 4})
+    post("/attempts/att-1/finish", {"outcome": "failed", "client_error": {
+        "error": {"code": "context_length_exceeded", "message": "the prompt is too long"},
+        "http_status": 400}})
+    r = ctl("show", rid, url=url_of(service), token=admin)
+    assert r.returncode == 0, r.err
+    find_in_order(rows(r.out), [
+        r"^request  %s  failed  phase decode, first delta sent \(3 tokens\)$" % rid,
+        r"^error    context_length_exceeded: the prompt is too long$",
+        r"^ATTEMPT +EPOCH +REPLICA +STATE +CREATED +ENDED +GATEWAY$",
+        r"^att-1 +1 +gpu-a/3 +failed +%s +%s +gw-7$" % (STAMP, STAMP),
+        # the model is said while there is room on the line
+        r"^%s  att-1 +gpu-a/3 +attempt_created +epoch 1, lease 30000 ms, gateway gw-7"
+        % STAMP,
+        r"^%s  att-1 +gpu-a/3 +client_disconnected +client disconnected, held 10000 ms "
+        r"\(n 1\)$" % STAMP,
+        r"^%s  att-1 +gpu-a/3 +client_resumed +client resumed after event 4 \(n 2\)$" % STAMP,
+        r"^%s  att-1 +gpu-a/3 +client_disconnected +client disconnected \(n 3\)$" % STAMP,
+        r"^%s  att-1 +gpu-a/3 +client_hold_ended +hold ended: no client came back \(n 4\)$"
+        % STAMP,
+        r"^%s  att-1 +gpu-a/3 +request_status +request failed \(context_length_exceeded\)$"
+        % STAMP,
+    ])
+
+
 def test_show_marks_a_duplicate_execution(service):
     """Resolved not_executed, claimed again, then the first holder says it ran."""
     inc = Incident(service)
