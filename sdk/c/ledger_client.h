@@ -289,6 +289,10 @@ struct ledger_attempt_spec {
 	const char *model_revision; /* or NULL: the request's */
 	uint32_t lease_ms;          /* 0: ledgerd's default */
 	uint32_t max_attempts;      /* 0: the policy's default (fixed by the first attempt) */
+	const char *gateway;        /* the process that runs the attempt (an id), or NULL */
+	const char *identity;       /* the replica's identity, a JSON object's text, or NULL */
+	const char *input_sha256;   /* 64 hex of the request's input, fixed by its first
+	                               attempt (another later: request_mismatch), or NULL */
 };
 
 /**
@@ -303,6 +307,23 @@ struct ledger_attempt_spec {
 LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_attempt_begin(struct ledger_client *c, const struct ledger_attempt_spec *spec,
 			    struct ledger_attempt **out, struct ledger_client_error *err);
+
+/**
+ * A handle on an attempt begun elsewhere (by a process that died, say), to
+ * report a failover of it: its epoch and lease are unknown (0).
+ * @param out on LEDGER_CLIENT_OK a new handle; free with ledger_client_attempt_free()
+ * @return LEDGER_CLIENT_OK, _ERR_INVALID (ids) or _ERR_NOMEM
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_adopt(struct ledger_client *c, const char *request_id, const char *attempt_id,
+			    struct ledger_attempt **out);
+
+/**
+ * The request's settled tool calls as the begin answer listed them (a JSON
+ * array of tool_call_id, tool, args_sha256 and outcome), or NULL when it
+ * had none; borrowed from @p a.
+ */
+LEDGER_CLIENT_API const char *ledger_client_attempt_settled(const struct ledger_attempt *a);
 
 /** Stops the heartbeat if running and frees @p a. NULL-safe. */
 LEDGER_CLIENT_API void ledger_client_attempt_free(struct ledger_attempt *a);
@@ -371,6 +392,55 @@ ledger_client_attempt_finish(struct ledger_attempt *a, bool completed,
 			     uint64_t delivered_output_tokens, const char *reason,
 			     struct ledger_client_error *err);
 
+/*
+ * What a client was answered, kept by ledgerd with the request that ends
+ * (API.md 1.1, "Kept answers"): a repeat of the request is answered with
+ * it. Strings and bytes borrowed for the call.
+ */
+struct ledger_kept_answer {
+	long status;              /* the HTTP status the client got */
+	const char *content_type; /* its Content-Type */
+	const void *body;         /* the bytes the client got; NULL: only their count and hash */
+	size_t len;               /* the body's length, or with body NULL the count of bytes */
+	const char *sha256;       /* body NULL: the 64 lowercase hex of their SHA-256 */
+};
+
+/* How an attempt ends; zeroed means none. Strings borrowed. */
+struct ledger_finish_opts {
+	const char *reason;       /* for the history, or NULL */
+	const char *client_error; /* failed only: the client's own error, an {"error": {...}}
+	                             envelope's text (with "http_status" beside it, or not),
+	                             which ends the request failed, with no failover */
+	const struct ledger_kept_answer *answer; /* what the client was answered, or NULL */
+};
+
+/**
+ * Ends the attempt (POST .../finish) as ledger_client_attempt_finish(),
+ * with the client's own error and the answer to keep.
+ * @param opts may be NULL
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_end(struct ledger_attempt *a, bool completed,
+			  uint64_t delivered_output_tokens, const struct ledger_finish_opts *opts,
+			  struct ledger_client_error *err);
+
+/* What happened to the client of an attempt, for the request's history. */
+enum ledger_client_event {
+	LEDGER_CLIENT_EVENT_DISCONNECTED, /* its connection dropped; a hold began */
+	LEDGER_CLIENT_EVENT_RESUMED,      /* a repeat of the request attached to the attempt */
+	LEDGER_CLIENT_EVENT_HOLD_ENDED,   /* the hold ran out with no client attached */
+};
+
+/**
+ * Records @p event in the request's history (POST .../client), with the
+ * last event id a resuming client had (-1: none) or the hold granted (-1:
+ * none). A retried call records it once. No rights are needed: it is history.
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_client_event(struct ledger_attempt *a, enum ledger_client_event event,
+				   int64_t last_event_id, int64_t hold_ms,
+				   struct ledger_client_error *err);
+
 /* What the router saw go wrong. */
 enum ledger_signal {
 	LEDGER_SIGNAL_REPLICA_EXITED,      /* certainly dead */
@@ -401,6 +471,8 @@ struct ledger_failover_opts {
 	bool has_retry_prefill_tokens;
 	uint64_t retry_prefill_tokens;   /* what a rerun would prefill again */
 	struct ledger_attempt_spec next; /* the rerun, if one is allowed (next.attempt_id set) */
+	const struct ledger_kept_answer *delivered_answer; /* what the client got, kept when
+	                                                      the decision ends the request */
 };
 
 struct ledger_decision {
@@ -479,6 +551,16 @@ LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_request_get(struct ledger_client *c, const char *request_id,
 			  const char *events_cursor, struct ledger_client_answer *out,
 			  struct ledger_client_error *err);
+
+/**
+ * The answer kept with a request that ended (GET /v1/requests/{rid}/answer):
+ * {"kept": true, "status", "content_type", "body_b64"}, or {"kept": false,
+ * "status", "content_type", "bytes", "sha256"} when it was over the bound.
+ * @param out, err as ledger_client_request_get() (404 answer_not_found: none kept)
+ */
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_answer_get(struct ledger_client *c, const char *request_id,
+			 struct ledger_client_answer *out, struct ledger_client_error *err);
 
 /**
  * The tool calls of the tenant in a state (GET

@@ -201,3 +201,23 @@ out:
 	ledger_buf_free(&body);
 	return rc;
 }
+
+enum ledger_client_err ledger_client_answer_get(struct ledger_client *c, const char *request_id,
+						struct ledger_client_answer *out,
+						struct ledger_client_error *err)
+{
+	struct ledger_buf path = LEDGER_BUF_INIT;
+	enum ledger_client_err rc;
+
+	if (out == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	memset(out, 0, sizeof(*out));
+	if (c == NULL || !usable_id(request_id)) {
+		client_error_set(err, "", "a client and a request id are required");
+		return LEDGER_CLIENT_ERR_INVALID;
+	}
+	client_path(&path, request_id, "answer", (const char *)NULL);
+	rc = get(c, &path, out, err);
+	ledger_buf_free(&path);
+	return rc;
+}

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ledger/common/base64.h"
 #include "ledger/common/jsonw.h"
 #include "sdk/c/client_int.h"
 
@@ -26,7 +27,9 @@ struct ledger_attempt {
 	char *attempt_id;
 	uint64_t epoch;
 	uint32_t lease_ms;         /* as granted by begin */
+	char *settled;             /* the begin answer's settled_tool_calls, or NULL */
 	atomic_bool revoked;       /* lost its rights; never cleared */
+	atomic_uint client_events; /* client events recorded: the next one's n */
 	struct client_ticker beat; /* the heartbeat, when started */
 };
 
@@ -60,6 +63,11 @@ void client_attempt_revoke(struct ledger_attempt *a)
 	atomic_store(&a->revoked, true);
 }
 
+const char *ledger_client_attempt_settled(const struct ledger_attempt *a)
+{
+	return a != NULL ? a->settled : NULL;
+}
+
 void ledger_client_attempt_free(struct ledger_attempt *a)
 {
 	if (a == NULL)
@@ -67,7 +75,45 @@ void ledger_client_attempt_free(struct ledger_attempt *a)
 	client_ticker_stop(&a->beat);
 	free(a->request_id);
 	free(a->attempt_id);
+	free(a->settled);
 	free(a);
+}
+
+/* A new handle of @p c on @p request_id (its copy NULL when out of memory); NULL: none. */
+static struct ledger_attempt *attempt_new(struct ledger_client *c, const char *request_id)
+{
+	struct ledger_attempt *a = calloc(1, sizeof(*a));
+
+	if (a == NULL)
+		return NULL;
+	a->c = c;
+	atomic_init(&a->revoked, false);
+	atomic_init(&a->client_events, 0);
+	a->request_id = strdup(request_id);
+	return a;
+}
+
+enum ledger_client_err ledger_client_attempt_adopt(struct ledger_client *c, const char *request_id,
+						   const char *attempt_id,
+						   struct ledger_attempt **out)
+{
+	struct ledger_attempt *a = NULL;
+
+	if (out == NULL)
+		return LEDGER_CLIENT_ERR_INVALID;
+	*out = NULL;
+	if (c == NULL || !client_valid_id(request_id) || !client_valid_id(attempt_id))
+		return LEDGER_CLIENT_ERR_INVALID;
+	a = attempt_new(c, request_id);
+	if (a == NULL)
+		return LEDGER_CLIENT_ERR_NOMEM;
+	a->attempt_id = strdup(attempt_id);
+	if (a->request_id == NULL || a->attempt_id == NULL) {
+		ledger_client_attempt_free(a);
+		return LEDGER_CLIENT_ERR_NOMEM;
+	}
+	*out = a;
+	return LEDGER_CLIENT_OK;
 }
 
 enum ledger_client_err client_attempt_from(struct ledger_client *c, const char *request_id,
@@ -79,12 +125,9 @@ enum ledger_client_err client_attempt_from(struct ledger_client *c, const char *
 	uint64_t lease = 0;
 
 	*out = NULL;
-	a = calloc(1, sizeof(*a));
+	a = attempt_new(c, request_id);
 	if (a == NULL)
 		return LEDGER_CLIENT_ERR_NOMEM;
-	a->c = c;
-	atomic_init(&a->revoked, false);
-	a->request_id = strdup(request_id);
 	a->attempt_id = client_dup_string(obj, "attempt_id");
 	if (a->request_id == NULL || a->attempt_id == NULL ||
 	    !client_get_u64(obj, "epoch", &a->epoch) || !client_get_u64(obj, "lease_ms", &lease) ||
@@ -100,7 +143,25 @@ enum ledger_client_err client_attempt_from(struct ledger_client *c, const char *
 
 static bool valid_spec(const struct ledger_attempt_spec *s)
 {
-	return s != NULL && client_valid_id(s->request_id) && client_valid_id(s->attempt_id);
+	return s != NULL && client_valid_id(s->request_id) && client_valid_id(s->attempt_id) &&
+	       (s->gateway == NULL || client_valid_id(s->gateway));
+}
+
+/* Writes @p key: @p json, a JSON text the caller vouches for, when it is set. */
+static void write_raw(struct ledger_jsonw *w, const char *key, const char *json)
+{
+	if (json == NULL)
+		return;
+	ledger_jsonw_key(w, key);
+	ledger_jsonw_raw(w, json, strlen(json));
+}
+
+static void write_str(struct ledger_jsonw *w, const char *key, const char *s)
+{
+	if (s == NULL)
+		return;
+	ledger_jsonw_key(w, key);
+	ledger_jsonw_string(w, s);
 }
 
 /* The members of an attempt spec, as POST attempts and next_attempt take them. */
@@ -125,6 +186,9 @@ static void write_spec(struct ledger_jsonw *w, const struct ledger_attempt_spec 
 		ledger_jsonw_key(w, "max_attempts");
 		ledger_jsonw_int(w, s->max_attempts);
 	}
+	write_str(w, "gateway", s->gateway);
+	write_raw(w, "identity", s->identity);
+	write_str(w, "input_sha256", s->input_sha256);
 	ledger_jsonw_object_end(w);
 }
 
@@ -153,6 +217,8 @@ enum ledger_client_err ledger_client_attempt_begin(struct ledger_client *c,
 		      : client_call(c, path.data, &body, c->retry_ms, &ans, err);
 	if (rc == LEDGER_CLIENT_OK) {
 		rc = client_attempt_from(c, spec->request_id, ans.root, out, err);
+		if (rc == LEDGER_CLIENT_OK)
+			(*out)->settled = client_dup_raw(ans.root, "settled_tool_calls");
 		client_answer_clear(&ans);
 	}
 	ledger_buf_free(&path);
@@ -312,16 +378,56 @@ enum ledger_client_err ledger_client_attempt_cancel_ack(struct ledger_attempt *a
 	return rc;
 }
 
-enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bool completed,
-						    uint64_t delivered_output_tokens,
-						    const char *reason,
-						    struct ledger_client_error *err)
+/* The members of a kept answer: its bytes in base64, or their count and hash. */
+static void write_answer(struct ledger_jsonw *w, const char *key,
+			 const struct ledger_kept_answer *a)
 {
+	char *b64 = NULL;
+
+	if (a == NULL)
+		return;
+	ledger_jsonw_key(w, key);
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "status");
+	ledger_jsonw_int(w, a->status);
+	write_str(w, "content_type", a->content_type != NULL ? a->content_type : "");
+	if (a->body != NULL) {
+		/* RFC 4648 base64, with padding: how a kept answer's bytes travel. */
+		size_t cap = ledger_base64_len(a->len) + 1;
+
+		b64 = malloc(cap);
+		if (b64 == NULL) {
+			w->out->oom = true;
+			return;
+		}
+		ledger_base64_encode(a->body, a->len, b64, cap);
+		ledger_jsonw_key(w, "body_b64");
+		ledger_jsonw_string_n(w, b64, cap - 1);
+	} else {
+		ledger_jsonw_key(w, "kept");
+		ledger_jsonw_bool(w, false);
+		ledger_jsonw_key(w, "bytes");
+		ledger_jsonw_int(w, (int64_t)a->len);
+		write_str(w, "sha256", a->sha256);
+	}
+	ledger_jsonw_object_end(w);
+	free(b64);
+}
+
+enum ledger_client_err ledger_client_attempt_end(struct ledger_attempt *a, bool completed,
+						 uint64_t delivered_output_tokens,
+						 const struct ledger_finish_opts *opts,
+						 struct ledger_client_error *err)
+{
+	const struct ledger_finish_opts none = {0};
 	struct ledger_buf body = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
 	enum ledger_client_err rc;
 
-	if (a == NULL || delivered_output_tokens > LEDGER_CLIENT_MAX_INT)
+	if (opts == NULL)
+		opts = &none;
+	if (a == NULL || delivered_output_tokens > LEDGER_CLIENT_MAX_INT ||
+	    (completed && opts->client_error != NULL))
 		return LEDGER_CLIENT_ERR_INVALID;
 	if (refuse_revoked(a, err))
 		return LEDGER_CLIENT_ERR_REFUSED;
@@ -331,12 +437,58 @@ enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bo
 	ledger_jsonw_string(&w, completed ? "completed" : "failed");
 	ledger_jsonw_key(&w, "delivered_output_tokens");
 	ledger_jsonw_int(&w, (int64_t)delivered_output_tokens);
-	if (reason != NULL) {
-		ledger_jsonw_key(&w, "reason");
-		ledger_jsonw_string(&w, reason);
-	}
+	write_str(&w, "reason", opts->reason);
+	write_raw(&w, "client_error", opts->client_error);
+	write_answer(&w, "answer", opts->answer);
 	ledger_jsonw_object_end(&w);
 	rc = attempt_post(a, "finish", &body, err);
+	ledger_buf_free(&body);
+	return rc;
+}
+
+enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bool completed,
+						    uint64_t delivered_output_tokens,
+						    const char *reason,
+						    struct ledger_client_error *err)
+{
+	const struct ledger_finish_opts opts = {.reason = reason};
+
+	return ledger_client_attempt_end(a, completed, delivered_output_tokens, &opts, err);
+}
+
+enum ledger_client_err ledger_client_attempt_client_event(struct ledger_attempt *a,
+							  enum ledger_client_event event,
+							  int64_t last_event_id, int64_t hold_ms,
+							  struct ledger_client_error *err)
+{
+	static const char *const names[] = {
+		[LEDGER_CLIENT_EVENT_DISCONNECTED] = "disconnected",
+		[LEDGER_CLIENT_EVENT_RESUMED] = "resumed",
+		[LEDGER_CLIENT_EVENT_HOLD_ENDED] = "hold_ended",
+	};
+	struct ledger_buf body = LEDGER_BUF_INIT;
+	struct ledger_jsonw w;
+	enum ledger_client_err rc;
+
+	if (a == NULL || (unsigned)event >= sizeof(names) / sizeof(names[0]))
+		return LEDGER_CLIENT_ERR_INVALID;
+	ledger_jsonw_init(&w, &body);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "event");
+	ledger_jsonw_string(&w, names[event]);
+	/* The same n on a re-sent call: ledgerd records the event once. */
+	ledger_jsonw_key(&w, "n");
+	ledger_jsonw_int(&w, (int64_t)atomic_fetch_add(&a->client_events, 1) + 1);
+	if (event == LEDGER_CLIENT_EVENT_RESUMED && last_event_id >= 0) {
+		ledger_jsonw_key(&w, "last_event_id");
+		ledger_jsonw_int(&w, last_event_id);
+	}
+	if (event == LEDGER_CLIENT_EVENT_DISCONNECTED && hold_ms >= 0) {
+		ledger_jsonw_key(&w, "hold_ms");
+		ledger_jsonw_int(&w, hold_ms);
+	}
+	ledger_jsonw_object_end(&w);
+	rc = attempt_post(a, "client", &body, err);
 	ledger_buf_free(&body);
 	return rc;
 }
@@ -500,6 +652,8 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 		ledger_jsonw_key(&w, "next_attempt");
 		write_spec(&w, &opts->next, false);
 	}
+	if (opts != NULL)
+		write_answer(&w, "delivered_answer", opts->delivered_answer);
 	ledger_jsonw_object_end(&w);
 	if (path.oom || body.oom)
 		goto out;
