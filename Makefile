@@ -104,6 +104,10 @@ $(BUILD)/ledgerctl: $(CTL_OBJ) $(BUILD)/libledger_client.a $(BUILD)/libledger_co
 $(BUILD)/tests/test_mcp_message: TEST_OBJ += $(BUILD)/sdk/programs/ledger-mcp/message.o
 $(BUILD)/tests/test_mcp_message: $(BUILD)/sdk/programs/ledger-mcp/message.o
 
+# So is ledger-gateway's key module (and OpenSSL's HMAC, which ledgerd links too).
+$(BUILD)/tests/test_gateway_key: TEST_OBJ += $(BUILD)/sdk/programs/ledger-gateway/key.o
+$(BUILD)/tests/test_gateway_key: $(BUILD)/sdk/programs/ledger-gateway/key.o
+
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(shell pkg-config --cflags cmocka) \

@@ -29,6 +29,7 @@ class Event:
 
     at_s: float  # seconds from sending the request to the event's blank line
     data: str
+    id: int | None = None  # its `id:` field, if it had one
 
     @functools.cached_property
     def json(self):
@@ -97,12 +98,14 @@ def completion_body(seed, max_tokens):
             "stream": True, "seed": seed, "max_tokens": max_tokens}
 
 
-def stream_completion(gateway_url, seed, max_tokens, close_after=None, timeout_s=20.0):
+def stream_completion(gateway_url, seed, max_tokens, close_after=None, timeout_s=20.0,
+                      headers=None, body=None):
     """Streams one completion; returns the Stream recorded.
 
     With @close_after, the client goes away (closes its socket) once it has
     received that many chunks. A client timeout is recorded as the
-    transport error "timeout".
+    transport error "timeout". @headers are sent beside the usual ones, and
+    @body (bytes or an object) instead of the seed's.
     """
     parts = urllib.parse.urlsplit(gateway_url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
@@ -112,10 +115,12 @@ def stream_completion(gateway_url, seed, max_tokens, close_after=None, timeout_s
     try:
         conn.connect()
         sock = conn.sock
+        if body is None:
+            body = completion_body(seed, max_tokens)
         conn.request("POST", "/v1/chat/completions",
-                     body=json.dumps(completion_body(seed, max_tokens)),
+                     body=body if isinstance(body, bytes) else json.dumps(body),
                      headers={"Content-Type": "application/json",
-                              "Accept": "text/event-stream"})
+                              "Accept": "text/event-stream", **(headers or {})})
         response = conn.getresponse()
         stream.head_at = time.time()
         stream.status = response.status
@@ -124,6 +129,7 @@ def stream_completion(gateway_url, seed, max_tokens, close_after=None, timeout_s
             stream.body = response.read().decode("utf-8", "replace")
             return stream
         data = []
+        event_id = None
         chunks = 0
         while True:
             line = response.readline()
@@ -132,10 +138,13 @@ def stream_completion(gateway_url, seed, max_tokens, close_after=None, timeout_s
             line = line.decode("utf-8").rstrip("\r\n")
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
+            elif line.startswith("id:"):
+                event_id = int(line[3:].strip())
             elif line == "" and data:
-                event = Event(time.monotonic() - started, "\n".join(data))
+                event = Event(time.monotonic() - started, "\n".join(data), event_id)
                 stream.events.append(event)
                 data = []
+                event_id = None
                 chunks += isinstance(event.json, dict) and "choices" in event.json
                 if close_after is not None and chunks >= close_after:
                     stream.closed_by_client = True
@@ -166,9 +175,11 @@ def install_openai_client():
                    cwd=OPENAI_CLIENT, check=True, capture_output=True, text=True, timeout=300)
 
 
-def openai_completion(gateway_url, seed, max_tokens, timeout_s=60):
-    """Runs client.mjs; returns its JSON line: request_id, text, attempt_ids, error."""
-    done = subprocess.run(["node", "client.mjs", gateway_url, str(seed), str(max_tokens)],
+def openai_completion(gateway_url, seed, max_tokens, timeout_s=60, **options):
+    """Runs client.mjs with @options (maxRetries, timeout, headers); returns its JSON
+    line: request_id, text, attempt_ids, error, http_requests."""
+    done = subprocess.run(["node", "client.mjs", gateway_url, str(seed), str(max_tokens),
+                           json.dumps(options)],
                           cwd=OPENAI_CLIENT, capture_output=True, text=True, timeout=timeout_s)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

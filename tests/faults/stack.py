@@ -296,6 +296,7 @@ class Run:
         self.tool_log_path = self.folder / "tools.jsonl"
         self.tools = None
         self.replicas = []
+        self.gateways = []
         self.gateway = None
         try:
             self.tools = Process([sys.executable, HERE / "tools.py", "--port", 0, "--log",
@@ -314,16 +315,22 @@ class Run:
     def __exit__(self, *exc):
         self.close()
 
-    def start_gateway(self):
-        """Starts the gateway in front of the replicas (configure them first)."""
-        timing = self.stack.timing
+    def start_gateway(self, *extra, env=None, timing=None):
+        """Starts a gateway in front of the replicas (configure them first), with the
+        flags @extra and the variables @env beside the run's; several may run."""
+        timing = timing or self.stack.timing
         argv = [GATEWAY, "--listen", "127.0.0.1:0", "--ledger-url", self.stack.ledger_url,
                 "--ledger-token", self.token]
         for replica in self.replicas:
             argv += ["--replica", "%s=%s" % (replica.name, replica.url)]
         argv += ["--lease-ms", timing.lease_ms, "--soft-timeout-ms", timing.soft_timeout_ms,
-                 "--stall-timeout-ms", timing.stall_timeout_ms]
-        self.gateway = Process(argv, self.folder / "gateway.log", env=clean_env()).wait_ready()
+                 "--stall-timeout-ms", timing.stall_timeout_ms, *extra]
+        variables = clean_env()
+        variables.update(env or {})
+        self.gateways.append(Process(argv, self.folder / ("gateway-%d.log" % len(self.gateways)
+                                                           if self.gateways else "gateway.log"),
+                                     env=variables).wait_ready())
+        self.gateway = self.gateways[-1]
         return self.gateway
 
     def replica(self, name):
@@ -353,6 +360,6 @@ class Run:
         return read_json_lines(self.tool_log_path)
 
     def close(self):
-        for process in [self.gateway, *self.replicas, self.tools]:
+        for process in [*self.gateways, *self.replicas, self.tools]:
             if process is not None:
                 process.stop()

@@ -32,8 +32,8 @@ CLIENT_TEST = BUILD / "tests" / "test_c_client"
 
 class StandIn(http.server.ThreadingHTTPServer):
     """An https server with one certificate: every GET is answered with an
-    empty list, every POST with 409 request_closed and a client_error the
-    gateway passes on. It records what reached it and counts handshakes."""
+    empty list, every POST with 409 retry_budget_exhausted for the pool,
+    which the gateway passes on as its own 503. It records what reached it and counts handshakes."""
 
     daemon_threads = True
 
@@ -101,10 +101,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self._record()
         body = json.dumps({"error": {
-            "code": "request_closed", "message": "the stand-in closes every request",
-            "client_error": {"error": {"code": "stand_in_closed", "type": "server_error",
-                                       "param": None, "message": "closed",
-                                       "retryable": False}}}}).encode()
+            "code": "retry_budget_exhausted", "message": "the stand-in refuses every attempt",
+            "budget": "pool", "retry_after_ms": 3000}}).encode()
         self.send_response(409)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -282,7 +280,7 @@ def test_gateway_usage_names_the_ledger_ca_file():
     p = subprocess.run([str(GATEWAY)], capture_output=True, text=True, env=clean_env(),
                        timeout=10)
     assert p.returncode == 2
-    assert "[--ledger-ca-file FILE]" in p.stderr and "LEDGER_CA_FILE" in p.stderr, p.stderr
+    assert "--ledger-ca-file FILE" in p.stderr and "($LEDGER_CA_FILE)" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("source", ["--ledger-ca-file", "LEDGER_CA_FILE"])
@@ -313,8 +311,9 @@ def test_gateway_asks_an_https_ledger_it_verified(pki, good, replica, how):
     finally:
         gw.close()
     body = json.loads(text)
-    # The stand-in's refusal came back over TLS: the attempt was asked for.
-    assert status == 503 and body["error"]["code"] == "stand_in_closed", body
+    # The stand-in's refusal came back over TLS: the attempt was asked for, and the
+    # pool's budget it named reached the client.
+    assert status == 503 and body["error"]["code"] == "retry_budget_exhausted", body
     got = good.requests[before:]
     assert len(got) == 1 and got[0][0] == "POST" and got[0][1].endswith("/attempts"), got
     assert got[0][2] == "Bearer router-token"

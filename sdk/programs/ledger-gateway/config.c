@@ -1,29 +1,131 @@
 /*
- * sdk/programs/ledger-gateway/config.c: the gateway's settings, from its flags and its
- * environment, checked before anything starts.
+ * sdk/programs/ledger-gateway/config.c: the settings table behind
+ * config.h. Defaults first, then the environment, then the flags; every
+ * value is parsed and range-checked in one place, and the first error
+ * stops start-up with one line and the usage (exit status 2).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "sdk/programs/ledger-gateway/config.h"
 
+enum kind {
+	K_STRING,  /* kept as given */
+	K_MS,      /* a whole number of milliseconds within [min, max] */
+	K_BYTES,   /* a number of bytes, optionally with KiB or MiB, within [min, max] */
+	K_SWITCH,  /* a bare flag; the variable says 1, true or on */
+	K_REPLICA, /* NAME=URL, repeatable; the variable a comma-separated list */
+};
+
+struct setting {
+	const char *flag; /* NULL: a variable only (a secret never goes on a command line) */
+	const char *env;
+	enum kind kind;
+	const char *def; /* NULL: unset unless given */
+	uint64_t min, max;
+	const char *help;
+	const char *arg; /* what the flag's value is called in the usage; NULL: from the kind */
+};
+
+enum {
+	S_LISTEN,
+	S_LEDGER_URL,
+	S_LEDGER_TOKEN,
+	S_CA_FILE,
+	S_REPLICA,
+	S_TLS_CERT,
+	S_TLS_KEY,
+	S_LEASE,
+	S_MAX_ATTEMPTS,
+	S_SOFT,
+	S_STALL,
+	S_KEY_HEADER,
+	S_REQUIRE_KEY,
+	S_SCOPE_HEADER,
+	S_KEY_SECRET,
+	S_FIRST_BYTE_HOLD,
+	S_RESUME_HOLD,
+	S_MAX_KEPT,
+	S_COUNT,
+};
+
+#define HOUR_MS 3600000u
+
+static const struct setting settings[S_COUNT] = {
+	[S_LISTEN] = {"--listen", "GATEWAY_LISTEN", K_STRING, "127.0.0.1:8000", 0, 0,
+		      "HOST:PORT, [V6]:PORT or unix:/path to serve on", "ADDRESS"},
+	[S_LEDGER_URL] = {"--ledger-url", "LEDGER_URL", K_STRING, NULL, 0, 0,
+			  "ledgerd's address, http(s)://HOST:PORT (required)", "URL"},
+	[S_LEDGER_TOKEN] = {"--ledger-token", "LEDGER_TOKEN", K_STRING, NULL, 0, 0,
+			    "a router token (required); give it in the variable, not the flag",
+			    "TOKEN"},
+	[S_CA_FILE] = {"--ledger-ca-file", "LEDGER_CA_FILE", K_STRING, NULL, 0, 0,
+		       "the PEM file of the CAs that may sign ledgerd's certificate, for an https "
+		       "URL (else the system's trust store); always verified",
+		       "FILE"},
+	[S_REPLICA] = {"--replica", "GATEWAY_REPLICAS", K_REPLICA, NULL, 0, 0,
+		       "NAME=URL of a replica, repeatable (the variable: NAME=URL,NAME=URL)"},
+	[S_TLS_CERT] = {"--tls-cert", "GATEWAY_TLS_CERT", K_STRING, NULL, 0, 0,
+			"serve HTTPS with this PEM certificate chain (with --tls-key; SIGHUP "
+			"reloads both)",
+			"FILE"},
+	[S_TLS_KEY] = {"--tls-key", "GATEWAY_TLS_KEY", K_STRING, NULL, 0, 0,
+		       "the private key of --tls-cert", "FILE"},
+	[S_LEASE] = {"--lease-ms", "GATEWAY_LEASE_MS", K_MS, "10000", 100, HOUR_MS,
+		     "an attempt's lease, renewed while its replica streams"},
+	[S_MAX_ATTEMPTS] = {"--max-attempts", "GATEWAY_MAX_ATTEMPTS", K_MS, "0", 0, 1000,
+			    "attempts a request may have (0: the policy's)", "N"},
+	[S_SOFT] = {"--soft-timeout-ms", "GATEWAY_SOFT_TIMEOUT_MS", K_MS, "2000", 1, HOUR_MS,
+		    "a replica silent this long is slow (overloaded)"},
+	[S_STALL] = {"--stall-timeout-ms", "GATEWAY_STALL_TIMEOUT_MS", K_MS, "10000", 1, HOUR_MS,
+		     "a replica silent this long may be dead (heartbeat_timeout)"},
+	[S_KEY_HEADER] = {"--idempotency-header", "GATEWAY_IDEMPOTENCY_HEADER", K_STRING,
+			  "Idempotency-Key", 0, 0,
+			  "the header that names a client's logical request", "NAME"},
+	[S_REQUIRE_KEY] = {"--require-idempotency-key", "GATEWAY_REQUIRE_IDEMPOTENCY_KEY", K_SWITCH,
+			   NULL, 0, 0,
+			   "refuse a request without a key (400 idempotency_key_required)"},
+	[S_SCOPE_HEADER] = {"--client-scope-header", "GATEWAY_CLIENT_SCOPE_HEADER", K_STRING,
+			    "Authorization", 0, 0,
+			    "the header whose raw value scopes a key (\"\": one scope for all)",
+			    "NAME"},
+	[S_KEY_SECRET] = {NULL, "GATEWAY_KEY_SECRET", K_STRING, NULL, 0, 0,
+			  "the secret the pool shares, from which a key's request id is derived "
+			  "(16 bytes or more); required once a key is used"},
+	[S_FIRST_BYTE_HOLD] = {"--first-byte-hold-ms", "GATEWAY_FIRST_BYTE_HOLD_MS", K_MS, "10000",
+			       0, HOUR_MS,
+			       "a keyed request whose client left before the first byte goes on "
+			       "this long for a repeat to attach"},
+	[S_RESUME_HOLD] = {"--resume-hold-ms", "GATEWAY_RESUME_HOLD_MS", K_MS, "0", 0, HOUR_MS,
+			   "and this long after the first byte"},
+	[S_MAX_KEPT] =
+		{"--max-kept-answer-bytes", "GATEWAY_MAX_KEPT_ANSWER_BYTES", K_BYTES, "1MiB", 0,
+		 64u << 20,
+		 "answers kept in ledgerd up to this many bytes; beyond, their size and hash"},
+};
+
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ledger-gateway --listen HOST:PORT --ledger-url URL --ledger-token TOKEN\n"
-		"               [--ledger-ca-file FILE] --replica NAME=URL [--replica NAME=URL ...]\n"
-		"               [--lease-ms N] [--soft-timeout-ms N] [--stall-timeout-ms N]"
-		" [--max-attempts N]\n"
-		"               [--tls-cert FILE --tls-key FILE]\n"
-		"--listen: HOST:PORT, [V6]:PORT or unix:/path (default 127.0.0.1:8000)\n"
-		"--ledger-ca-file: the PEM file of the CAs that may sign the ledger's certificate,\n"
-		"               for an https URL (else the system's trust store); always verified\n"
-		"--tls-cert, --tls-key: serve HTTPS with this PEM certificate chain and key\n"
-		"               (SIGHUP reloads both)\n"
-		"environment: GATEWAY_LISTEN, LEDGER_URL, LEDGER_TOKEN, LEDGER_CA_FILE,"
-		" GATEWAY_REPLICAS (NAME=URL,NAME=URL),\n"
-		"             GATEWAY_TLS_CERT, GATEWAY_TLS_KEY\n");
+	fprintf(f, "usage: ledger-gateway --ledger-url URL --replica NAME=URL [--replica ...] "
+		   "[options]\n"
+		   "  (the router token in LEDGER_TOKEN)\n\noptions (each also a variable):\n");
+	for (size_t i = 0; i < S_COUNT; i++) {
+		const struct setting *s = &settings[i];
+
+		fprintf(f, "  %s%s%s\n      %s ($%s%s%s)\n",
+			s->flag != NULL ? s->flag : "(no flag)",
+			s->flag != NULL && s->kind != K_SWITCH ? " " : "",
+			s->flag == NULL || s->kind == K_SWITCH ? ""
+			: s->arg != NULL                       ? s->arg
+			: s->kind == K_REPLICA                 ? "NAME=URL"
+			: s->kind == K_MS                      ? "MS"
+			: s->kind == K_BYTES                   ? "BYTES"
+							       : "VALUE",
+			s->help, s->env, s->def != NULL ? ", default " : "",
+			s->def != NULL ? s->def : "");
+	}
 }
 
 noreturn void config_usage_exit(const char *why)
@@ -33,110 +135,163 @@ noreturn void config_usage_exit(const char *why)
 	exit(2);
 }
 
-static void add_replica(struct gateway *gw, const char *spec)
+/* Exits on the setting @p what, which is @p problem. */
+static noreturn void bad(const char *what, const char *problem)
 {
-	const char *eq = strchr(spec, '=');
+	char why[512];
+
+	snprintf(why, sizeof(why), "%s %s", what, problem);
+	config_usage_exit(why);
+}
+
+static void add_replica(struct gateway *gw, const char *spec, size_t len)
+{
+	const char *eq = memchr(spec, '=', len);
 	struct replica *r = &gw->replicas[gw->n_replicas];
 
-	if (eq == NULL || eq == spec || strncmp(eq + 1, "http", 4) != 0)
+	if (eq == NULL || eq == spec || len - (size_t)(eq - spec) < 5 ||
+	    strncmp(eq + 1, "http", 4) != 0)
 		config_usage_exit("a replica is NAME=http://HOST:PORT");
 	if (gw->n_replicas == MAX_REPLICAS)
 		config_usage_exit("too many replicas");
 	r->name = strndup(spec, (size_t)(eq - spec));
-	r->url = strdup(eq + 1);
+	r->url = strndup(eq + 1, len - (size_t)(eq - spec) - 1);
 	if (r->name == NULL || r->url == NULL)
 		config_usage_exit("out of memory");
 	gw->n_replicas++;
 }
 
-static uint32_t parse_ms(const char *s, const char *what)
+/* A number with an optional unit (KiB, MiB for bytes), within the setting's bounds. */
+static uint64_t number(const struct setting *s, const char *v)
 {
 	char *end = NULL;
-	unsigned long v = strtoul(s, &end, 10);
+	unsigned long long n = strtoull(v, &end, 10);
 
-	if (*s == '\0' || *end != '\0' || v == 0 || v > 3600000ul)
-		config_usage_exit(what);
-	return (uint32_t)v;
+	if (*v < '0' || *v > '9')
+		end = NULL;
+	else if (s->kind == K_BYTES && strcmp(end, "KiB") == 0)
+		n <<= 10, end += 3;
+	else if (s->kind == K_BYTES && strcmp(end, "MiB") == 0)
+		n <<= 20, end += 3;
+	if (end == NULL || *end != '\0' || n < s->min || n > s->max) {
+		char range[80];
+
+		snprintf(range, sizeof(range), "is a number in %llu..%llu",
+			 (unsigned long long)s->min, (unsigned long long)s->max);
+		bad(s->flag != NULL ? s->flag : s->env, range);
+	}
+	return n;
+}
+
+static bool truthy(const char *v)
+{
+	return strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || strcmp(v, "on") == 0;
+}
+
+/* Reads argv over the environment over the defaults into @p value (set: @p on). */
+static void read_values(int argc, char **argv, const char *value[S_COUNT], bool on[S_COUNT],
+			struct gateway *gw)
+{
+	bool replica_flag = false;
+
+	for (size_t k = 0; k < S_COUNT; k++) {
+		const char *env = getenv(settings[k].env);
+
+		value[k] = env != NULL ? env : settings[k].def;
+		on[k] = env != NULL && truthy(env);
+	}
+	for (int i = 1; i < argc; i++) {
+		size_t k = 0;
+
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		while (k < S_COUNT &&
+		       (settings[k].flag == NULL || strcmp(argv[i], settings[k].flag) != 0))
+			k++;
+		if (k == S_COUNT)
+			config_usage_exit("unknown flag");
+		if (settings[k].kind == K_SWITCH) {
+			on[k] = true;
+			continue;
+		}
+		if (i + 1 == argc)
+			config_usage_exit("a flag without its value");
+		value[k] = argv[++i];
+		if (k == S_REPLICA) {
+			replica_flag = true;
+			add_replica(gw, value[k], strlen(value[k]));
+		}
+	}
+	/* Flags name the replicas; without any, the variable does. */
+	for (const char *v = value[S_REPLICA]; !replica_flag && v != NULL && *v != '\0';) {
+		size_t n = strcspn(v, ",");
+
+		add_replica(gw, v, n);
+		v += n + (v[n] == ',');
+	}
+}
+
+/* A string setting, or NULL when given empty. */
+static const char *text(const char *v)
+{
+	return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
 void config_parse(struct gateway *gw, int argc, char **argv)
 {
-	const char *env = getenv("GATEWAY_REPLICAS");
-	const char *ca_source = "LEDGER_CA_FILE"; /* where the CA file's name came from */
+	const char *value[S_COUNT];
+	bool on[S_COUNT];
+	unsigned char raw[8];
 
-	gw->listen = getenv("GATEWAY_LISTEN");
-	gw->ledger_url = getenv("LEDGER_URL");
-	gw->ledger_token = getenv("LEDGER_TOKEN");
-	gw->ledger_ca_file = getenv("LEDGER_CA_FILE");
-	gw->tls_cert = getenv("GATEWAY_TLS_CERT");
-	gw->tls_key = getenv("GATEWAY_TLS_KEY");
-	if (gw->ledger_ca_file != NULL && gw->ledger_ca_file[0] == '\0')
-		gw->ledger_ca_file = NULL;
-	for (int i = 1; i < argc; i++) {
-		const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-			usage(stdout);
-			exit(0);
-		}
-		if (value == NULL)
-			config_usage_exit("a flag without its value");
-		i++;
-		if (strcmp(flag, "--listen") == 0)
-			gw->listen = value;
-		else if (strcmp(flag, "--ledger-url") == 0)
-			gw->ledger_url = value;
-		else if (strcmp(flag, "--ledger-token") == 0)
-			gw->ledger_token = value;
-		else if (strcmp(flag, "--ledger-ca-file") == 0) {
-			gw->ledger_ca_file = value;
-			ca_source = flag;
-		} else if (strcmp(flag, "--replica") == 0)
-			add_replica(gw, value);
-		else if (strcmp(flag, "--lease-ms") == 0)
-			gw->lease_ms = parse_ms(value, "--lease-ms is 1..3600000");
-		else if (strcmp(flag, "--soft-timeout-ms") == 0)
-			gw->soft_ms = parse_ms(value, "--soft-timeout-ms is 1..3600000");
-		else if (strcmp(flag, "--stall-timeout-ms") == 0)
-			gw->stall_ms = parse_ms(value, "--stall-timeout-ms is 1..3600000");
-		else if (strcmp(flag, "--tls-cert") == 0)
-			gw->tls_cert = value;
-		else if (strcmp(flag, "--tls-key") == 0)
-			gw->tls_key = value;
-		else if (strcmp(flag, "--max-attempts") == 0)
-			gw->max_attempts = parse_ms(value, "--max-attempts is a positive number");
-		else
-			config_usage_exit("unknown flag");
-	}
-	if (gw->n_replicas == 0 && env != NULL) {
-		char *list = strdup(env), *save = NULL;
-
-		for (char *t = strtok_r(list, ",", &save); t != NULL;
-		     t = strtok_r(NULL, ",", &save))
-			add_replica(gw, t);
-		free(list);
-	}
-	if (gw->listen == NULL)
-		gw->listen = "127.0.0.1:8000";
+	read_values(argc, argv, value, on, gw);
+	gw->listen = value[S_LISTEN];
+	gw->ledger_url = text(value[S_LEDGER_URL]);
+	gw->ledger_token = text(value[S_LEDGER_TOKEN]);
+	gw->ledger_ca_file = text(value[S_CA_FILE]);
+	gw->tls_cert = text(value[S_TLS_CERT]);
+	gw->tls_key = text(value[S_TLS_KEY]);
+	gw->lease_ms = (uint32_t)number(&settings[S_LEASE], value[S_LEASE]);
+	gw->max_attempts = (uint32_t)number(&settings[S_MAX_ATTEMPTS], value[S_MAX_ATTEMPTS]);
+	gw->soft_ms = (uint32_t)number(&settings[S_SOFT], value[S_SOFT]);
+	gw->stall_ms = (uint32_t)number(&settings[S_STALL], value[S_STALL]);
+	gw->key_header = text(value[S_KEY_HEADER]);
+	gw->require_key = on[S_REQUIRE_KEY];
+	gw->scope_header = text(value[S_SCOPE_HEADER]);
+	gw->key_secret = text(value[S_KEY_SECRET]);
+	gw->first_byte_hold_ms =
+		(uint32_t)number(&settings[S_FIRST_BYTE_HOLD], value[S_FIRST_BYTE_HOLD]);
+	gw->resume_hold_ms = (uint32_t)number(&settings[S_RESUME_HOLD], value[S_RESUME_HOLD]);
+	gw->max_kept_answer_bytes = (size_t)number(&settings[S_MAX_KEPT], value[S_MAX_KEPT]);
 	if (gw->ledger_url == NULL || gw->ledger_token == NULL)
 		config_usage_exit("the ledger's URL and a router token are required");
 	if (gw->n_replicas == 0)
 		config_usage_exit("at least one replica is required");
-	if (gw->tls_cert != NULL && gw->tls_cert[0] == '\0')
-		gw->tls_cert = NULL;
-	if (gw->tls_key != NULL && gw->tls_key[0] == '\0')
-		gw->tls_key = NULL;
 	if ((gw->tls_cert == NULL) != (gw->tls_key == NULL))
 		config_usage_exit("--tls-cert and --tls-key go together");
 	if (gw->soft_ms >= gw->stall_ms)
 		config_usage_exit("the soft timeout must be shorter than the stall timeout");
+	if (gw->key_header == NULL)
+		config_usage_exit("--idempotency-header names a header");
+	if (gw->key_secret != NULL && strlen(gw->key_secret) < 16)
+		config_usage_exit("GATEWAY_KEY_SECRET must hold 16 bytes or more");
+	if (gw->require_key && gw->key_secret == NULL)
+		config_usage_exit("--require-idempotency-key needs GATEWAY_KEY_SECRET");
 	if (gw->ledger_ca_file != NULL) {
 		struct ledger_client_error err = {0};
-		char why[sizeof(err.message) + 32];
 
-		if (ledger_client_ca_file_check(gw->ledger_ca_file, &err) != LEDGER_CLIENT_OK) {
-			snprintf(why, sizeof(why), "%s: %s", ca_source, err.message);
-			config_usage_exit(why);
-		}
+		if (ledger_client_ca_file_check(gw->ledger_ca_file, &err) != LEDGER_CLIENT_OK)
+			bad(getenv("LEDGER_CA_FILE") != NULL && strcmp(getenv("LEDGER_CA_FILE"),
+								       gw->ledger_ca_file) == 0
+				    ? "LEDGER_CA_FILE:"
+				    : "--ledger-ca-file:",
+			    err.message);
 	}
+	/* This process, as the attempts it runs name it: a repeat tells its own from others'. */
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		config_usage_exit("no randomness for the gateway's id");
+	snprintf(gw->id, sizeof(gw->id), "gw-");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(gw->id + 3 + 2 * i, 3, "%02x", raw[i]);
 }

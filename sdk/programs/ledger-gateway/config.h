@@ -1,11 +1,13 @@
 /*
- * sdk/programs/ledger-gateway/config.h: the gateway's settings, from its flags and its
- * environment (the flag wins).
+ * sdk/programs/ledger-gateway/config.h: ledger-gateway's settings, one
+ * table of flags and environment variables (the flag wins), checked
+ * before anything starts (GATEWAY.md, "Command line").
  */
 #ifndef GATEWAY_CONFIG_H
 #define GATEWAY_CONFIG_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdnoreturn.h>
@@ -33,6 +35,15 @@ struct gateway {
 	uint32_t soft_ms;  /* silence after which a replica is slow (overloaded) */
 	uint32_t stall_ms; /* silence after which it may be dead (heartbeat_timeout) */
 	uint32_t max_attempts;
+	const char *key_header;      /* the header naming the logical request (Idempotency-Key) */
+	bool require_key;            /* a request without one is refused */
+	const char *scope_header;    /* the header whose raw value scopes a key; NULL: none */
+	const char *key_secret;      /* GATEWAY_KEY_SECRET: keys' request ids; NULL: keys refused */
+	uint32_t first_byte_hold_ms; /* a keyed request's attempt goes on this long for a
+	                                client that left before its first byte */
+	uint32_t resume_hold_ms;     /* and this long after it */
+	size_t max_kept_answer_bytes; /* answers kept in ledgerd up to this; beyond, their hash */
+	char id[24];                  /* this process, as attempts name it ("gw-" and random) */
 	struct ledger_client *ledger;
 	atomic_uint next; /* round robin over replicas */
 };

@@ -167,13 +167,26 @@ static void pump(struct upstream *u)
 	}
 }
 
+void upstream_quiet_from_now(struct upstream *u)
+{
+	u->last_byte = now_ms();
+	u->silence_told = false;
+}
+
 enum upstream_read upstream_next(struct upstream *u, uint32_t soft_ms, uint32_t stall_ms,
-				 char **event, enum ledger_signal *signal)
+				 char **event, enum ledger_signal *signal, atomic_bool *poke,
+				 _Atomic uint64_t *wake_at)
 {
 	*event = NULL;
 	for (;;) {
-		uint64_t quiet;
+		uint64_t quiet, at = wake_at != NULL ? atomic_load(wake_at) : 0;
 
+		if (poke != NULL && atomic_exchange(poke, false))
+			return UPSTREAM_POKED;
+		if (at != 0 && now_ms() >= at) {
+			atomic_compare_exchange_strong(wake_at, &at, 0);
+			return UPSTREAM_POKED;
+		}
 		*event = take_event(u);
 		if (*event != NULL) {
 			if (strncmp(*event, "data: [DONE]", 12) == 0) {

@@ -7,6 +7,7 @@
 #ifndef GATEWAY_UPSTREAM_H
 #define GATEWAY_UPSTREAM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@ enum upstream_read {
 	UPSTREAM_DONE,   /* "data: [DONE]": the completion ended well */
 	UPSTREAM_SILENT, /* no byte for the soft timeout: slow, not failed (once per silence) */
 	UPSTREAM_FAILED, /* the replica failed: see *signal */
+	UPSTREAM_POKED,  /* *poke was set, or *wake_at passed: the caller has something to do */
 };
 
 /**
@@ -31,7 +33,9 @@ struct upstream *upstream_open(const char *url, const char *body, size_t body_le
 			       const char *request_id, const char *attempt_id, const char *settled);
 
 /**
- * Reads until one event, the end, a failure or a silence.
+ * Reads until one event, the end, a failure, a silence, @p poke set (which
+ * it clears), or the monotonic millisecond *@p wake_at passed (0: none;
+ * cleared once passed). @p poke and @p wake_at may be NULL.
  * @param event on UPSTREAM_EVENT a new string (caller frees), else NULL
  * @param signal on UPSTREAM_FAILED what the failover API is told:
  *        replica_exited (nothing listens), upstream_closed (the stream broke
@@ -39,7 +43,11 @@ struct upstream *upstream_open(const char *url, const char *body, size_t body_le
  *        @p stall_ms: it may be alive, so it must be fenced first)
  */
 enum upstream_read upstream_next(struct upstream *u, uint32_t soft_ms, uint32_t stall_ms,
-				 char **event, enum ledger_signal *signal);
+				 char **event, enum ledger_signal *signal, atomic_bool *poke,
+				 _Atomic uint64_t *wake_at);
+
+/** Counts the replica's silence from now: the caller did not read it for a while. */
+void upstream_quiet_from_now(struct upstream *u);
 
 /** Closes the transfer: the replica sees its stream cut. NULL-safe. */
 void upstream_close(struct upstream *u);

@@ -99,7 +99,8 @@ def test_no_replica_answering_is_a_retryable_503_with_the_request_id(gateway):
     assert e["code"] == "no_replica_available" and e["retryable"] is True
     assert e["request_id"] == headers["x-request-id"]
     assert e["partial_output"] is False and e["delivered_output_tokens"] == 0
-    assert "x-should-retry" not in headers  # the client may try again
+    assert headers["x-should-retry"] == "true"  # the client may try again
+    assert headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("argv,why", [

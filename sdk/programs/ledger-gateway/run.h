@@ -1,0 +1,77 @@
+/*
+ * sdk/programs/ledger-gateway/run.h: a logical request being served by
+ * this process: its attempts on the engines, driven by a thread of the
+ * run's own, and the events they produced, numbered from 1, kept for the
+ * clients that attach to it. A client's connection attaches; when it drops,
+ * a keyed request's run goes on for a hold, and a repeat of the request
+ * attaches again and is served from the event after its Last-Event-ID
+ * (GATEWAY.md, "Events, holds and resuming"). Nothing is delivered to no
+ * one: the first delta is recorded only while a client is attached.
+ */
+#ifndef GATEWAY_RUN_H
+#define GATEWAY_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ledger_client.h>
+
+#include "api/wire/conn.h"
+#include "sdk/programs/ledger-gateway/config.h"
+
+struct gateway_run; /* reference-counted */
+
+/* How a run begins. Pointers borrowed for the call unless said taken. */
+struct gateway_run_start {
+	const char *request_id;   /* the logical request */
+	bool keyed;               /* its client named it: holds apply, repeats attach */
+	const char *input_sha256; /* the fingerprint of its input, sent with every attempt */
+	char *body;               /* the client's request, taken */
+	size_t body_len;
+	unsigned attempts;              /* the request's attempts, the begun one included */
+	struct ledger_attempt *attempt; /* the attempt begun for the run, taken */
+	size_t replica;                 /* its replica */
+};
+
+/** Remembers the settings every run reads (borrowed for the process's life). */
+void gateway_run_setup(struct gateway *gw);
+
+/**
+ * Starts a run on a thread of its own, from the attempt begun for it, and,
+ * keyed, lists it under its request id for repeats to find.
+ * @return the run with one reference for the caller, or NULL (no memory or
+ *         thread: nothing was begun; @p st's taken members are freed)
+ */
+struct gateway_run *gateway_run_start(struct gateway_run_start *st);
+
+/** The listed run of @p request_id with a reference for the caller, or NULL. */
+struct gateway_run *gateway_run_find(const char *request_id);
+
+/** Whether @p r's input is @p input_sha256 (a repeat of the same request). */
+bool gateway_run_same_input(const struct gateway_run *r, const char *input_sha256);
+
+/** Drops one reference; the last frees the run. NULL-safe. */
+void gateway_run_release(struct gateway_run *r);
+
+/**
+ * On a request's thread: serves the client of @p conn from @p r, from the
+ * event after @p last_event_id (-1: from the first; an id the run never
+ * made: from the first too), until the run's last event is written, the
+ * client leaves, or another client takes the run over (then this one ends
+ * with a final stream_resumed_elsewhere event). A run that ends before its
+ * first event answers with its refusal. Ends the reply. @p starter: the
+ * request that started the run, attached from its start.
+ */
+void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
+		       bool starter);
+
+/**
+ * An OpenAI-compatible error, as the client gets it: {"error": {"code",
+ * "type", "param", "message", "request_id", "partial_output",
+ * "delivered_output_tokens", "retryable"}}. A new string, or NULL.
+ */
+char *gateway_run_error_body(const char *request_id, const char *code, const char *type,
+			     const char *message, uint64_t delivered, bool retryable);
+
+#endif
