@@ -22,15 +22,24 @@ So of agent-js.sh and agent-mcp.sh, the `npm ci` lines are those installs
 and the `node` lines run the copies.
 """
 
+import base64
+import hashlib
+import hmac
+import http.client
 import json
+import os
 import re
 import shutil
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import claim_id, new_id
 
@@ -93,19 +102,36 @@ def test_every_file_of_the_guides_is_shown():
     assert files == shown
 
 
+# Where each package docs/guides/package.json pins is pinned and tested too: the
+# MCP SDK and its server by tests/programs/ledger-mcp, openai by the gateway's
+# fault scenarios, the frameworks by sdk/js's adapter tests. Only the two OpenAI
+# providers of the frameworks are pinned here alone, and tested here.
+PINNED_ELSEWHERE = {
+    mcp_helpers.NODE_DIR: ("@modelcontextprotocol/sdk", "@modelcontextprotocol/server-memory",
+                           "zod"),
+    ROOT / "tests" / "faults" / "openai_client": ("openai",),
+    ROOT / "tests" / "sdk" / "js" / "adapters": ("ai", "@langchain/core", "@openai/agents"),
+}
+PINNED_HERE = ("@ai-sdk/openai", "@langchain/openai")
+
+
 def test_the_guides_npm_install_is_the_tested_one():
-    """docs/guides pins what tests/programs/ledger-mcp installs, and links sdk/js: the reader runs what ran here."""
-    mcp_dir = mcp_helpers.NODE_DIR
+    """docs/guides pins, exactly, what the tests install, and links sdk/js: the reader runs
+    what ran here."""
     ours = json.loads((CODE / "package.json").read_text())["dependencies"]
-    theirs = json.loads((mcp_dir / "package.json").read_text())["dependencies"]
-    assert ours == dict(theirs, ledgerd="file:../../sdk/js")
     lock = json.loads((CODE / "package-lock.json").read_text())["packages"]
-    tested = json.loads((mcp_dir / "package-lock.json").read_text())["packages"]
     assert lock[""]["dependencies"] == ours
+    assert ours.pop("ledgerd") == "file:../../sdk/js"
     assert lock["node_modules/ledgerd"] == {"resolved": "../../sdk/js", "link": True}
-    installed = {k: v for k, v in lock.items() if k.startswith("node_modules/")
-                 and k != "node_modules/ledgerd"}
-    assert installed == {k: v for k, v in tested.items() if k.startswith("node_modules/")}
+    elsewhere = {}
+    for folder, names in PINNED_ELSEWHERE.items():
+        theirs = json.loads((folder / "package.json").read_text())["dependencies"]
+        elsewhere.update({n: theirs[n] for n in names})
+    assert sorted(ours) == sorted(list(elsewhere) + list(PINNED_HERE))
+    for name, version in ours.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), (name, version)  # exact pins
+        assert lock["node_modules/" + name]["version"] == version, name
+        assert elsewhere.get(name, version) == version, name
 
 
 # --- running them ------------------------------------------------------------------
@@ -569,3 +595,333 @@ def test_c_router_reruns_fences_and_terminates(router_reader):
     assert check_rerun(reader, rid, stalled.stderr, "heartbeat_timeout") == {
         "a1": ("gpu-1", "superseded"), "a2": ("gpu-2", "finished")}
     assert len(reader.sent()) == 3
+
+
+# --- ledger-gateway: the router with keys, and agents as its clients -----------------
+#
+# gateway.sh starts the stand-in model server (model.py) and build/ledger-gateway
+# in the background of the reader's terminal; the other blocks talk to them. They
+# run as they are but for two things, rewritten in the text run: the addresses
+# (free ports instead of 127.0.0.1:8000 and 127.0.0.1:9001; the programs get the
+# gateway's in GATEWAY_URL) and var/ (the test's own directory, where the pool's
+# secret, the logs and the outbox go).
+
+sys.path.insert(0, str(ROOT / "tests" / "programs" / "ledger-gateway"))
+import portkey_proc  # noqa: E402
+
+SEPARATOR = "==== next block ===="
+
+
+def rid_of(secret, key, scope):
+    """The request id GATEWAY.md derives from a key in a scope."""
+    s, mac_key = scope.encode(), secret.encode()
+    mac = hmac.new(mac_key, struct.pack(">I", len(s)) + s + key.encode(), hashlib.sha256)
+    return "k-" + base64.b32encode(mac.digest()).decode().lower().rstrip("=")[:32]
+
+
+def free_address():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return "127.0.0.1:%d" % s.getsockname()[1]
+
+
+class Terminal:
+    """A reader's terminal with gateway.sh run in it: the gateway, the model server, var/."""
+
+    def __init__(self, service, tmp, token_delay_ms=200):
+        self.led = service.ledgerd
+        self.var = tmp / "var"
+        self.var.mkdir()
+        self.tenant = new_id("t")
+        self.token = service.token("router", self.tenant)
+        self.gateway, self.model = free_address(), free_address()
+        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp),
+                    "LEDGER_URL": "http://%s:%d" % (self.led.host, self.led.port),
+                    "LEDGER_TOKEN": self.token, "OUTBOX": str(self.var / "outbox.txt"),
+                    "GATEWAY_URL": "http://%s/v1" % self.gateway,
+                    "TOKEN_DELAY_MS": str(token_delay_ms)}
+        self.background = self._start("gateway.sh", "wait")
+        deadline = time.time() + 20
+        while not self._healthy():
+            if self.background.poll() is not None or time.time() > deadline:
+                _kill_group(self.background)
+                raise AssertionError("gateway.sh: %s" % (self.var / "gateway.log").read_text())
+            time.sleep(0.1)
+        self.secret = (self.var / "gateway-key-secret").read_text().strip()
+
+    def _healthy(self):
+        try:
+            with socket.create_connection(self.gateway.split(":"), timeout=1) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+                return s.recv(64).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+    def localized(self, name):
+        """The block @name as run here: its addresses and var/ rewritten."""
+        text = (CODE / name).read_text().replace("127.0.0.1:8000", self.gateway)
+        text = text.replace("127.0.0.1:9001", self.model)
+        text = re.sub(r"\bvar/", str(self.var) + "/", text)
+        path = self.var / ("block-" + name)
+        path.write_text(text)
+        return path
+
+    def _start(self, *blocks):
+        script = "\n".join("echo %s; source %s" % (SEPARATOR, self.localized(b))
+                           if b.endswith(".sh") else b for b in blocks)
+        # Bytes, not text: curl's answers keep their CRLFs.
+        return subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+
+    def run(self, *blocks, timeout=120):
+        """The blocks, in order, in one shell: the stdout of each, and the stderr of all."""
+        proc = self._start(*blocks)
+        try:
+            out, err = (b.decode() for b in proc.communicate(timeout=timeout))
+        finally:
+            _kill_group(proc)
+        assert "command not found" not in err and "Traceback" not in err, err
+        return out.split(SEPARATOR + "\n")[1:], err
+
+    def rid(self, key, scope="Bearer team-a"):
+        return rid_of(self.secret, key, scope)
+
+    def completions(self, rid=None):
+        """What the model server was asked: its log lines (of @rid)."""
+        path = self.var / "model.log"
+        lines = [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+        return [l for l in lines if rid is None or l["request_id"] == rid]
+
+    def gateway_log(self, msg, rid):
+        return [l for l in map(json.loads, (self.var / "gateway.log").read_text().splitlines())
+                if l.get("msg") == msg and l.get("request_id") == rid]
+
+    def sent(self):
+        path = self.var / "outbox.txt"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def view(self, rid):
+        r = self.led.get("/v1/requests/%s" % rid, token=self.token)
+        assert r.status == 200, r
+        return r.json
+
+    def close(self):
+        _kill_group(self.background)
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def terminal(service, tmp_path):
+    t = Terminal(service, tmp_path)
+    yield t
+    t.close()
+
+
+class Answer:
+    """One answer curl -D - printed: status, headers (lower-cased names), body, events."""
+
+    def __init__(self, text):
+        head, _, self.body = text.partition("\r\n\r\n")
+        lines = head.split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {k.strip().lower(): v.strip() for k, v in
+                        (line.split(":", 1) for line in lines[1:])}
+        self.events = events_in(self.body)
+        self.rid = self.headers.get("x-request-id")
+        self.replayed = self.headers.get("idempotent-replayed") == "true"
+
+    @property
+    def sse(self):
+        """The events as written: what a replay must repeat byte for byte."""
+        return "".join("id: %d\ndata: %s\n\n" % e for e in self.events)
+
+    @property
+    def text(self):
+        return "".join((json.loads(d)["choices"][0]["delta"].get("content") or "")
+                       for _, d in self.events if d != "[DONE]")
+
+    @property
+    def error(self):
+        return json.loads(self.body)["error"]
+
+
+def events_in(text):
+    """The SSE events at the start of @text, up to [DONE] or anything else: [(id, data)]."""
+    events = []
+    for block in text.split("\n\n"):
+        m = re.fullmatch(r"id: (\d+)\ndata: (.*)", block.strip("\n"), re.S)
+        if not m:
+            break
+        events.append((int(m.group(1)), m.group(2)))
+        if m.group(2) == "[DONE]":
+            break
+    return events
+
+
+def answers(out):
+    return [Answer(a) for a in re.split(r"(?m)^(?=HTTP/1\.1 \d{3} )", out) if a.strip()]
+
+
+def test_router_keys_walkthrough_answers_as_the_guide_says(terminal):
+    (keys, tools), err = terminal.run("router-keys.sh", "router-tools.sh")
+    got = answers(keys)
+    assert [a.status for a in got] == [200, 200, 200, 200, 422, 200, 400, 200], keys
+    first, again, after3, rest, reused, other, bad, keyless = got
+    where1, where2 = terminal.rid("where-1"), terminal.rid("where-2")
+    # The model answers once; the repeat is its recorded bytes (the same chatcmpl id).
+    assert (first.rid, first.replayed) == (where1, False)
+    assert [i for i, _ in first.events] == list(range(1, 9))
+    assert first.events[-1][1] == "[DONE]" and first.text == "Your refund is on its way."
+    assert (again.rid, again.replayed, again.sse) == (where1, True, first.sse)
+    assert (after3.replayed, after3.events) == (True, first.events[3:])
+    # The client that left after two events (curl without -D: the events alone) gets
+    # the rest of the same answer: from the run it left, or, had it ended, replayed.
+    cut = events_in(after3.body.split("data: [DONE]\n\n", 1)[1])
+    assert [i for i, _ in cut] == [1, 2], keys
+    assert rest.rid == where2 and [i for i, _ in rest.events] == list(range(3, 9)), keys
+    assert Answer("HTTP/1.1 200 OK\r\n\r\n" + "".join(
+        "id: %d\ndata: %s\n\n" % e for e in cut + rest.events)).text == first.text
+    generations = {json.loads(d)["id"] for _, d in cut + rest.events[:-1]}
+    assert len(generations) == 1  # one generation, never two joined
+    assert [len(terminal.completions(r)) for r in (where1, where2)] == [1, 1]
+    assert terminal.view(where2)["request"]["status"] == "completed"
+    shown = rest.body.split("data: [DONE]\n\n", 1)[1]  # what ledgerctl show printed
+    if not rest.replayed:  # it attached to the live run: on record, with where it resumed
+        assert re.search(r" client_resumed +client resumed after event 2 ", shown), shown
+    # Another body under the key; the key of another client; a bad key; no key.
+    assert (reused.rid, reused.error["code"], reused.headers["x-should-retry"]) == (
+        where1, "idempotency_key_reused", "false")
+    assert other.rid == terminal.rid("where-1", "Bearer team-b") != where1
+    assert not other.replayed and other.text == first.text
+    assert (bad.error["code"], bad.headers["x-should-retry"]) == (
+        "invalid_idempotency_key", "false")
+    assert keyless.rid.startswith("req-") and keyless.text == first.text
+    # router-tools.sh: the model server ran the tool once, keyed by the x-request-id.
+    ran, retried = answers(tools)
+    rid = terminal.rid("refund-829")
+    assert (ran.rid, ran.replayed, retried.replayed, retried.sse) == (rid, False, True, ran.sse)
+    assert ran.text == 'Sent to ana@example.com: {"message_id":"m-%s:call_00"}' % rid
+    assert terminal.sent() == ["%s:call_00 ana@example.com Your refund" % rid]
+    assert tools.endswith(terminal.sent()[0] + "\n")
+    assert [c["answer"] for c in terminal.completions(rid)] == ["ran send_email (executed)"]
+    call = terminal.led.get("/v1/requests/%s/tool-calls/call_00" % rid, token=terminal.token)
+    assert (call.json["state"], call.json["tool"]) == ("succeeded", "send_email"), call.json
+
+
+def test_pool_and_portkey_settings_name_the_key_header():
+    """The pool's configurations route by the header the gateway reads, and Portkey's is
+    the one tests/programs/ledger-gateway runs Portkey with."""
+    envoy = yaml.safe_load((CODE / "pool-envoy.yaml").read_text())
+    hcm = envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    route = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    assert route["hash_policy"] == [{"header": {"header_name": "idempotency-key"}}]
+    cluster = envoy["static_resources"]["clusters"][0]
+    assert cluster["name"] == route["cluster"] and cluster["lb_policy"] in ("RING_HASH", "MAGLEV")
+    nginx = (CODE / "pool-nginx.conf").read_text()
+    upstream = re.search(r"upstream (\w+) \{([^}]*)\}", nginx)
+    assert "hash $http_idempotency_key consistent;" in upstream.group(2)
+    assert "proxy_pass http://%s;" % upstream.group(1) in nginx
+    shown = json.loads((CODE / "portkey-config.json").read_text())
+    assert shown == json.loads(portkey_proc.config(
+        "http://127.0.0.1:8000/v1", ["idempotency-key", "authorization"], retry_attempts=2,
+        retry_on=[503], api_key=shown["api_key"]))
+
+
+# --- agents as clients of the router ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guides_npm():
+    """docs/guides/node_modules as the reader's `npm ci` makes it, once, under the js lock."""
+    with js_build.locked():
+        js_build.build_core()
+        if js_build.needs_install(CODE):
+            js_build.run(js_build.NPM_CI + ["--ignore-scripts"], CODE, 600)
+
+
+def client_lines(stdout):
+    return stdout.strip().split("\n")
+
+
+def test_agent_client_restarted_replays_its_steps_and_sends_once(terminal, guides_npm):
+    (out,), err = terminal.run("agent-client.sh")
+    first, second = out.strip().split("\n")[:4], out.strip().split("\n")[4:]
+    step0, step1 = terminal.rid("run-829:0"), terminal.rid("run-829:1")
+    result = '{"message_id":"m-run-829:call_00"}'
+    assert first == ["step 0 " + step0, "call_00 executed " + result,
+                     "step 1 " + step1, "Sent: " + result], out + err
+    # The restart: the same requests, replayed by the gateway; the tool's result by ledgerd.
+    assert second == ["step 0 %s replayed" % step0, "call_00 replayed " + result,
+                      "step 1 %s replayed" % step1, "Sent: " + result], out + err
+    assert terminal.sent() == ["run-829:call_00 ana@example.com Your refund"]
+    assert [c["answer"] for c in terminal.completions()] == ["tool_call", "text"]
+    assert [c["request_id"] for c in terminal.completions()] == [step0, step1]
+
+
+def test_agent_client_killed_mid_step_reuses_the_same_inference_request(
+        service, tmp_path, guides_npm):
+    t = Terminal(service, tmp_path, token_delay_ms=1000)
+    try:
+        step1 = t.rid("crash-1:1")
+        proc = subprocess.Popen(["node", "docs/guides/agent-client.mjs", "crash-1"], cwd=ROOT,
+                                env=t.env, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        deadline = time.time() + 30
+        while not t.completions(step1):  # killed while the model answers step 1
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.05)
+        _kill_group(proc)
+        assert t.sent() == ["crash-1:call_00 ana@example.com Your refund"]
+        done = subprocess.run(["node", "docs/guides/agent-client.mjs", "crash-1"], cwd=ROOT,
+                              env=t.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done
+        lines = client_lines(done.stdout)
+        assert lines[:2] == ["step 0 %s replayed" % t.rid("crash-1:0"),
+                             'call_00 replayed {"message_id":"m-crash-1:call_00"}'], done.stdout
+        # Step 1 attached to the run the killed process left (held for it), or, had it
+        # ended, replayed it: the model was asked once either way.
+        assert re.fullmatch(r"step 1 %s( replayed)?" % step1, lines[2]), done.stdout
+        assert lines[3] == 'Sent: {"message_id":"m-crash-1:call_00"}'
+        assert len(t.completions(step1)) == 1
+        assert len(t.sent()) == 1
+    finally:
+        t.close()
+
+
+def test_agent_client_stops_when_its_conversation_differs_from_its_keys(terminal, guides_npm):
+    """A key names one request: a run whose step 0 asks something else under the same
+    key is refused (422), and the program says so and stops with status 3."""
+    q = {"model": "stand-in", "stream": True,
+         "messages": [{"role": "user", "content": "Something else entirely."}],
+         "tools": []}
+    conn = http.client.HTTPConnection(*terminal.gateway.split(":"), timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(q),
+                 {"Content-Type": "application/json", "Authorization": "Bearer team-a",
+                  "Idempotency-Key": "taken:0"})
+    assert conn.getresponse().read().endswith(b"data: [DONE]\n\n")
+    conn.close()
+    done = subprocess.run(["node", "docs/guides/agent-client.mjs", "taken"], cwd=ROOT,
+                          env=terminal.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done
+    assert "idempotency_key_reused" in done.stdout, done.stdout
+    assert terminal.sent() == []
+
+
+def test_framework_providers_carry_the_key(terminal, guides_npm):
+    (out,), err = terminal.run("agent-frameworks.sh")
+    assert client_lines(out) == ["%s Your refund is on its way." % f
+                                 for f in ("ai", "ai", "langchain", "langchain",
+                                           "agents", "agents")], out + err
+    for framework in ("ai", "langchain", "agents"):
+        rid = terminal.rid("run-%s:0" % framework)
+        assert len(terminal.completions(rid)) == 1, (framework, terminal.completions())
+        assert len(terminal.gateway_log("replayed", rid)) == 1, framework
+    assert len(terminal.completions()) == 3
