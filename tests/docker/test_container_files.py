@@ -303,8 +303,11 @@ def is_command(argv, commands):
 
 
 def gateway_variables():
+    """What ledger-gateway reads: its settings table's variables (config.c names each
+    as a whole string literal) and any getenv() of its own."""
     src = "".join(p.read_text() for p in sorted((ROOT / "sdk" / "programs" / "ledger-gateway").glob("*.c")))
-    return set(re.findall(r'getenv\("([A-Z0-9_]+)"\)', src))
+    return (set(re.findall(r'getenv\("([A-Z0-9_]+)"\)', src))
+            | set(re.findall(r'"((?:GATEWAY|LEDGER)_[A-Z0-9_]+)"', src)))
 
 
 def make_outputs(targets):
