@@ -256,7 +256,8 @@ test:
 	@mkdir -p $(FUZZ_DIR)/logs
 	@$(MAKE) --no-print-directory fuzz-smoke >$(FUZZ_DIR)/logs/smoke.log 2>&1 & smoke=$$!; \
 	status=0; LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
-		tests/http tests/integration tests/docs tests/ops tests/sdk tests/programs tests/ui tests/faults tests/ha tests/docker tests/chaos \
+		tests/http tests/integration tests/docs tests/ops tests/sdk tests/programs tests/ui tests/faults tests/engines \
+		tests/ha tests/docker tests/chaos \
 		|| status=$$?; \
 	if wait $$smoke; then grep '^fuzz ' $(FUZZ_DIR)/logs/smoke.log; \
 	else cat $(FUZZ_DIR)/logs/smoke.log; status=1; fi; exit $$status
