@@ -162,10 +162,10 @@ $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
 
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
-$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson)
+$(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson yaml-0.1)
 $(BUILD)/ledger-gateway: $(GATEWAY_OBJ) $(BUILD)/libledger_wire.a $(BUILD)/libledger_client.a \
 		$(BUILD)/libledger_common.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson libssl) $(SDK_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs jansson libssl yaml-0.1) $(SDK_LIBS)
 
 # ledger-mcp: the exactly-once MCP proxy (sdk/programs/ledger-mcp/README.md), on the C SDK's
 # archive, with ledger/common's JSON reader and writer as ledgerctl has them.

@@ -8,6 +8,7 @@ here; the checks read what actually reached the client and what the ledger
 recorded.
 """
 
+import hashlib
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,9 +25,17 @@ CLOCK_SLACK_S = 0.002
 WAITING_ACTIONS = ("keep_waiting", "wait_for_fence")
 
 
+def identity():
+    """The identity the gateway must read from the fake replicas' info: each
+    text field as "sha256:" and the hex of its UTF-8 (GATEWAY.md, "Identity")."""
+    return {k: ("sha256:" + hashlib.sha256(v.encode()).hexdigest()
+                if k in ("tokenizer", "chat_template") else v)
+            for k, v in REPLICA_INFO.items()}
+
+
 def model_revision():
     """The model_revision the gateway must derive from the fake replicas' info."""
-    return "sha256:" + args_sha256(REPLICA_INFO)
+    return "sha256:" + args_sha256(identity())
 
 
 @dataclass(frozen=True)

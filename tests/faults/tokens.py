@@ -17,8 +17,10 @@ WORDS = (
 )
 
 # What every fake replica reports on GET /v1/replica/info. The gateway
-# derives the attempts' model_revision from exactly these seven keys.
+# derives the attempts' model_revision from exactly these eight keys, its
+# texts (tokenizer, chat_template) as their digests (checks.identity()).
 REPLICA_INFO = {
+    "model": "fake-7b",
     "weights_revision": "fake-7b@0a1b2c3",
     "quantization": "bf16",
     "tokenizer": "fake-bpe-32k@1",

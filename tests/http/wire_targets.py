@@ -162,8 +162,8 @@ def start(name, service, tmp):
             gw.close()
             replica.close()
         return Target(name, gw.address[0], gw.address[1], gw.proc.pid,
-                      body_target="/v1/chat/completions", body_headers=[], body=b"{}",
-                      body_status=400, max_body=1 << 20, slow=(slow, 200)), close
+                      body_target="/v1/chat/completions", body_headers=[],
+                      body=b'{"stream": "no"}', body_status=400, max_body=1 << 20, slow=(slow, 200)), close
     upstream = Upstream()
     mcp = McpProxy("http://127.0.0.1:%d/mcp" % upstream.port, ledger_url(service),
                    service.token(), tmp / "ledger-mcp.log")

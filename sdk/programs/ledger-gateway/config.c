@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <yaml.h>
+
 #include "sdk/programs/ledger-gateway/config.h"
 
 enum kind {
@@ -35,6 +37,8 @@ enum {
 	S_LEDGER_TOKEN,
 	S_CA_FILE,
 	S_REPLICA,
+	S_CONFIG,
+	S_PROBE_INTERVAL,
 	S_TLS_CERT,
 	S_TLS_KEY,
 	S_LEASE,
@@ -67,6 +71,11 @@ static const struct setting settings[S_COUNT] = {
 		       "FILE"},
 	[S_REPLICA] = {"--replica", "GATEWAY_REPLICAS", K_REPLICA, NULL, 0, 0,
 		       "NAME=URL of a replica, repeatable (the variable: NAME=URL,NAME=URL)"},
+	[S_CONFIG] = {"--config", "GATEWAY_CONFIG", K_STRING, NULL, 0, 0,
+		      "a YAML file of replicas: name, url, kind, api_key_env, runs_tools, identity",
+		      "FILE"},
+	[S_PROBE_INTERVAL] = {"--probe-interval-ms", "GATEWAY_PROBE_INTERVAL_MS", K_MS, "2000", 50,
+			      HOUR_MS, "how often each replica's health and identity are read"},
 	[S_TLS_CERT] = {"--tls-cert", "GATEWAY_TLS_CERT", K_STRING, NULL, 0, 0,
 			"serve HTTPS with this PEM certificate chain (with --tls-key; SIGHUP "
 			"reloads both)",
@@ -158,7 +167,164 @@ static void add_replica(struct gateway *gw, const char *spec, size_t len)
 	r->url = strndup(eq + 1, len - (size_t)(eq - spec) - 1);
 	if (r->name == NULL || r->url == NULL)
 		config_usage_exit("out of memory");
+	for (size_t k = 0; k < gw->n_replicas; k++) {
+		if (strcmp(gw->replicas[k].name, r->name) == 0)
+			bad(r->name, "names two replicas");
+	}
 	gw->n_replicas++;
+}
+
+/* --- --config: the replicas in YAML --- */
+
+/* A scalar node's text, or NULL. */
+static const char *scalar(yaml_node_t *n)
+{
+	return n != NULL && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* A YAML node as JSON: scalars as strings, except plain true/false/null and integers. */
+static json_t *node_json(yaml_document_t *doc, yaml_node_t *n)
+{
+	json_t *out = NULL;
+
+	if (n == NULL)
+		return json_null();
+	if (n->type == YAML_SCALAR_NODE) {
+		const char *v = scalar(n);
+		char *end = NULL;
+		long long i = strtoll(v, &end, 10);
+		bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+
+		if (plain && (strcmp(v, "null") == 0 || strcmp(v, "~") == 0 || v[0] == '\0'))
+			return json_null();
+		if (plain && strcmp(v, "true") == 0)
+			return json_true();
+		if (plain && strcmp(v, "false") == 0)
+			return json_false();
+		if (plain && v[0] != '\0' && *end == '\0')
+			return json_integer(i);
+		return json_string(v);
+	}
+	if (n->type == YAML_SEQUENCE_NODE) {
+		out = json_array();
+		for (yaml_node_item_t *it = n->data.sequence.items.start;
+		     it < n->data.sequence.items.top; it++)
+			json_array_append_new(out,
+					      node_json(doc, yaml_document_get_node(doc, *it)));
+		return out;
+	}
+	out = json_object();
+	for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top;
+	     pr++) {
+		const char *key = scalar(yaml_document_get_node(doc, pr->key));
+
+		if (key != NULL)
+			json_object_set_new(out, key,
+					    node_json(doc, yaml_document_get_node(doc, pr->value)));
+	}
+	return out;
+}
+
+static const char *const IDENTITY_FIELDS[] = {
+	"model",         "weights_revision", "quantization",    "tokenizer",
+	"chat_template", "kv_cache_dtype",   "parallel_layout", "adapters"};
+
+static enum replica_kind kind_named(const char *name)
+{
+	static const char *const names[] = {[REPLICA_KIND_LEDGER] = "ledger",
+					    [REPLICA_KIND_LLAMA_CPP] = "llama.cpp",
+					    [REPLICA_KIND_VLLM] = "vllm",
+					    [REPLICA_KIND_SGLANG] = "sglang"};
+
+	for (size_t k = REPLICA_KIND_LEDGER; k <= REPLICA_KIND_SGLANG; k++) {
+		if (strcmp(name, names[k]) == 0)
+			return (enum replica_kind)k;
+	}
+	return REPLICA_KIND_UNKNOWN;
+}
+
+/* One entry of replicas: in the file @p path. */
+static void config_replica(struct gateway *gw, const char *path, json_t *entry)
+{
+	const char *name = json_string_value(json_object_get(entry, "name"));
+	const char *url = json_string_value(json_object_get(entry, "url"));
+	json_t *kind = json_object_get(entry, "kind"), *env = json_object_get(entry, "api_key_env");
+	json_t *tools = json_object_get(entry, "runs_tools"),
+	       *id = json_object_get(entry, "identity");
+	const char *key;
+	json_t *v;
+	char *spec = NULL;
+	struct replica *r;
+
+	if (!json_is_object(entry) || name == NULL || url == NULL)
+		bad(path, "has a replica without its name and url");
+	json_object_foreach(entry, key, v)
+	{
+		if (strcmp(key, "name") != 0 && strcmp(key, "url") != 0 &&
+		    strcmp(key, "kind") != 0 && strcmp(key, "api_key_env") != 0 &&
+		    strcmp(key, "runs_tools") != 0 && strcmp(key, "identity") != 0)
+			bad(path, "has an unknown key in a replica");
+	}
+	if (asprintf(&spec, "%s=%s", name, url) < 0)
+		config_usage_exit("out of memory");
+	add_replica(gw, spec, strlen(spec));
+	free(spec);
+	r = &gw->replicas[gw->n_replicas - 1];
+	if (kind != NULL &&
+	    (!json_is_string(kind) ||
+	     (r->kind = kind_named(json_string_value(kind))) == REPLICA_KIND_UNKNOWN))
+		bad(path, "has a kind other than llama.cpp, vllm, sglang or ledger");
+	if (env != NULL) {
+		if (!json_is_string(env))
+			bad(path, "has an api_key_env that is no variable's name");
+		r->api_key = getenv(json_string_value(env));
+		if (r->api_key == NULL || r->api_key[0] == '\0')
+			bad(json_string_value(env), "(an api_key_env) is not set");
+	}
+	if (tools != NULL && !json_is_boolean(tools))
+		bad(path, "has a runs_tools that is not true or false");
+	r->runs_tools = json_is_true(tools) || r->kind == REPLICA_KIND_LEDGER;
+	if (id != NULL) {
+		if (!json_is_object(id))
+			bad(path, "has an identity that is not a mapping");
+		json_object_foreach(id, key, v)
+		{
+			size_t i = 0;
+
+			while (i < sizeof(IDENTITY_FIELDS) / sizeof(IDENTITY_FIELDS[0]) &&
+			       strcmp(key, IDENTITY_FIELDS[i]) != 0)
+				i++;
+			if (i == sizeof(IDENTITY_FIELDS) / sizeof(IDENTITY_FIELDS[0]))
+				bad(path, "declares an identity field GATEWAY.md does not name");
+		}
+		r->declared = json_incref(id);
+	}
+}
+
+static void load_config(struct gateway *gw, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	json_t *root, *list, *entry;
+	size_t i;
+
+	if (f == NULL)
+		bad(path, "cannot be read");
+	if (!yaml_parser_initialize(&parser))
+		config_usage_exit("out of memory");
+	yaml_parser_set_input_file(&parser, f);
+	if (!yaml_parser_load(&parser, &doc))
+		bad(path, "is not YAML");
+	root = node_json(&doc, yaml_document_get_root_node(&doc));
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	fclose(f);
+	list = json_object_get(root, "replicas");
+	if (!json_is_object(root) || json_object_size(root) != 1 || !json_is_array(list))
+		bad(path, "must hold one key, replicas, a list");
+	json_array_foreach(list, i, entry) config_replica(gw, path, entry);
+	json_decref(root);
 }
 
 /* A number with an optional unit (KiB, MiB for bytes), within the setting's bounds. */
@@ -246,6 +412,14 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 	unsigned char raw[8];
 
 	read_values(argc, argv, value, on, gw);
+	if (text(value[S_CONFIG]) != NULL)
+		load_config(gw, value[S_CONFIG]);
+	for (size_t k = 0; k < gw->n_replicas; k++) {
+		if (gw->replicas[k].kind == REPLICA_KIND_LEDGER)
+			gw->replicas[k].runs_tools = true;
+	}
+	gw->probe_interval_ms =
+		(uint32_t)number(&settings[S_PROBE_INTERVAL], value[S_PROBE_INTERVAL]);
 	gw->listen = value[S_LISTEN];
 	gw->ledger_url = text(value[S_LEDGER_URL]);
 	gw->ledger_token = text(value[S_LEDGER_TOKEN]);

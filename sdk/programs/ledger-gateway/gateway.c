@@ -1,8 +1,9 @@
 /*
  * sdk/programs/ledger-gateway/gateway.c: ledger-gateway, a router on the C
  * SDK and the project's own HTTP layer (api/wire/). It serves OpenAI's
- * streaming POST /v1/chat/completions in front of replicas, one logical
- * request however often its client retries (GATEWAY.md). This file is the
+ * POST /v1/chat/completions, streamed or not, and GET /v1/models in front
+ * of the engines people run, one logical request however often its client
+ * retries (GATEWAY.md). This file is the
  * HTTP side: routing, the checks a head alone decides (the path, the
  * method, the size, the key), and the process's start and stop; a request
  * whose body is in is served on a thread of its own (request.c), from a
@@ -28,6 +29,8 @@
 #include "sdk/programs/ledger-gateway/config.h"
 #include "sdk/programs/ledger-gateway/key.h"
 #include "sdk/programs/ledger-gateway/log.h"
+#include "sdk/programs/ledger-gateway/metrics.h"
+#include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/request.h"
 #include "sdk/programs/ledger-gateway/run.h"
 
@@ -159,6 +162,63 @@ static bool path_is(const char *target, const char *path)
 	return strlen(path) == n && strncmp(target, path, n) == 0;
 }
 
+/* Answers @p doc (taken) as JSON with @p status. */
+static void reply_json(struct call *c, unsigned status, json_t *doc)
+{
+	char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+
+	json_decref(doc);
+	if (text == NULL) {
+		reply_invalid(c, 503, "unavailable", "out of memory", NULL);
+		return;
+	}
+	wire_conn_reply(c->q.conn, status, "Content-Type: application/json\r\n", text,
+			strlen(text));
+}
+
+/*
+ * The GETs: health, readiness (ledgerd and a replica ready), the models of
+ * the healthy replicas, the metrics. @return false: not one of them
+ */
+static bool serve_get(struct call *c, const char *target)
+{
+	if (path_is(target, "/healthz")) {
+		reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
+	} else if (path_is(target, "/readyz")) {
+		struct ledger_client_error err = {0};
+		bool replica_ready = false, ledger_ready;
+		json_t *replicas = gateway_replicas_readiness(&gw, &replica_ready);
+
+		struct ledger_client_answer none = {0};
+
+		/* ledgerd answers, and its store does: a request that is not there is a 404. */
+		ledger_ready = ledger_client_answer_get(gw.ledger, "readyz-probe", &none, &err) ==
+				       LEDGER_CLIENT_OK ||
+			       err.status == 404;
+		ledger_client_answer_clear(&none);
+		ledger_client_error_clear(&err);
+		reply_json(c, ledger_ready && replica_ready ? 200 : 503,
+			   json_pack("{s:s,s:b,s:o}", "status",
+				     ledger_ready && replica_ready ? "ready" : "not_ready",
+				     "ledger", ledger_ready, "replicas", replicas));
+	} else if (path_is(target, "/v1/models")) {
+		reply_json(c, 200, gateway_replicas_models(&gw));
+	} else if (path_is(target, "/metrics")) {
+		char *text = gateway_metrics_text(&gw);
+
+		if (text == NULL)
+			reply_invalid(c, 503, "unavailable", "out of memory", NULL);
+		else
+			wire_conn_reply(
+				c->q.conn, 200,
+				"Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n", text,
+				strlen(text));
+	} else {
+		return false;
+	}
+	return true;
+}
+
 /* A head passed the wire's checks: what the head alone decides, or the body asked for. */
 static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_head *head,
 		      unsigned listener)
@@ -175,11 +235,8 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 		free(c);
 		return NULL;
 	}
-	if (path_is(head->target, "/healthz") && strcmp(head->method, "GET") == 0) {
-		char *ok = strdup("{\"status\":\"ok\"}");
-
-		wire_conn_reply(conn, 200, "Content-Type: application/json\r\n", ok,
-				ok != NULL ? strlen(ok) : 0);
+	if (strcmp(head->method, "GET") == 0 && serve_get(c, head->target)) {
+		/* answered */
 	} else if (!path_is(head->target, "/v1/chat/completions")) {
 		reply_invalid(c, 404, "not_found", "no such path", NULL);
 	} else if (strcmp(head->method, "POST") != 0) {
@@ -205,10 +262,19 @@ static void on_body(void *call, struct ledger_buf *body)
 	doc = json_loadb(body->data != NULL ? body->data : "", body->len, 0, NULL);
 	if (!json_is_object(doc)) {
 		reply_invalid(c, 400, "invalid_json", "the body is not a JSON object", NULL);
-	} else if (!json_is_true(json_object_get(doc, "stream"))) {
-		reply_invalid(c, 400, "invalid_field",
-			      "only streamed completions are served: \"stream\": true", NULL);
+	} else if (json_object_get(doc, "model") != NULL &&
+		   !json_is_string(json_object_get(doc, "model"))) {
+		reply_invalid(c, 400, "invalid_field", "\"model\" is a string", NULL);
+	} else if (json_object_get(doc, "stream") != NULL &&
+		   !json_is_boolean(json_object_get(doc, "stream")) &&
+		   !json_is_null(json_object_get(doc, "stream"))) {
+		reply_invalid(c, 400, "invalid_field", "\"stream\" is true or false", NULL);
+	} else if (json_is_string(json_object_get(doc, "model")) &&
+		   (c->q.model = strdup(json_string_value(json_object_get(doc, "model")))) ==
+			   NULL) {
+		reply_invalid(c, 503, "unavailable", "out of memory", NULL);
 	} else {
+		c->q.stream = json_is_true(json_object_get(doc, "stream"));
 		c->q.body = body->data;
 		c->q.body_len = body->len;
 		memset(body, 0, sizeof(*body));
@@ -230,6 +296,7 @@ static void on_end(void *call, bool replied)
 
 	(void)replied;
 	free(c->q.body);
+	free(c->q.model);
 	free(c);
 }
 
@@ -258,14 +325,16 @@ int main(int argc, char **argv)
 	int fd, sig = 0;
 
 	config_parse(&gw, argc, argv);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		config_usage_exit("libcurl does not start");
+	gateway_replicas_start(&gw);
 	gateway_run_setup(&gw);
 	gateway_request_setup(&gw);
 	opts.url = gw.ledger_url;
 	opts.token = gw.ledger_token;
 	opts.ca_file = gw.ledger_ca_file;
 	opts.retry_ms = 5000;
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
-	    ledger_client_open(&opts, &gw.ledger) != LEDGER_CLIENT_OK)
+	if (ledger_client_open(&opts, &gw.ledger) != LEDGER_CLIENT_OK)
 		config_usage_exit("the ledger URL must be http(s)://HOST:PORT");
 	if (gw.tls_cert != NULL &&
 	    wire_tls_open(gw.tls_cert, gw.tls_key, &tls, err, sizeof(err)) != LEDGER_OK)

@@ -34,6 +34,7 @@
 #include "ledger/common/base64.h"
 #include "ledger/common/buf.h"
 #include "sdk/programs/ledger-gateway/log.h"
+#include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/run.h"
 
@@ -158,6 +159,8 @@ static const struct refusal LEDGER_DOWN = {503, "ledger_unavailable", "the ledge
 					   true, 1};
 static const struct refusal NO_REPLICA = {503, "no_replica_available", "no replica answers", true,
 					  1};
+static const struct refusal NO_MODEL = {404, "model_not_found",
+					"no replica serves the model the request names", false, 0};
 
 /* --- replays of what ledgerd kept --- */
 
@@ -247,6 +250,7 @@ static bool replay(struct gateway_request *q, json_t *answer, const char *final,
 	snprintf(headers, sizeof(headers),
 		 "Content-Type: %s\r\n%sx-request-id: %s\r\nIdempotent-Replayed: true\r\n", type,
 		 sse ? "Cache-Control: no-cache\r\n" : "", q->rid);
+	gateway_metrics_replay(row);
 	gateway_log("replayed", q->rid, NULL, "\"row\":%d,\"from_event\":%lld", row,
 		    (long long)q->last_event_id);
 	reply(q->conn, status >= 200 && status <= 599 ? (unsigned)status : 200, headers,
@@ -270,6 +274,7 @@ static void replay_error(struct gateway_request *q, const char *error, long stat
 		 "Content-Type: application/json\r\nx-request-id: %s\r\nx-should-retry: %s\r\n"
 		 "Idempotent-Replayed: true\r\n",
 		 q->rid, retry ? "true" : "false");
+	gateway_metrics_replay(8);
 	gateway_log("replayed", q->rid, NULL, "\"row\":8");
 	reply(q->conn, status >= 400 && status <= 599 ? (unsigned)status : 503, headers, error,
 	      strlen(error));
@@ -398,7 +403,9 @@ static void start_run(struct gateway_request *q, const char *input, unsigned att
 				       .body_len = q->body_len,
 				       .attempts = attempts,
 				       .attempt = attempt,
-				       .replica = replica};
+				       .replica = replica,
+				       .stream = q->stream,
+				       .model = q->model};
 
 	q->body = NULL;
 	s->run = gateway_run_start(&st);
@@ -416,7 +423,7 @@ static void start_run(struct gateway_request *q, const char *input, unsigned att
 static void begin_next(struct gateway_request *q, const char *input, unsigned n, bool *waited,
 		       struct step *s)
 {
-	struct gateway_replica_pick pick = gateway_replica_pick(gw, GATEWAY_REPLICA_NONE);
+	struct gateway_replica_pick pick = gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE);
 	struct ledger_client_error err = {0};
 	struct ledger_attempt *attempt = NULL;
 	struct ledger_attempt_spec spec;
@@ -424,17 +431,21 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 
 	if (pick.index == GATEWAY_REPLICA_NONE) {
 		s->kind = STEP_REFUSE;
-		s->refusal = NO_REPLICA;
+		s->refusal = pick.no_model ? NO_MODEL : NO_REPLICA;
 		return;
 	}
 	snprintf(aid, sizeof(aid), "a%u", n + 1);
 	spec = attempt_spec(q, aid, &pick, input);
-	if (ledger_client_attempt_begin(gw->ledger, &spec, &attempt, &err) == LEDGER_CLIENT_OK)
-		start_run(q, input, n + 1, attempt, pick.index, s);
-	else if (err.status == 0)
+	if (ledger_client_attempt_begin(gw->ledger, &spec, &attempt, &err) == LEDGER_CLIENT_OK) {
+		start_run(q, input, n + 1, attempt, pick.index, s); /* the run has the replica */
+		pick.index = GATEWAY_REPLICA_NONE;
+	} else if (err.status == 0) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
-	else
+	} else {
 		refused_attempt(&err, waited, s);
+	}
+	if (pick.index != GATEWAY_REPLICA_NONE)
+		gateway_replica_put(gw, pick.index);
 	if (s->kind == STEP_REFUSE && s->refusal.status == 503 && err.status != 409)
 		gateway_log_ledger_failure("attempt not begun", q->rid, aid, &err);
 	gateway_replica_pick_clear(&pick);
@@ -449,7 +460,7 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 static void take_over(struct gateway_request *q, const char *input, const char *aid, unsigned n,
 		      bool *waited, struct step *s)
 {
-	struct gateway_replica_pick pick = gateway_replica_pick(gw, GATEWAY_REPLICA_NONE);
+	struct gateway_replica_pick pick = gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE);
 	struct ledger_client_error err = {0};
 	struct ledger_failover_opts opts = {0};
 	struct ledger_decision d = {0};
@@ -472,6 +483,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 			refused_attempt(&err, waited, s);
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL && d.next != NULL) {
 		start_run(q, input, n + 1, ledger_client_decision_take_next(&d), pick.index, s);
+		pick.index = GATEWAY_REPLICA_NONE; /* the run has the replica */
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = NO_REPLICA};
 	} else if (d.action == LEDGER_FAILOVER_WAIT_FOR_FENCE && !*waited) {
@@ -486,6 +498,8 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		s->kind = STEP_AGAIN; /* the request ended: its view says how */
 	}
 out:
+	if (pick.index != GATEWAY_REPLICA_NONE)
+		gateway_replica_put(gw, pick.index);
 	ledger_client_attempt_free(source);
 	ledger_client_decision_clear(&d);
 	ledger_client_error_clear(&err);

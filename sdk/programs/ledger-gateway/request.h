@@ -20,6 +20,8 @@ struct gateway_request {
 	struct wire_conn *conn;
 	char *body; /* the client's JSON object, owned */
 	size_t body_len;
+	bool stream;                   /* an SSE stream was asked for; else one JSON answer */
+	char *model;                   /* the model asked for, owned; NULL: none named */
 	bool keyed;                    /* the client named the logical request */
 	char rid[GATEWAY_RID_LEN + 1]; /* the request id its key derives, or a new one */
 	int64_t last_event_id;         /* keyed: the Last-Event-ID it sent; -1: none */

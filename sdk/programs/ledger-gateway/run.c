@@ -31,6 +31,7 @@
 #include "ledger/common/buf.h"
 #include "ledger/common/sha256.h"
 #include "sdk/programs/ledger-gateway/log.h"
+#include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/upstream.h"
 
@@ -69,6 +70,9 @@ struct gateway_run {
 	unsigned attempts;              /* the request's attempts so far: named a1, a2, ... */
 	struct ledger_attempt *attempt; /* the current one */
 	size_t replica;                 /* its replica */
+	bool counted;                   /* the run holds a request in flight on it */
+	bool stream;                    /* an SSE stream was asked for; else one JSON answer */
+	char *model;                    /* the model asked for, or NULL */
 	struct upstream *up;
 	uint64_t delivered; /* content tokens published */
 	bool settled_any;   /* a tool call of the request is settled: a rerun under another
@@ -81,6 +85,7 @@ struct gateway_run {
 	bool ended;             /* no event will come */
 	long refusal_status;    /* ended before any event: the answer */
 	char *refusal_body;     /* owned */
+	char *refusal_type;     /* its Content-Type, owned; NULL: application/json */
 	bool refusal_retryable; /* x-should-retry */
 	uint64_t refusal_retry_after_s;
 	uint64_t gen;         /* attachments so far; the current client is the gen-th */
@@ -88,6 +93,9 @@ struct gateway_run {
 	int64_t resumed_from; /* the last event id the latest client had; -1: none */
 	size_t written;       /* events written to a client, the most any client got */
 	uint64_t hold_until;  /* no client attached: when the hold ends (monotonic ms) */
+	_Atomic uint64_t
+		engine_first_us; /* when the engine's first event came (monotonic µs); 0: none */
+	atomic_bool first_byte_timed; /* the time added before the first byte was counted */
 };
 
 static struct {
@@ -173,6 +181,8 @@ void gateway_run_release(struct gateway_run *r)
 		free(r->events[i].text);
 	free(r->events);
 	free(r->refusal_body);
+	free(r->refusal_type);
+	free(r->model);
 	free(r->body);
 	pthread_cond_destroy(&r->changed);
 	pthread_mutex_destroy(&r->lock);
@@ -436,24 +446,63 @@ static size_t delivered_events(struct gateway_run *r)
 
 /* --- attempts --- */
 
-static void drop_attempt(struct gateway_run *r)
+/* The monotonic clock in microseconds. */
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Closes the upstream: a new connection each, so the engine sees it cut and stops. */
+static void close_upstream(struct gateway_run *r)
 {
 	upstream_close(r->up);
 	r->up = NULL;
+	if (r->counted)
+		gateway_replica_put(gw, r->replica);
+	r->counted = false;
+}
+
+static void drop_attempt(struct gateway_run *r)
+{
+	close_upstream(r);
 	ledger_client_attempt_free(r->attempt); /* stops its heartbeat */
 	r->attempt = NULL;
+}
+
+/*
+ * After cancel_upstream (the client left past its hold): the upstream is
+ * closed first, which every engine takes as an abort, then ledgerd is told
+ * the attempt stopped, so its cancel is acknowledged only once its
+ * connection is gone.
+ */
+static void stop_and_ack(struct gateway_run *r)
+{
+	struct ledger_client_error err = {0};
+
+	close_upstream(r);
+	if (r->attempt != NULL &&
+	    ledger_client_attempt_cancel_ack(r->attempt, &err) != LEDGER_CLIENT_OK)
+		log_ledger_failure("cancel not acknowledged", r, &err);
+	ledger_client_error_clear(&err);
 }
 
 /* Sends the client's request to the current attempt's replica. */
 static bool start_upstream(struct gateway_run *r, const char *settled)
 {
-	char url[1024];
+	const struct replica *rep = &gw->replicas[r->replica];
+	struct upstream_target t = {.url = rep->url,
+				    .api_key = rep->api_key,
+				    .ledger_headers = gateway_replica_runs_tools(gw, r->replica),
+				    .stream = r->stream};
 
-	snprintf(url, sizeof(url), "%s/v1/chat/completions", gw->replicas[r->replica].url);
-	r->up = upstream_open(url, r->body, r->body_len, r->rid, aid_of(r),
+	r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
 			      settled != NULL ? settled : "[]");
 	if (r->up == NULL)
 		return false;
+	gateway_metrics_attempt();
 	/* The lease is renewed while the replica streams, never after it failed. */
 	if (ledger_client_heartbeat_start(r->attempt, 0) != LEDGER_CLIENT_OK)
 		gateway_log("heartbeat not started", r->rid, aid_of(r), NULL);
@@ -492,13 +541,15 @@ static char *begin(struct gateway_run *r)
  * The replica failed, or the client is gone: reports what the client got,
  * asks ledgerd, and waits out wait_for_fence. The attempt's heartbeat stops
  * first: a failed replica's lease must be allowed to run out. A decision
- * that ends the request keeps @p kept (what the clients got), when set.
+ * that ends the request keeps @p kept (what the clients got), when set. A
+ * failed replica is ejected unless @p mark_down is false: the attempt
+ * already recorded what it saw of it (busy, unauthorized).
  * @return LEDGER_CLIENT_OK with the decision in @p d, or the refusal
  */
-static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_signal signal,
-					   const struct ledger_kept_answer *kept,
-					   struct ledger_decision *d,
-					   struct ledger_client_error *err)
+static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum ledger_signal signal,
+						   const struct ledger_kept_answer *kept,
+						   bool mark_down, struct ledger_decision *d,
+						   struct ledger_client_error *err)
 {
 	struct ledger_failover_opts opts = {.delivered_answer = kept};
 	struct gateway_replica_pick pick = {.index = GATEWAY_REPLICA_NONE};
@@ -507,8 +558,10 @@ static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_si
 	uint64_t waited = 0;
 
 	ledger_client_heartbeat_stop(r->attempt);
-	if (signal != LEDGER_SIGNAL_OVERLOADED && signal != LEDGER_SIGNAL_CLIENT_DISCONNECTED)
-		gateway_replica_down(gw, r->replica);
+	/* Slow is not failed, and a client that left says nothing of the replica. */
+	if (mark_down && signal != LEDGER_SIGNAL_OVERLOADED &&
+	    signal != LEDGER_SIGNAL_CLIENT_DISCONNECTED)
+		gateway_replica_saw(gw, r->replica, GATEWAY_SEEN_FAILED);
 	if (r->delivered > 0 &&
 	    ledger_client_attempt_deliver(r->attempt, r->delivered, err) != LEDGER_CLIENT_OK)
 		gateway_log("progress not reported", r->rid, aid_of(r), "\"code\":\"%s\"",
@@ -518,7 +571,7 @@ static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_si
 	/* Where a rerun would go, if the decision allows one. */
 	if (signal != LEDGER_SIGNAL_OVERLOADED && signal != LEDGER_SIGNAL_CLIENT_DISCONNECTED &&
 	    r->delivered == 0)
-		pick = gateway_replica_pick(gw, r->replica);
+		pick = gateway_replica_pick(gw, r->model, r->replica);
 	if (pick.index != GATEWAY_REPLICA_NONE)
 		opts.next = next_spec(r, &pick, next_aid);
 	for (;;) {
@@ -526,11 +579,13 @@ static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_si
 		if (rc != LEDGER_CLIENT_OK || d->action != LEDGER_FAILOVER_WAIT_FOR_FENCE ||
 		    waited >= MAX_FENCE_WAIT_MS)
 			break;
-		/* The source may be alive: cut it off and let its lease run out. */
+		/* The source may be alive: cut it off and let its lease run out. Its
+		 * cancel is not acknowledged here: a closed connection does not prove
+		 * that a replica out of reach stopped, only its lease running out does. */
 		gateway_log("waiting for the fence", r->rid, aid_of(r), "\"retry_after_ms\":%llu",
 			    (unsigned long long)d->retry_after_ms);
-		upstream_close(r->up);
-		r->up = NULL;
+		gateway_metrics_failover(d->action);
+		close_upstream(r);
 		sleep_ms(d->retry_after_ms + 10);
 		waited += d->retry_after_ms + 10;
 		ledger_client_decision_clear(d);
@@ -539,11 +594,29 @@ static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_si
 		gateway_log("failover", r->rid, aid_of(r), "\"signal\":\"%s\",\"action\":\"%s\"",
 			    ledger_client_signal_name(signal),
 			    ledger_client_action_name(d->action));
-		if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && d->next != NULL)
+		gateway_metrics_failover(d->action);
+		if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && d->next != NULL) {
+			close_upstream(r); /* the old replica's request in flight ends here */
 			r->replica = pick.index;
+			r->counted = true;
+			pick.index = GATEWAY_REPLICA_NONE;
+		} else if (d->action == LEDGER_FAILOVER_CANCEL_UPSTREAM) {
+			stop_and_ack(r);
+		}
 	}
+	if (pick.index != GATEWAY_REPLICA_NONE)
+		gateway_replica_put(gw, pick.index);
 	gateway_replica_pick_clear(&pick);
 	return rc;
+}
+
+/* ask_failover_marking(), a failed replica ejected. */
+static enum ledger_client_err ask_failover(struct gateway_run *r, enum ledger_signal signal,
+					   const struct ledger_kept_answer *kept,
+					   struct ledger_decision *d,
+					   struct ledger_client_error *err)
+{
+	return ask_failover_marking(r, signal, kept, true, d, err);
 }
 
 /* A decision that ends the request: the client error it carries. */
@@ -559,13 +632,13 @@ static char *ending_error(struct gateway_run *r, struct ledger_decision *d)
  * invisible to the client and may be rerun.
  * @return NULL to read on, or the client error to answer with
  */
-static char *fail_over_early(struct gateway_run *r, enum ledger_signal signal)
+static char *fail_over_early(struct gateway_run *r, enum ledger_signal signal, bool mark_down)
 {
 	struct ledger_client_error err = {0};
 	struct ledger_decision d = {0};
 	char *error = NULL;
 
-	if (ask_failover(r, signal, NULL, &d, &err) != LEDGER_CLIENT_OK) {
+	if (ask_failover_marking(r, signal, NULL, mark_down, &d, &err) != LEDGER_CLIENT_OK) {
 		error = refusal_client_error(&err);
 		if (error == NULL) {
 			log_ledger_failure("failover not asked", r, &err);
@@ -601,7 +674,78 @@ static void abandon(struct gateway_run *r)
 
 	if (ask_failover(r, LEDGER_SIGNAL_CLIENT_DISCONNECTED, NULL, &d, &err) != LEDGER_CLIENT_OK)
 		gateway_log("failover refused", r->rid, aid_of(r), "\"code\":\"%s\"", err.code);
+	gateway_metrics_request(GATEWAY_OUTCOME_ABANDONED);
 	ledger_client_decision_clear(&d);
+	ledger_client_error_clear(&err);
+}
+
+/* An engine's answer that is the client's error (GATEWAY.md, "What an engine answers"). */
+static bool is_client_error(long status)
+{
+	return status == 400 || status == 404 || status == 413 || status == 422;
+}
+
+/* What another status than 200 says of the replica: its key refused, busy, or failed. */
+static enum gateway_replica_seen seen_in(long status)
+{
+	if (status == 401 || status == 403)
+		return GATEWAY_SEEN_UNAUTHORIZED;
+	if (status == 408 || status == 429 || status == 503)
+		return GATEWAY_SEEN_BUSY;
+	return GATEWAY_SEEN_FAILED;
+}
+
+/*
+ * The client's own error: the engine's answer @p a goes to the client as
+ * given, and the request ends failed with it, kept: no rerun, and the
+ * replica is not marked down.
+ */
+static void pass_on(struct gateway_run *r, const struct upstream_answer *a)
+{
+	struct ledger_client_error err = {0};
+	struct ledger_kept_answer kept = {
+		.status = a->status,
+		.content_type = a->content_type[0] != '\0' ? a->content_type : "application/json",
+		.body = a->body,
+		.len = a->len};
+	struct ledger_finish_opts opts = {.answer = &kept};
+	json_t *doc = json_loadb(a->body, a->len, 0, NULL), *error = json_object_get(doc, "error");
+	json_t *ce;
+	char *text;
+
+	/* ledgerd records it in the error envelope: the engine's own when it has one. */
+	if (!json_is_object(error)) {
+		const char *message = json_string_value(json_object_get(doc, "message"));
+
+		error = json_pack("{s:s,s:s,s:s}", "code", "upstream_client_error", "type",
+				  "invalid_request_error", "message",
+				  message != NULL         ? message
+				  : json_is_string(error) ? json_string_value(error)
+							  : "the engine refused the request");
+	} else {
+		json_incref(error);
+	}
+	ce = json_pack("{s:o,s:i}", "error", error, "http_status", (json_int_t)a->status);
+	text = ce != NULL ? json_dumps(ce, JSON_COMPACT) : NULL;
+	opts.client_error = text;
+	ledger_client_heartbeat_stop(r->attempt);
+	if (text == NULL ||
+	    ledger_client_attempt_end(r->attempt, false, 0, &opts, &err) != LEDGER_CLIENT_OK)
+		log_ledger_failure("client error not recorded", r, &err);
+	gateway_log("passed on the engine's answer", r->rid, aid_of(r), "\"status\":%ld",
+		    a->status);
+	pthread_mutex_lock(&r->lock);
+	r->refusal_status = a->status;
+	r->refusal_retryable = false;
+	free(r->refusal_body);
+	free(r->refusal_type);
+	r->refusal_body = strndup(a->body, a->len);
+	r->refusal_type = strdup(kept.content_type);
+	pthread_mutex_unlock(&r->lock);
+	gateway_metrics_request(GATEWAY_OUTCOME_CLIENT_ERROR);
+	free(text);
+	json_decref(ce);
+	json_decref(doc);
 	ledger_client_error_clear(&err);
 }
 
@@ -620,7 +764,38 @@ static char *first_event(struct gateway_run *r, char **event)
 		enum ledger_signal signal = LEDGER_SIGNAL_UPSTREAM_CLOSED;
 		enum upstream_read got = upstream_next(r->up, gw->soft_ms, gw->stall_ms, event,
 						       &signal, &r->poke, &r->wake_at);
+		bool mark_down = true;
 
+		if (got == UPSTREAM_ANSWER) {
+			struct upstream_answer a = upstream_answer(r->up);
+
+			if (a.status == 200 && !r->stream) {
+				/* One JSON answer: it is the first byte, and the last. */
+				*event = strndup(a.body, a.len);
+				if (*event == NULL)
+					return local_error(r, "internal_error", "out of memory",
+							   true);
+				got = UPSTREAM_EVENT;
+			} else if (is_client_error(a.status)) {
+				pass_on(r, &a);
+				return NULL;
+			} else {
+				enum gateway_replica_seen seen = seen_in(a.status);
+
+				gateway_log("replica answered", r->rid, aid_of(r),
+					    "\"replica\":\"%s\",\"status\":%ld",
+					    gw->replicas[r->replica].name, a.status);
+				gateway_replica_saw(gw, r->replica, seen);
+				mark_down = false;
+			}
+		}
+		if (got == UPSTREAM_SILENT && !r->stream) {
+			/* A whole answer is silent until its end: only the probes say it died. */
+			if (!gateway_replica_is_down(gw, r->replica))
+				continue;
+			got = UPSTREAM_FAILED;
+			signal = LEDGER_SIGNAL_HEARTBEAT_TIMEOUT;
+		}
 		if (got == UPSTREAM_POKED || got == UPSTREAM_EVENT) {
 			enum client_state c =
 				got == UPSTREAM_EVENT ? wait_for_client(r) : look_at_client(r);
@@ -634,6 +809,7 @@ static char *first_event(struct gateway_run *r, char **event)
 			if (got == UPSTREAM_POKED)
 				continue;
 			/* The point of no retry: durable before the first byte goes out. */
+			atomic_store(&r->engine_first_us, now_us());
 			upstream_quiet_from_now(r->up); /* the wait was ours, not the replica's */
 			if (ledger_client_attempt_deliver(r->attempt, 1, &err) == LEDGER_CLIENT_OK)
 				break;
@@ -646,7 +822,7 @@ static char *first_event(struct gateway_run *r, char **event)
 			signal = LEDGER_SIGNAL_OVERLOADED;
 		}
 		ledger_client_error_clear(&err);
-		error = fail_over_early(r, signal);
+		error = fail_over_early(r, signal, mark_down);
 	}
 	ledger_client_error_clear(&err);
 	return error;
@@ -702,6 +878,7 @@ static void complete(struct gateway_run *r)
 	}
 	if (done != NULL && !publish(r, done))
 		gateway_log("out of memory", r->rid, aid_of(r), NULL);
+	gateway_metrics_request(GATEWAY_OUTCOME_COMPLETED);
 	kept_clear(&k);
 	ledger_client_error_clear(&err);
 }
@@ -718,6 +895,9 @@ static void end_after_delta(struct gateway_run *r, enum ledger_signal signal)
 	struct kept k;
 
 	kept_make(r, delivered_events(r), NULL, &k);
+	gateway_metrics_request(signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED
+					? GATEWAY_OUTCOME_ABANDONED
+					: GATEWAY_OUTCOME_TERMINATED);
 	if (ask_failover(r, signal, &k.answer, &d, &err) != LEDGER_CLIENT_OK) {
 		ce = refusal_client_error(&err);
 		if (ce == NULL)
@@ -770,6 +950,8 @@ static void rest_of_stream(struct gateway_run *r)
 			complete(r);
 			return;
 		}
+		if (got == UPSTREAM_ANSWER) /* an error event after the first: the attempt failed */
+			signal = LEDGER_SIGNAL_UPSTREAM_CLOSED;
 		if (got == UPSTREAM_SILENT) {
 			/* Slow is not failed: ledgerd answers keep_waiting, and the stream goes on. */
 			if (ask_failover(r, LEDGER_SIGNAL_OVERLOADED, NULL, &d, &err) ==
@@ -792,6 +974,64 @@ static void rest_of_stream(struct gateway_run *r)
 	}
 }
 
+/* The output tokens a whole answer reports in its usage, or 0. */
+static uint64_t answer_tokens(const char *answer)
+{
+	json_t *doc = json_loads(answer, 0, NULL);
+	json_int_t n = json_integer_value(
+		json_object_get(json_object_get(doc, "usage"), "completion_tokens"));
+
+	json_decref(doc);
+	return n > 0 ? (uint64_t)n : 0;
+}
+
+/*
+ * A completion asked for without "stream": the engine's answer @p answer
+ * (taken) was delivered; it is finished and kept before it goes out whole.
+ */
+static void complete_whole(struct gateway_run *r, char *answer)
+{
+	struct ledger_client_error err = {0};
+	struct upstream_answer a = upstream_answer(r->up);
+	struct ledger_kept_answer kept = {
+		.status = 200,
+		.content_type = a.content_type[0] != '\0' ? a.content_type : "application/json",
+		.body = answer,
+		.len = strlen(answer)};
+	struct ledger_finish_opts opts = {.answer = &kept};
+	char *type = strdup(kept.content_type);
+
+	ledger_client_heartbeat_stop(r->attempt);
+	r->delivered = answer_tokens(answer);
+	if (kept.len > gw->max_kept_answer_bytes)
+		kept = (struct ledger_kept_answer){
+			0}; /* its digest is ledgerd's to keep: not ours */
+	opts.answer = kept.status != 0 ? &kept : NULL;
+	if (ledger_client_attempt_end(r->attempt, true, r->delivered, &opts, &err) !=
+	    LEDGER_CLIENT_OK) {
+		char *final = refusal_client_error(&err);
+
+		log_ledger_failure("finish refused", r, &err);
+		if (final == NULL)
+			final = local_error(r, "ledger_unavailable",
+					    "the ledger did not record the answer", r->keyed);
+		free(answer);
+		free(type);
+		ledger_client_error_clear(&err);
+		refuse(r, final, 503);
+		gateway_metrics_request(GATEWAY_OUTCOME_REFUSED);
+		return;
+	}
+	pthread_mutex_lock(&r->lock);
+	r->refusal_status = 200;
+	free(r->refusal_body);
+	free(r->refusal_type);
+	r->refusal_body = answer;
+	r->refusal_type = type;
+	pthread_mutex_unlock(&r->lock);
+	gateway_metrics_request(GATEWAY_OUTCOME_COMPLETED);
+}
+
 /* The run's thread: its attempts, from the first to the end of the request's stream. */
 static void *run_main(void *arg)
 {
@@ -800,6 +1040,9 @@ static void *run_main(void *arg)
 
 	if (error != NULL) {
 		refuse(r, error, 503);
+		gateway_metrics_request(GATEWAY_OUTCOME_REFUSED);
+	} else if (event != NULL && !r->stream) {
+		complete_whole(r, event);
 	} else if (event != NULL) {
 		r->delivered = carries_token(event) ? 1 : 0;
 		if (publish(r, event))
@@ -836,6 +1079,14 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	r->attempts = st->attempts;
 	r->attempt = st->attempt;
 	r->replica = st->replica;
+	r->counted = true;
+	r->stream = st->stream;
+	if (st->model != NULL && (r->model = strdup(st->model)) == NULL) {
+		drop_attempt(r);
+		free(r->body);
+		free(r);
+		return NULL;
+	}
 	r->resumed_from = -1;
 	/* The request that starts the run is its first client, attached from the start. */
 	r->gen = 1;
@@ -868,6 +1119,7 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 fail:
 	free(st->body);
 	ledger_client_attempt_free(st->attempt);
+	gateway_replica_put(gw, st->replica);
 	st->body = NULL;
 	st->attempt = NULL;
 	return NULL;
@@ -896,8 +1148,8 @@ static void detach(struct gateway_run *r, uint64_t gen)
 /* Answers the refusal a run ended with, before any byte of a stream. */
 static void answer_refusal(struct gateway_run *r, struct wire_conn *conn)
 {
-	char headers[256];
-	char *body = NULL;
+	char headers[512];
+	char *body = NULL, *type = NULL;
 	long status;
 	bool retry;
 	size_t len;
@@ -906,6 +1158,8 @@ static void answer_refusal(struct gateway_run *r, struct wire_conn *conn)
 	status = r->refusal_status != 0 ? r->refusal_status : 503;
 	retry = r->refusal_retryable;
 	body = r->refusal_body != NULL ? strdup(r->refusal_body) : NULL;
+	type = r->refusal_type != NULL && strlen(r->refusal_type) < 200 ? strdup(r->refusal_type)
+									: NULL;
 	pthread_mutex_unlock(&r->lock);
 	if (body == NULL) {
 		/* The run gave up on its client (the hold ran out) as this one attached: a
@@ -917,9 +1171,11 @@ static void answer_refusal(struct gateway_run *r, struct wire_conn *conn)
 				   true);
 	}
 	len = body != NULL ? strlen(body) : 0;
-	snprintf(headers, sizeof(headers),
-		 "Content-Type: application/json\r\nx-request-id: %s\r\nx-should-retry: %s\r\n",
-		 r->rid, retry ? "true" : "false");
+	snprintf(headers, sizeof(headers), "Content-Type: %s\r\nx-request-id: %s\r\n%s%s%s",
+		 type != NULL ? type : "application/json", r->rid,
+		 status >= 400 ? "x-should-retry: " : "",
+		 status >= 400 ? (retry ? "true" : "false") : "", status >= 400 ? "\r\n" : "");
+	free(type);
 	if (body != NULL &&
 	    wire_stream_head(conn, (unsigned)status, headers, (int64_t)len) == LEDGER_OK &&
 	    wire_stream_write(conn, body, len) == LEDGER_OK)
@@ -1040,6 +1296,8 @@ void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t la
 	bool head = false;
 	uint64_t gen;
 
+	if (!starter)
+		gateway_metrics_resume();
 	pthread_mutex_lock(&r->lock);
 	gen = starter ? r->gen : ++r->gen;
 	r->attached = true;
@@ -1054,8 +1312,13 @@ void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t la
 	for (;;) {
 		switch (wait_turn(r, conn, gen, next)) {
 		case TURN_EVENTS:
-			if (write_events(r, conn, &next, &head))
+			if (write_events(r, conn, &next, &head)) {
+				uint64_t first = atomic_load(&r->engine_first_us);
+
+				if (first != 0 && !atomic_exchange(&r->first_byte_timed, true))
+					gateway_metrics_added_first_byte(now_us() - first);
 				continue;
+			}
 			/* a write that fails is a client gone */
 			__attribute__((fallthrough));
 		case TURN_GONE:

@@ -31,7 +31,9 @@ struct gateway_run_start {
 	size_t body_len;
 	unsigned attempts;              /* the request's attempts, the begun one included */
 	struct ledger_attempt *attempt; /* the attempt begun for the run, taken */
-	size_t replica;                 /* its replica */
+	size_t replica;    /* its replica, whose request in flight the run takes (and gives back) */
+	bool stream;       /* an SSE stream was asked for; else one JSON answer */
+	const char *model; /* the model asked for, or NULL */
 };
 
 /** Remembers the settings every run reads (borrowed for the process's life). */
@@ -41,7 +43,8 @@ void gateway_run_setup(struct gateway *gw);
  * Starts a run on a thread of its own, from the attempt begun for it, and,
  * keyed, lists it under its request id for repeats to find.
  * @return the run with one reference for the caller, or NULL (no memory or
- *         thread: nothing was begun; @p st's taken members are freed)
+ *         thread: nothing was begun; @p st's taken members are freed, and its
+ *         replica's request in flight given back)
  */
 struct gateway_run *gateway_run_start(struct gateway_run_start *st);
 

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <curl/curl.h>
+#include <jansson.h>
 
 #define POLL_MS 50
 #define MAX_PENDING (4u << 20) /* an event longer than this is a broken replica */
@@ -27,6 +28,12 @@ struct upstream {
 	CURLcode result;    /* how it ended */
 	uint64_t last_byte; /* ms, monotonic */
 	bool silence_told;  /* UPSTREAM_SILENT returned for the current silence */
+	bool stream;        /* an SSE stream was asked for */
+	long status;        /* the replica's status, once its head is in; 0 before */
+	char *content_type; /* its Content-Type, once its head is in */
+	long event_status;  /* an error event that is the client's error: its code */
+	char *event_body;   /* and its JSON, the answer upstream_answer() gives */
+	bool delivered;     /* an event was returned */
 };
 
 static uint64_t now_ms(void)
@@ -78,13 +85,16 @@ static bool add_header(struct curl_slist **list, const char *name, const char *v
 	return true;
 }
 
-struct upstream *upstream_open(const char *url, const char *body, size_t body_len,
+struct upstream *upstream_open(const struct upstream_target *t, const char *body, size_t body_len,
 			       const char *request_id, const char *attempt_id, const char *settled)
 {
 	struct upstream *u = calloc(1, sizeof(*u));
+	char url[1024], *bearer = NULL;
+	bool headers_ok;
 
 	if (u == NULL)
 		return NULL;
+	u->stream = t->stream;
 	u->last_byte = now_ms();
 	u->body = malloc(body_len + 1);
 	u->multi = curl_multi_init();
@@ -93,21 +103,29 @@ struct upstream *upstream_open(const char *url, const char *body, size_t body_le
 		goto fail;
 	memcpy(u->body, body, body_len);
 	u->body[body_len] = '\0';
-	if (!add_header(&u->headers, "Content-Type", "application/json") ||
-	    !add_header(&u->headers, "Accept", "text/event-stream") ||
-	    !add_header(&u->headers, "X-Ledger-Request-Id", request_id) ||
-	    !add_header(&u->headers, "X-Ledger-Attempt-Id", attempt_id) ||
-	    !add_header(&u->headers, "X-Ledger-Settled-Tool-Calls", settled) ||
-	    !add_header(&u->headers, "Expect", ""))
-		goto fail;
-	if (curl_easy_setopt(u->easy, CURLOPT_URL, url) != CURLE_OK ||
+	snprintf(url, sizeof(url), "%s/v1/chat/completions", t->url);
+	headers_ok = add_header(&u->headers, "Content-Type", "application/json") &&
+		     add_header(&u->headers, "Accept",
+				t->stream ? "text/event-stream" : "application/json") &&
+		     add_header(&u->headers, "Expect", "");
+	if (headers_ok && t->api_key != NULL)
+		headers_ok = asprintf(&bearer, "Bearer %s", t->api_key) >= 0 &&
+			     add_header(&u->headers, "Authorization", bearer);
+	free(bearer);
+	if (headers_ok && t->ledger_headers)
+		headers_ok = add_header(&u->headers, "X-Ledger-Request-Id", request_id) &&
+			     add_header(&u->headers, "X-Ledger-Attempt-Id", attempt_id) &&
+			     add_header(&u->headers, "X-Ledger-Settled-Tool-Calls", settled);
+	/* A new connection, closed with the transfer: a cancelled attempt's connection is
+	 * never reused, and closing it is what tells the engine to stop. */
+	if (!headers_ok || curl_easy_setopt(u->easy, CURLOPT_URL, url) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(u->easy, CURLOPT_FORBID_REUSE, 1L) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_CONNECTTIMEOUT_MS, 2000L) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_HTTPHEADER, u->headers) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_POSTFIELDS, u->body) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len) !=
 		    CURLE_OK ||
-	    curl_easy_setopt(u->easy, CURLOPT_FAILONERROR, 1L) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_WRITEDATA, u) != CURLE_OK ||
 	    curl_multi_add_handle(u->multi, u->easy) != CURLM_OK)
@@ -131,6 +149,8 @@ void upstream_close(struct upstream *u)
 	curl_slist_free_all(u->headers);
 	free(u->body);
 	free(u->buf);
+	free(u->content_type);
+	free(u->event_body);
 	free(u);
 }
 
@@ -165,6 +185,66 @@ static void pump(struct upstream *u)
 			u->result = msg->data.result;
 		}
 	}
+	if (u->status == 0) {
+		long status = 0;
+		char *type = NULL;
+
+		curl_easy_getinfo(u->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status != 0) {
+			curl_easy_getinfo(u->easy, CURLINFO_CONTENT_TYPE, &type);
+			u->content_type = strdup(type != NULL ? type : "");
+			u->status = status;
+		}
+	}
+}
+
+/*
+ * An event that reports a failure inside a 200 stream: {"error": ...} or
+ * {"object": "error", ...}, as the engines write one. @return its "code"
+ * when it has a numeric one (SGLang checks a prompt's length only once it
+ * streams: a 400 there is the client's error), 1 for another error, 0 for
+ * no error
+ */
+static long error_event(const char *event, char **json)
+{
+	json_t *doc, *error, *code;
+	long status = 0;
+
+	*json = NULL;
+	if (strncmp(event, "data:", 5) != 0 || strstr(event, "error") == NULL)
+		return 0;
+	doc = json_loads(event + 5, JSON_DISABLE_EOF_CHECK, NULL);
+	error = json_object_get(doc, "error");
+	if (!json_is_object(error) &&
+	    !(json_is_string(json_object_get(doc, "object")) &&
+	      strcmp(json_string_value(json_object_get(doc, "object")), "error") == 0))
+		error = NULL;
+	else if (!json_is_object(error))
+		error = doc;
+	if (error != NULL) {
+		code = json_object_get(error, "code");
+		status = json_is_integer(code) && json_integer_value(code) >= 100 &&
+					 json_integer_value(code) <= 599
+				 ? (long)json_integer_value(code)
+				 : 1;
+		*json = json_dumps(doc, JSON_COMPACT);
+	}
+	json_decref(doc);
+	return status;
+}
+
+struct upstream_answer upstream_answer(const struct upstream *u)
+{
+	if (u->event_body != NULL)
+		return (struct upstream_answer){.status = u->event_status,
+						.content_type = "application/json",
+						.body = u->event_body,
+						.len = strlen(u->event_body)};
+	return (struct upstream_answer){.status = u->status,
+					.content_type =
+						u->content_type != NULL ? u->content_type : "",
+					.body = u->buf != NULL ? u->buf : "",
+					.len = u->len};
 }
 
 void upstream_quiet_from_now(struct upstream *u)
@@ -187,13 +267,37 @@ enum upstream_read upstream_next(struct upstream *u, uint32_t soft_ms, uint32_t 
 			atomic_compare_exchange_strong(wake_at, &at, 0);
 			return UPSTREAM_POKED;
 		}
-		*event = take_event(u);
-		if (*event != NULL) {
+		/* Anything but a 200 stream is read whole: the caller passes it on or fails over. */
+		if (u->status != 0 && (u->status != 200 || !u->stream)) {
+			if (u->ended && u->result == CURLE_OK) {
+				u->last_byte = now_ms();
+				return UPSTREAM_ANSWER;
+			}
+		} else if ((*event = take_event(u)) != NULL) {
 			if (strncmp(*event, "data: [DONE]", 12) == 0) {
 				free(*event);
 				*event = NULL;
 				return UPSTREAM_DONE;
 			}
+			char *json = NULL;
+			long code = error_event(*event, &json);
+
+			if (code != 0) {
+				free(*event);
+				*event = NULL;
+				/* Before any event, an error with a client's code is an answer to
+				 * pass on; else the attempt failed (a [DONE] after it is ignored). */
+				if (!u->delivered && code >= 400 && code < 500 && json != NULL) {
+					free(u->event_body);
+					u->event_body = json;
+					u->event_status = code;
+					return UPSTREAM_ANSWER;
+				}
+				free(json);
+				*signal = LEDGER_SIGNAL_UPSTREAM_CLOSED;
+				return UPSTREAM_FAILED;
+			}
+			u->delivered = true;
 			return UPSTREAM_EVENT;
 		}
 		if (u->ended) {
@@ -208,6 +312,12 @@ enum upstream_read upstream_next(struct upstream *u, uint32_t soft_ms, uint32_t 
 			return UPSTREAM_FAILED;
 		}
 		quiet = now_ms() - u->last_byte;
+		if (!u->stream && quiet >= soft_ms) {
+			/* A whole answer comes at its end: silence is no sign, the replica's
+			 * probes are. The caller looks at them every soft timeout. */
+			u->last_byte = now_ms();
+			return UPSTREAM_SILENT;
+		}
 		if (quiet >= stall_ms) {
 			*signal = LEDGER_SIGNAL_HEARTBEAT_TIMEOUT;
 			return UPSTREAM_FAILED;
@@ -220,24 +330,44 @@ enum upstream_read upstream_next(struct upstream *u, uint32_t soft_ms, uint32_t 
 	}
 }
 
-char *upstream_get(const char *url, long timeout_ms)
+struct upstream_reply upstream_get(const char *url, const char *api_key, long timeout_ms)
 {
 	struct upstream u = {0};
+	struct upstream_reply reply = {0};
+	struct curl_slist *headers = NULL;
 	CURL *easy = curl_easy_init();
+	char *bearer = NULL;
 	CURLcode rc = CURLE_FAILED_INIT;
 
+	if (api_key != NULL && (asprintf(&bearer, "Bearer %s", api_key) < 0 ||
+				!add_header(&headers, "Authorization", bearer)))
+		goto out;
 	if (easy != NULL && curl_easy_setopt(easy, CURLOPT_URL, url) == CURLE_OK &&
 	    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
 	    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, timeout_ms) == CURLE_OK &&
-	    curl_easy_setopt(easy, CURLOPT_FAILONERROR, 1L) == CURLE_OK &&
+	    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers) == CURLE_OK &&
 	    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data) == CURLE_OK &&
 	    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &u) == CURLE_OK)
 		rc = curl_easy_perform(easy);
+	if (rc == CURLE_OK && !u.overflow) {
+		curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &reply.status);
+		reply.body = u.buf != NULL ? u.buf : strdup("");
+		reply.len = u.len;
+		u.buf = NULL;
+		if (reply.body == NULL)
+			reply.status = 0;
+	}
+out:
 	if (easy != NULL)
 		curl_easy_cleanup(easy);
-	if (rc != CURLE_OK || u.buf == NULL) {
-		free(u.buf);
-		return NULL;
-	}
-	return u.buf;
+	curl_slist_free_all(headers);
+	free(bearer);
+	free(u.buf);
+	return reply;
+}
+
+void upstream_reply_clear(struct upstream_reply *r)
+{
+	free(r->body);
+	*r = (struct upstream_reply){0};
 }

@@ -63,13 +63,13 @@ def test_healthz(gateway):
 
 
 @pytest.mark.parametrize("body,raw,code,why", [
-    ({"model": "m", "messages": []}, None, "invalid_field", "stream"),    # not streamed
     ({"model": "m", "messages": [], "stream": "yes"}, None, "invalid_field", "stream"),
+    ({"model": 5, "messages": [], "stream": True}, None, "invalid_field", "model"),
     (None, b"{not json", "invalid_json", "not a JSON object"),
     (None, b"[]", "invalid_json", "not a JSON object"),
     (None, b"", "invalid_json", "not a JSON object"),
 ])
-def test_only_streamed_json_requests_are_served(gateway, body, raw, code, why):
+def test_a_body_is_a_json_object_with_a_model_and_stream_of_their_types(gateway, body, raw, code, why):
     status, _, b = call(gateway, "POST", "/v1/chat/completions", body, raw)
     assert status == 400
     e = openai_error(b)
@@ -78,7 +78,7 @@ def test_only_streamed_json_requests_are_served(gateway, body, raw, code, why):
 
 
 def test_unknown_path_and_method(gateway):
-    status, _, b = call(gateway, "GET", "/v1/models")
+    status, _, b = call(gateway, "GET", "/v1/embeddings")
     assert status == 404 and openai_error(b)["code"] == "not_found"
     status, headers, b = call(gateway, "GET", "/v1/chat/completions")
     assert status == 405 and openai_error(b)["code"] == "method_not_allowed"
