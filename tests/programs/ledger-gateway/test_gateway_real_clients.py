@@ -70,9 +70,11 @@ def test_openai_client_timeouts_and_retries_are_one_request_and_one_execution(ru
     timeline = run.timeline(rid)
     assert timeline["request"]["status"] == "completed"
     assert timeline["request"]["attempts"] == 1
+    # Each retry attached to the run (after its predecessor's disconnect), or, once the
+    # run had ended, got its kept answer: a replay records no client event.
     types = [e["type"] for e in timeline["events"]]
-    assert types.count("client_disconnected") == got["http_requests"] - 1
-    assert types.count("client_resumed") == got["http_requests"] - 1
+    assert 1 <= types.count("client_resumed") <= got["http_requests"] - 1, types
+    assert types.count("client_disconnected") == types.count("client_resumed"), types
 
 
 def test_openai_client_without_a_key_runs_the_tool_once_per_retry(run):
