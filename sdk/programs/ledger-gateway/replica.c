@@ -110,7 +110,9 @@ static enum replica_kind detect(const struct replica *rep)
 	}
 	upstream_reply_clear(&r);
 	r = get(rep, "/props");
-	if (r.status == 200)
+	/* llama-server answers every path 503 "Loading model" while it loads. */
+	if (r.status == 200 ||
+	    (r.status == 503 && r.body != NULL && strstr(r.body, "Loading model") != NULL))
 		kind = REPLICA_KIND_LLAMA_CPP;
 	upstream_reply_clear(&r);
 	if (kind != REPLICA_KIND_UNKNOWN)
@@ -201,11 +203,23 @@ struct found {
 	const char *reason;
 	json_t *identity; /* the fields served */
 	json_t *models;   /* the ids served; NULL: any name */
+	bool refused;     /* an endpoint refused the gateway's key (401, 403) */
 };
+
+/* GET @p path of @p rep as JSON for a probe's @p f, which notes a refused key. */
+static json_t *read_json(const struct replica *rep, struct found *f, const char *path)
+{
+	long status = 0;
+	json_t *doc = get_json(rep, path, &status);
+
+	if (status == 401 || status == 403)
+		f->refused = true;
+	return doc;
+}
 
 static void read_ledger(const struct replica *rep, struct found *f)
 {
-	json_t *info = get_json(rep, "/v1/replica/info", NULL);
+	json_t *info = read_json(rep, f, "/v1/replica/info");
 
 	for (size_t i = 0; json_is_object(info) && i < N_FIELDS; i++)
 		put(f->identity, FIELDS[i], member(info, FIELDS[i]));
@@ -214,10 +228,10 @@ static void read_ledger(const struct replica *rep, struct found *f)
 
 static void read_llama_cpp(const struct replica *rep, struct found *f)
 {
-	json_t *models = get_json(rep, "/v1/models", NULL), *props = get_json(rep, "/props", NULL);
+	json_t *models = read_json(rep, f, "/v1/models"), *props = read_json(rep, f, "/props");
 	json_t *first_model = json_array_get(json_object_get(models, "data"), 0);
 	json_t *meta = json_object_get(first_model, "meta");
-	json_t *lora = get_json(rep, "/lora-adapters", NULL);
+	json_t *lora = read_json(rep, f, "/lora-adapters");
 
 	put(f->identity, "model", member(first_model, "id"));
 	if (json_object_get(f->identity, "model") == NULL)
@@ -260,7 +274,7 @@ static json_t *vllm_cache_dtype(const struct replica *rep)
 
 static void read_vllm(const struct replica *rep, struct found *f)
 {
-	json_t *models = get_json(rep, "/v1/models", NULL), *adapters = json_array();
+	json_t *models = read_json(rep, f, "/v1/models"), *adapters = json_array();
 	json_t *base = NULL, *entry;
 	size_t i;
 
@@ -289,13 +303,13 @@ static void read_vllm(const struct replica *rep, struct found *f)
 
 static void read_sglang(const struct replica *rep, struct found *f)
 {
-	json_t *models = get_json(rep, "/v1/models", NULL);
-	json_t *info = get_json(rep, "/get_model_info", NULL);
-	json_t *server = get_json(rep, "/server_info", NULL);
+	json_t *models = read_json(rep, f, "/v1/models");
+	json_t *info = read_json(rep, f, "/get_model_info");
+	json_t *server = read_json(rep, f, "/server_info");
 	json_t *version, *tp, *pp;
 
 	if (server == NULL)
-		server = get_json(rep, "/get_server_info", NULL);
+		server = read_json(rep, f, "/get_server_info");
 	f->models = model_ids(models, NULL);
 	put(f->identity, "model", member(json_array_get(json_object_get(models, "data"), 0), "id"));
 	if (json_object_get(f->identity, "model") == NULL)
@@ -324,10 +338,24 @@ static void read_sglang(const struct replica *rep, struct found *f)
 }
 
 /*
+ * Whether a 503 of the health endpoint means the engine is loading (slow),
+ * not failed: llama-server says "Loading model"; SGLang answers 503 until
+ * its warm-up passed, so a 503 before it was ever healthy is its start.
+ * vLLM answers nothing while it loads: its 503 is an engine that died.
+ */
+static bool loading(enum replica_kind kind, bool ever_healthy, const struct upstream_reply *r)
+{
+	if (kind == REPLICA_KIND_LLAMA_CPP)
+		return r->body != NULL && strstr(r->body, "Loading model") != NULL;
+	return kind == REPLICA_KIND_SGLANG && !ever_healthy;
+}
+
+/*
  * Probes @p rep once: its kind (unless known), its health, its identity and
  * its models. Nothing of it is under the lock: the caller commits it.
  */
-static void probe(const struct replica *rep, enum replica_kind kind, struct found *f)
+static void probe(const struct replica *rep, enum replica_kind kind, bool ever_healthy,
+		  struct found *f)
 {
 	struct upstream_reply health = {0};
 
@@ -342,7 +370,7 @@ static void probe(const struct replica *rep, enum replica_kind kind, struct foun
 	if (health.status == 401 || health.status == 403) {
 		f->state = REPLICA_QUARANTINED;
 		f->reason = "unauthorized";
-	} else if (health.status == 503 || health.status == 429) {
+	} else if (health.status == 503 && loading(f->kind, ever_healthy, &health)) {
 		f->state = REPLICA_SLOW;
 		f->reason = "loading";
 	} else if (health.status != 200) {
@@ -355,6 +383,7 @@ static void probe(const struct replica *rep, enum replica_kind kind, struct foun
 	upstream_reply_clear(&health);
 	if (f->state != REPLICA_HEALTHY)
 		return;
+	f->refused = false;
 	switch (f->kind) {
 	case REPLICA_KIND_LEDGER:
 		read_ledger(rep, f);
@@ -370,6 +399,11 @@ static void probe(const struct replica *rep, enum replica_kind kind, struct foun
 		break;
 	case REPLICA_KIND_UNKNOWN:
 		break;
+	}
+	/* Health endpoints are open on every engine: the key shows on what it guards. */
+	if (f->refused) {
+		f->state = REPLICA_QUARANTINED;
+		f->reason = "unauthorized";
 	}
 }
 
@@ -462,11 +496,14 @@ static void *prober_main(void *arg)
 	enum replica_kind declared = rep->kind;
 	enum replica_state last = REPLICA_DOWN;
 	const char *last_reason = "";
+	bool ever_healthy = false;
 
 	for (;;) {
 		struct found f = {0};
 
-		probe(rep, declared != REPLICA_KIND_UNKNOWN ? declared : rep->kind, &f);
+		probe(rep, declared != REPLICA_KIND_UNKNOWN ? declared : rep->kind, ever_healthy,
+		      &f);
+		ever_healthy = ever_healthy || f.state == REPLICA_HEALTHY;
 		commit(rep, &f);
 		if (f.state != last || strcmp(f.reason, last_reason) != 0)
 			gateway_log(

@@ -37,6 +37,7 @@
 
 #define MAX_FENCE_WAIT_MS 60000u
 #define CLIENT_POLL_MS 100 /* how often a waiting client's connection is looked at */
+#define MAX_PRELUDE 8      /* events held before the first output, at most */
 
 static struct gateway *gw; /* the settings, for the process's life */
 
@@ -74,6 +75,8 @@ struct gateway_run {
 	bool stream;                    /* an SSE stream was asked for; else one JSON answer */
 	char *model;                    /* the model asked for, or NULL */
 	struct upstream *up;
+	char *prelude[MAX_PRELUDE]; /* the attempt's events before its first output (a role) */
+	size_t n_prelude;
 	uint64_t delivered; /* content tokens published */
 	bool settled_any;   /* a tool call of the request is settled: a rerun under another
 	                         request id would run it again */
@@ -455,6 +458,46 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* Forgets the events held before an attempt's first output. */
+static void prelude_clear(struct gateway_run *r)
+{
+	for (size_t i = 0; i < r->n_prelude; i++)
+		free(r->prelude[i]);
+	r->n_prelude = 0;
+}
+
+/*
+ * Whether @p event carries no output yet: every choice's delta holds a role
+ * at most, and no choice finished. Engines open a stream with one; held
+ * back, it lets a failure before the first output still be rerun unseen.
+ */
+static bool is_prelude(const char *event)
+{
+	json_t *chunk = json_loads(event + 5, JSON_DISABLE_EOF_CHECK, NULL), *choice;
+	json_t *choices = json_object_get(chunk, "choices");
+	bool prelude = json_is_array(choices) && json_array_size(choices) > 0;
+	size_t i;
+
+	json_array_foreach(choices, i, choice)
+	{
+		json_t *delta = json_object_get(choice, "delta"), *v;
+		const char *key;
+
+		if (!json_is_object(delta) ||
+		    (json_object_get(choice, "finish_reason") != NULL &&
+		     !json_is_null(json_object_get(choice, "finish_reason"))))
+			prelude = false;
+		json_object_foreach(delta, key, v)
+		{
+			if (strcmp(key, "role") != 0 && !json_is_null(v) &&
+			    !(json_is_string(v) && json_string_length(v) == 0))
+				prelude = false;
+		}
+	}
+	json_decref(chunk);
+	return prelude;
+}
+
 /* Closes the upstream: a new connection each, so the engine sees it cut and stops. */
 static void close_upstream(struct gateway_run *r)
 {
@@ -498,6 +541,7 @@ static bool start_upstream(struct gateway_run *r, const char *settled)
 				    .ledger_headers = gateway_replica_runs_tools(gw, r->replica),
 				    .stream = r->stream};
 
+	prelude_clear(r);
 	r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
 			      settled != NULL ? settled : "[]");
 	if (r->up == NULL)
@@ -796,6 +840,12 @@ static char *first_event(struct gateway_run *r, char **event)
 			got = UPSTREAM_FAILED;
 			signal = LEDGER_SIGNAL_HEARTBEAT_TIMEOUT;
 		}
+		if (got == UPSTREAM_EVENT && r->stream && r->n_prelude < MAX_PRELUDE &&
+		    is_prelude(*event)) {
+			r->prelude[r->n_prelude++] = *event; /* written with the first output */
+			*event = NULL;
+			continue;
+		}
 		if (got == UPSTREAM_POKED || got == UPSTREAM_EVENT) {
 			enum client_state c =
 				got == UPSTREAM_EVENT ? wait_for_client(r) : look_at_client(r);
@@ -1044,10 +1094,20 @@ static void *run_main(void *arg)
 	} else if (event != NULL && !r->stream) {
 		complete_whole(r, event);
 	} else if (event != NULL) {
+		bool ok = true;
+
+		for (size_t i = 0; i < r->n_prelude && ok; i++) {
+			ok = publish(r, r->prelude[i]);
+			r->prelude[i] = NULL;
+		}
+		prelude_clear(r); /* what publish() did not take: out of memory */
 		r->delivered = carries_token(event) ? 1 : 0;
-		if (publish(r, event))
+		if (!ok)
+			free(event);
+		else if (publish(r, event))
 			rest_of_stream(r);
 	}
+	prelude_clear(r);
 	drop_attempt(r); /* closing the upstream is what tells the replica to stop */
 	if (r->keyed)
 		unlist(r);
