@@ -306,7 +306,7 @@ static void load_config(struct gateway *gw, const char *path)
 	FILE *f = fopen(path, "rb");
 	yaml_parser_t parser;
 	yaml_document_t doc;
-	json_t *root, *list, *entry;
+	json_t *root, *list;
 	size_t i;
 
 	if (f == NULL)
@@ -323,7 +323,8 @@ static void load_config(struct gateway *gw, const char *path)
 	list = json_object_get(root, "replicas");
 	if (!json_is_object(root) || json_object_size(root) != 1 || !json_is_array(list))
 		bad(path, "must hold one key, replicas, a list");
-	json_array_foreach(list, i, entry) config_replica(gw, path, entry);
+	for (i = 0; i < json_array_size(list); i++)
+		config_replica(gw, path, json_array_get(list, i));
 	json_decref(root);
 }
 

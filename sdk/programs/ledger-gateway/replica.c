@@ -526,11 +526,10 @@ static void *prober_main(void *arg)
 void gateway_replicas_start(struct gateway *gw)
 {
 	for (size_t k = 0; k < gw->n_replicas; k++) {
+		struct replica *rep = &gw->replicas[k];
 		struct prober *p = malloc(sizeof(*p));
 		pthread_attr_t attr;
 		pthread_t thread;
-
-		struct replica *rep = &gw->replicas[k];
 		const char *field;
 		json_t *v;
 
@@ -546,13 +545,12 @@ void gateway_replicas_start(struct gateway *gw)
 					rep->declared, field,
 					text_digest(json_string_value(v), json_string_length(v)));
 		}
-		if (p == NULL)
-			config_usage_exit("out of memory");
-		*p = (struct prober){gw, rep};
+		if (p != NULL)
+			*p = (struct prober){gw, rep};
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&thread, &attr, prober_main, p) != 0)
-			config_usage_exit("no thread for a replica's probes");
+		if (p == NULL || pthread_create(&thread, &attr, prober_main, p) != 0)
+			config_usage_exit("no memory or thread for a replica's probes");
 		pthread_attr_destroy(&attr);
 	}
 }

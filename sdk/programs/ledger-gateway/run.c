@@ -150,18 +150,23 @@ struct gateway_run *gateway_run_find(const char *request_id)
 	return r;
 }
 
-static void unlist(struct gateway_run *r)
+/* Takes @p r off the table. @return whether it was listed: the table's reference is
+ * then the caller's to drop */
+static bool unlist(struct gateway_run *r)
 {
 	struct gateway_run **p;
+	bool found = false;
 
 	pthread_mutex_lock(&table.lock);
 	for (p = &table.listed; *p != NULL; p = &(*p)->next_listed) {
 		if (*p == r) {
 			*p = r->next_listed;
+			found = true;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&table.lock);
+	return found;
 }
 
 bool gateway_run_same_input(const struct gateway_run *r, const char *input_sha256)
@@ -1109,8 +1114,8 @@ static void *run_main(void *arg)
 	}
 	prelude_clear(r);
 	drop_attempt(r); /* closing the upstream is what tells the replica to stop */
-	if (r->keyed)
-		unlist(r);
+	if (r->keyed && unlist(r))
+		gateway_run_release(r); /* the table's */
 	pthread_mutex_lock(&r->lock);
 	r->ended = true;
 	pthread_cond_broadcast(&r->changed);
