@@ -574,3 +574,19 @@ def test_readiness_names_every_replica_and_metrics_count(setup):
                  "ledger_gateway_replays_total{row=\"1\"} 0",
                  "ledger_gateway_failovers_total{action=\"retry_prefill\"} 0"):
         assert name in text, name
+
+
+def test_a_keyed_whole_answer_is_replayed_byte_for_byte(setup):
+    e = setup.engine("e1", "vllm")
+    gw = setup.start_gateway("--replica", "e1=" + e.url,
+                             env={"GATEWAY_KEY_SECRET": "s" * 32})
+    key = {"Idempotency-Key": "whole-1", "Authorization": "Bearer c"}
+    first = chat(gw, stream=False, headers=key)
+    again = chat(gw, stream=False, headers=key)
+    assert first[0] == again[0] == 200 and first[2] == again[2], (first, again)
+    assert again[1].get("idempotent-replayed") == "true"
+    assert again[1]["content-type"] == first[1]["content-type"]
+    assert len(e.requests()) == 1
+    # Another body under the key is refused, as for a stream.
+    status, _, raw = chat(gw, stream=False, headers=key, max_tokens=3)
+    assert status == 422 and json.loads(raw)["error"]["code"] == "idempotency_key_reused"
