@@ -18,6 +18,9 @@ What each scenario must show (GATEWAY.md, DESIGN.md's failover policy):
    stall timeout, heartbeat_timeout, wait_for_fence until a1's lease runs
    out, then a2 elsewhere, and the woken engine's output never reaches the
    client; after the first delta, the stream ends as in 2;
+5. a client that leaves mid-stream: the engine sees its connection closed
+   and computes nothing more, and a1 ends cancelled; what ledgerd records as
+   delivered is what was written to the client (the kept answer);
 6. a whole answer (no "stream"): one JSON answer, kept in ledgerd.
 
 Each engine samples with a seed of its own (`--seed`; the client's body
@@ -34,6 +37,7 @@ import base64
 import http.client
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -47,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "llama"))
 sys.path.insert(0, str(HERE.parent / "faults"))
 
-from clients import stream_completion  # noqa: E402  (tests/faults: the recording SSE client)
+from clients import Event, Stream, stream_completion  # noqa: E402  (tests/faults: the SSE client)
 from llama_engine import LlamaEngine, install, model  # noqa: E402
 from stack import GATEWAY, Process, Stack, Timing, clean_env, http_json, wait_until  # noqa: E402
 
@@ -285,6 +289,43 @@ def pool_of(stack, tmp_path):
 def chunk_ids(stream):
     """The engine's completion ids of the chunks the client got: one per generation."""
     return sorted({c["id"] for c in stream.chunk_events})
+
+
+def read_then_leave(url, request, chunks, linger_s):
+    """A client that reads @chunks chunk events of a stream, stops reading, and
+    closes its connection @linger_s later: what it got, as a Stream."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
+    stream = Stream()
+    started = time.monotonic()
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(request),
+                     {"Content-Type": "application/json", "Accept": "text/event-stream"})
+        response = conn.getresponse()
+        stream.head_at = time.time()
+        stream.status = response.status
+        stream.headers = {k.lower(): v for k, v in response.getheaders()}
+        data, event_id = [], None
+        while len(stream.chunk_events) < chunks:
+            line = response.readline()
+            if not line:
+                stream.transport_error = "the stream ended before the client left"
+                break
+            line = line.decode("utf-8").rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif line.startswith("id:"):
+                event_id = int(line[3:].strip())
+            elif line == "" and data:
+                stream.events.append(Event(time.monotonic() - started, "\n".join(data), event_id))
+                data, event_id = [], None
+        time.sleep(linger_s)
+        stream.closed_by_client = True
+        conn.sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        conn.close()
+        stream.elapsed_s = time.monotonic() - started
+    return stream
 
 
 def names_engine(contents, reference):
@@ -547,6 +588,99 @@ def test_4b_a_partition_after_the_first_delta_terminates_and_the_woken_engine_is
     late = [x for x in lines[lines.index(closed):] if x["event"] == "token"]
     assert len(late) == (1 if closed["decode_in_flight"] else 0)
     assert [x for x in lines[lines.index(closed):] if x["event"] == "write"] == []
+
+
+@pytest.fixture(scope="module")
+def client_left(stack, tmp_path_factory):
+    """A keyless stream whose client stops reading after 3 tokens and closes its
+    connection 10 ms later, on an engine that takes 40 ms a token: the stream
+    is still going when the client leaves, and the client is gone some 30 ms
+    before the next token comes. What each side recorded of it, once the
+    engine stopped and the request settled."""
+    pool = Pool(stack, tmp_path_factory.mktemp("client-left"),
+                engine_flags=("--delay-ms-per-token", "40"),
+                gateway_flags=("--resume-hold-ms", "0"))
+    try:
+        pool.warm_up()
+        stream = read_then_leave(pool.url, body(400), 4, 0.010)  # the role and 3 tokens
+        left_at = time.time()
+        rid = stream.request_id
+
+        def acknowledged():
+            t = pool.timeline(rid)
+            return t if t is not None and t["attempts"][0]["state"] == "cancelled" else None
+
+        acked = wait_until(acknowledged, SETTLE_S)
+        served = [(e, r) for e in pool.engines for r in pool.completions(e)]
+        closed = aborted = None
+        if len(served) == 1:
+            engine, r = served[0]
+            closed = engine.wait_line("client_closed", r, timeout_s=5)
+            aborted = engine.wait_line("aborted", r, timeout_s=5)
+            time.sleep(0.2)  # a token computed after "aborted" would show by now
+        timeline = acked or pool.settled(rid) or pool.timeline(rid)
+        pool.trace("5 client leaves", rid, dict(
+            client_record(stream),
+            engine_saw_close_after_s=None if closed is None else round(closed["ts"] - left_at,
+                                                                        3)))
+        yield {"pool": pool, "stream": stream, "timeline": timeline, "acked": acked,
+               "served": served, "closed": closed, "aborted": aborted}
+    finally:
+        rc = pool.close()
+    assert rc == 0, "the gateway's exit status on SIGTERM: %s" % rc
+
+
+def test_5_a_client_that_leaves_stops_the_engine_and_the_cancel_is_acknowledged(client_left):
+    """The gateway closes the engine's connection (the engine logs client_closed
+    and computes nothing after it but the decode already running), then
+    acknowledges ledgerd's cancel: a1 ends cancelled."""
+    stream, timeline = client_left["stream"], client_left["timeline"]
+    assert stream.closed_by_client and len(stream.contents) == 3
+    assert stream.status == 200 and len(chunk_ids(stream)) == 1
+    assert client_left["acked"] is not None, \
+        "a1 is %s, not cancelled" % timeline["attempts"][0]["state"]
+    ((engine, served),) = client_left["served"]
+    closed, aborted = client_left["closed"], client_left["aborted"]
+    assert stream.contents == tokens_of(engine, served)[:3]
+    assert [(a["attempt_id"], a["replica"]) for a in timeline["attempts"]] == [
+        ("a1", engine.name)]
+    assert decisions(timeline) == [("a1", "client_disconnected", "cancel_upstream")]
+    assert timeline["request"]["status"] == "terminated"
+    assert timeline["request"]["client_error"]["error"]["code"] == "client_disconnected"
+    # The engine stopped at once: after the close, only the decode already running.
+    lines = engine.lines(request_id=served)
+    late = [x for x in lines[lines.index(closed):] if x["event"] == "token"]
+    assert len(late) == (1 if closed["decode_in_flight"] else 0)
+    assert aborted["tokens_computed"] == closed["tokens_computed"] + len(late)
+    assert len(engine.lines("token", served)) == aborted["tokens_computed"] < 100
+    # The connection was closed, then the cancel acknowledged. The engine logs the
+    # close when its event loop gets to it: a quarter second of room for that,
+    # against the 16 s the stream would have run on had it not been closed.
+    ack = next(e for e in timeline["events"] if e["type"] == "attempt_cancelled")
+    assert closed["ts"] <= at_s(ack["at"]) + 0.25, (closed["ts"], ack["at"])
+
+
+def test_5b_the_tokens_recorded_as_delivered_are_those_written_to_the_client(client_left):
+    """When a client leaves, what ledgerd records as delivered (the request's
+    delivered_output_tokens, and the client_error's) is what was written to the
+    client: the tokens of the kept answer, recorded in the same decision
+    (API.md 1.1: "the events written to a client so far"). A token the engine
+    sent after the client left was written to no one ("the gateway never
+    delivers to no one")."""
+    stream, timeline, pool = client_left["stream"], client_left["timeline"], client_left["pool"]
+    status, kept = pool.answer(stream.request_id)
+    assert status == 200 and kept["kept"] is True, kept
+    written = [json.loads(line[len("data: "):])
+               for line in base64.b64decode(kept["body_b64"]).decode().split("\n")
+               if line.startswith("data: {")]
+    written_tokens = sum(1 for c in written
+                         if (c.get("choices") or [{}])[0].get("delta", {}).get("content"))
+    assert len(stream.contents) == 3 <= written_tokens
+    recorded = (timeline["request"]["delivered_output_tokens"],
+                timeline["request"]["client_error"]["error"]["delivered_output_tokens"])
+    assert recorded == (written_tokens, written_tokens), \
+        "ledgerd records %s tokens delivered; the kept answer (the events written to the " \
+        "client) holds %d, the client read %d" % (recorded, written_tokens, len(stream.contents))
 
 
 def test_6_a_whole_answer_through_the_real_engine_is_kept(pool_of):
