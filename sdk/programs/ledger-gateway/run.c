@@ -938,6 +938,22 @@ static void complete(struct gateway_run *r)
 	ledger_client_error_clear(&err);
 }
 
+/* The output tokens in the run's first @p n events. */
+static uint64_t tokens_in(struct gateway_run *r, size_t n)
+{
+	uint64_t tokens = 0;
+
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < n && i < r->n_events; i++) {
+		const char *data = strchr(r->events[i].text, '\n'); /* after "id: N" */
+
+		if (data != NULL && strncmp(data + 1, "data: ", 6) == 0 && carries_token(data + 1))
+			tokens++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return tokens;
+}
+
 /*
  * After the first delta nothing may run again: a failure, or a client
  * gone past its hold, ends the request with what the clients got kept.
@@ -949,7 +965,12 @@ static void end_after_delta(struct gateway_run *r, enum ledger_signal signal)
 	char *final = NULL, *ce = NULL;
 	struct kept k;
 
-	kept_make(r, delivered_events(r), NULL, &k);
+	size_t n = delivered_events(r);
+
+	/* What ledgerd records as delivered is what a client got: events published after
+	 * the last client left reached no one. */
+	r->delivered = tokens_in(r, n);
+	kept_make(r, n, NULL, &k);
 	gateway_metrics_request(signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED
 					? GATEWAY_OUTCOME_ABANDONED
 					: GATEWAY_OUTCOME_TERMINATED);
