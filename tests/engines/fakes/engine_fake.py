@@ -183,6 +183,8 @@ class Fake(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.state = initial_state(args)
         self.requests = []
+        self.in_flight = 0  # requests begun and not yet recorded
+        self.recorded = threading.Condition(self.lock)
         self.serial = 0
         self.log_file = open(args.log, "a", encoding="utf-8") if args.log else None
 
@@ -204,13 +206,27 @@ class Fake(ThreadingHTTPServer):
             self.serial += 1
             return hashlib.sha256(b"%s-%d" % (self.kind.encode(), self.serial)).hexdigest()[:32]
 
+    def begin(self):
+        with self.lock:
+            self.in_flight += 1
+
     def record(self, entry):
         line = json.dumps(entry)
         with self.lock:
+            self.in_flight -= 1
             self.requests.append(entry)
             if self.log_file is not None:
                 self.log_file.write(line + "\n")
                 self.log_file.flush()
+            self.recorded.notify_all()
+
+    def settled_requests(self, timeout_s=2.0):
+        """The log once no request is between its answer and its record, in the order
+        the requests came: a client that read an answer finds it logged (within
+        @timeout_s, for one still streaming), after those it sent before."""
+        with self.lock:
+            self.recorded.wait_for(lambda: self.in_flight == 0, timeout_s)
+            return sorted(self.requests, key=lambda r: r["t"])  # in the order they came
 
 
 # --- the engines' error shapes -------------------------------------------------
@@ -663,6 +679,7 @@ class Handler(BaseHTTPRequestHandler):
         self.entry = {"t": time.time(), "kind": fake.kind, "method": method, "path": path,
                       "status": None, "headers": headers, "model": None, "stream": None,
                       "chunks": None, "outcome": "ok", "client_closed": False}
+        fake.begin()
         try:
             body = self.read_body() if method == "POST" else b""
             state = fake.snapshot()
@@ -733,9 +750,7 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET" and path == "/_fake/state":
             return self.reply_json(200, fake.snapshot())
         if method == "GET" and path == "/_fake/requests":
-            with fake.lock:
-                requests = list(fake.requests)
-            return self.reply_json(200, {"requests": requests})
+            return self.reply_json(200, {"requests": fake.settled_requests()})
         if method == "POST" and path == "/_fake/reset":
             with fake.lock:
                 fake.state = initial_state(fake.args)
