@@ -456,7 +456,10 @@ def test_every_event_has_an_id_the_done_and_the_final_error_too(run):
     cut = ask(gw, max_tokens=4)
     assert cut.final_event["error"]["code"] == "upstream_decode_interrupted"
     assert ids_in_order(cut)
-    for r in run.replicas:  # the one that died is gone; the other's fault is disarmed
+    # The one that died is gone (its socket closes before the process is
+    # reaped: wait for that); the other's fault is disarmed.
+    assert wait_until(lambda: sum(not r.alive() for r in run.replicas) == 1, 10)
+    for r in run.replicas:
         if r.alive():
             r.control(fault=None)
     whole = ask(gw, max_tokens=4)
