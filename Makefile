@@ -49,7 +49,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk install-sdk deps run test unit fuzz fuzz-smoke bench chaos image-test format lint clean
+.PHONY: all sdk install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -296,6 +296,14 @@ run:
 	@scripts/deps.sh run
 	$(MAKE) all
 	LEDGERD=$(BUILD)/ledgerd scripts/run.sh
+
+# ledger-gateway in front of two real llama.cpp engines, each killed once on
+# purpose, and ledgerd's timelines of both requests (scripts/demo.py); runs
+# until Ctrl-C or SIGTERM, which stop everything it started.
+demo:
+	@scripts/deps.sh demo
+	$(MAKE) all
+	$(PYTHON) scripts/demo.py
 
 format:
 	@scripts/deps.sh dev

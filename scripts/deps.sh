@@ -37,6 +37,7 @@ IMAGE_PKGS="podman runc debootstrap debian-archive-keyring catatonit curl"
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
 	run) ;;
+	demo) want="$want nodejs" ;;
 	test) want="$want $TEST_PKGS" ;;
 	build) want="$BUILD_PKGS" ;;
 	fuzz) want="$LIB_PKGS $FUZZ_PKGS" ;;
@@ -45,7 +46,7 @@ case "${1:-run}" in
 	runtime) want="$RUNTIME_PKGS" ;;
 	patroni) want="$RUN_PKGS $HA_PKGS" ;;
 	image) want="$RUN_PKGS $IMAGE_PKGS" ;;
-	*) echo "usage: $0 [build|run|test|fuzz|dev|bench|runtime|patroni|image]" >&2; exit 2 ;;
+	*) echo "usage: $0 [build|run|demo|test|fuzz|dev|bench|runtime|patroni|image]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.
@@ -62,7 +63,9 @@ done
 # and the bench's (DBOS Transact)
 # need npm: Debian ships it apart from nodejs, which other builds of nodejs
 # (NodeSource's) include, so it is asked for only when the command is missing.
-if { [ "${1:-run}" = test ] || [ "${1:-run}" = bench ]; } && ! command -v npm >/dev/null; then
+# make demo's engine is node-llama-cpp, from npm too.
+if { [ "${1:-run}" = test ] || [ "${1:-run}" = bench ] || [ "${1:-run}" = demo ]; } &&
+	! command -v npm >/dev/null; then
 	missing+=(npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
