@@ -41,6 +41,7 @@ enum {
 	S_PROBE_INTERVAL,
 	S_TLS_CERT,
 	S_TLS_KEY,
+	S_OPS_LISTEN,
 	S_LEASE,
 	S_MAX_ATTEMPTS,
 	S_SOFT,
@@ -82,6 +83,10 @@ static const struct setting settings[S_COUNT] = {
 			"FILE"},
 	[S_TLS_KEY] = {"--tls-key", "GATEWAY_TLS_KEY", K_STRING, NULL, 0, 0,
 		       "the private key of --tls-cert", "FILE"},
+	[S_OPS_LISTEN] = {"--ops-listen", "GATEWAY_OPS_LISTEN", K_STRING, NULL, 0, 0,
+			  "an address of its own for /healthz, /readyz and /metrics (plain HTTP); "
+			  "then --listen has no /metrics",
+			  "ADDRESS"},
 	[S_LEASE] = {"--lease-ms", "GATEWAY_LEASE_MS", K_MS, "10000", 100, HOUR_MS,
 		     "an attempt's lease, renewed while its replica streams"},
 	[S_MAX_ATTEMPTS] = {"--max-attempts", "GATEWAY_MAX_ATTEMPTS", K_MS, "0", 0, 1000,
@@ -427,6 +432,7 @@ void config_parse(struct gateway *gw, int argc, char **argv)
 	gw->ledger_ca_file = text(value[S_CA_FILE]);
 	gw->tls_cert = text(value[S_TLS_CERT]);
 	gw->tls_key = text(value[S_TLS_KEY]);
+	gw->ops_listen = text(value[S_OPS_LISTEN]);
 	gw->lease_ms = (uint32_t)number(&settings[S_LEASE], value[S_LEASE]);
 	gw->max_attempts = (uint32_t)number(&settings[S_MAX_ATTEMPTS], value[S_MAX_ATTEMPTS]);
 	gw->soft_ms = (uint32_t)number(&settings[S_SOFT], value[S_SOFT]);

@@ -62,6 +62,7 @@ struct gateway {
 	const char *ledger_ca_file; /* the CAs of an https ledger; NULL: the system's */
 	const char *tls_cert;       /* the listener's certificate chain (PEM); NULL: plain HTTP */
 	const char *tls_key;        /* its private key */
+	const char *ops_listen;     /* health, readiness, metrics apart; NULL: on listen */
 	struct replica replicas[MAX_REPLICAS];
 	size_t n_replicas;
 	uint32_t lease_ms;

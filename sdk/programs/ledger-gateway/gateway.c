@@ -36,6 +36,8 @@
 
 #define MAX_BODY (1u << 20)
 #define DRAIN_MS 30000u /* how long a stop waits for the streams in flight */
+#define API_LISTENER 0  /* the listeners, as wire_net_start() numbers them */
+#define OPS_LISTENER 1
 
 static struct gateway gw;
 
@@ -178,10 +180,14 @@ static void reply_json(struct call *c, unsigned status, json_t *doc)
 
 /*
  * The GETs: health, readiness (ledgerd and a replica ready), the models of
- * the healthy replicas, the metrics. @return false: not one of them
+ * the healthy replicas, the metrics. The operations listener serves the
+ * first two and the metrics alone; with it, the API listener has no
+ * metrics. @return false: not one of them
  */
-static bool serve_get(struct call *c, const char *target)
+static bool serve_get(struct call *c, const char *target, unsigned listener)
 {
+	bool ops = listener == OPS_LISTENER;
+
 	if (path_is(target, "/healthz")) {
 		reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
 	} else if (path_is(target, "/readyz")) {
@@ -201,9 +207,9 @@ static bool serve_get(struct call *c, const char *target)
 			   json_pack("{s:s,s:b,s:o}", "status",
 				     ledger_ready && replica_ready ? "ready" : "not_ready",
 				     "ledger", ledger_ready, "replicas", replicas));
-	} else if (path_is(target, "/v1/models")) {
+	} else if (!ops && path_is(target, "/v1/models")) {
 		reply_json(c, 200, gateway_replicas_models(&gw));
-	} else if (path_is(target, "/metrics")) {
+	} else if ((ops || gw.ops_listen == NULL) && path_is(target, "/metrics")) {
 		char *text = gateway_metrics_text(&gw);
 
 		if (text == NULL)
@@ -225,7 +231,7 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 {
 	struct call *c = calloc(1, sizeof(*c));
 
-	(void)ctx, (void)listener;
+	(void)ctx;
 	if (c == NULL)
 		return NULL;
 	c->q.conn = conn;
@@ -235,9 +241,9 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 		free(c);
 		return NULL;
 	}
-	if (strcmp(head->method, "GET") == 0 && serve_get(c, head->target)) {
+	if (strcmp(head->method, "GET") == 0 && serve_get(c, head->target, listener)) {
 		/* answered */
-	} else if (!path_is(head->target, "/v1/chat/completions")) {
+	} else if (listener == OPS_LISTENER || !path_is(head->target, "/v1/chat/completions")) {
 		reply_invalid(c, 404, "not_found", "no such path", NULL);
 	} else if (strcmp(head->method, "POST") != 0) {
 		reply_invalid(c, 405, "method_not_allowed", "only POST is served", "POST");
@@ -318,11 +324,11 @@ int main(int argc, char **argv)
 	struct ledger_client_options opts = {0};
 	struct wire_net *net = NULL;
 	struct wire_tls *tls = NULL;
-	struct wire_net_listener listener;
+	struct wire_net_listener listeners[2];
 	struct wire_net_config ncfg = WIRE_NET_DEFAULTS;
-	char bound[300], err[400];
+	char bound[300], ops_bound[300] = "", err[400];
 	sigset_t stop;
-	int fd, sig = 0;
+	int fd, ops_fd = -1, sig = 0;
 
 	config_parse(&gw, argc, argv);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -346,6 +352,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ledger-gateway: %s\n", err);
 		return 1;
 	}
+	if (gw.ops_listen != NULL) {
+		ops_fd = wire_listen_open(gw.ops_listen, ops_bound, sizeof(ops_bound), err,
+					  sizeof(err));
+		if (ops_fd < 0) {
+			fprintf(stderr, "ledger-gateway: --ops-listen: %s\n", err);
+			return ops_fd == -2 ? 2 : 1;
+		}
+	}
 
 	/* SIGTERM, SIGINT and SIGHUP are taken by main alone; every other thread blocks them. */
 	sigemptyset(&stop);
@@ -355,10 +369,14 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	listener = (struct wire_net_listener){fd, tls, strncmp(gw.listen, "unix:", 5) != 0};
+	listeners[API_LISTENER] =
+		(struct wire_net_listener){fd, tls, strncmp(gw.listen, "unix:", 5) != 0};
+	if (ops_fd >= 0)
+		listeners[OPS_LISTENER] = (struct wire_net_listener){
+			ops_fd, NULL, strncmp(gw.ops_listen, "unix:", 5) != 0};
 	ncfg.max_connections = wire_listen_room(ncfg.max_connections, 0);
 	ncfg.discard_max = MAX_BODY + (size_t)8 * 1024 * 1024;
-	if (wire_net_start(&ncfg, &ops, &listener, 1, &net) != LEDGER_OK) {
+	if (wire_net_start(&ncfg, &ops, listeners, ops_fd >= 0 ? 2 : 1, &net) != LEDGER_OK) {
 		fprintf(stderr, "ledger-gateway: cannot start serving on %s\n", bound);
 		return 1;
 	}
@@ -369,6 +387,11 @@ int main(int argc, char **argv)
 	fprintf(stderr,
 		"{\"level\":\"info\",\"msg\":\"listening\",\"address\":\"%s\",\"tls\":%s,\"replicas\":%zu}\n",
 		bound, tls != NULL ? "true" : "false", gw.n_replicas);
+	if (ops_fd >= 0)
+		fprintf(stderr,
+			"{\"level\":\"info\",\"msg\":\"operations (/healthz, /readyz, /metrics) "
+			"listening\",\"ops_address\":\"%s\"}\n",
+			ops_bound);
 	while (sigwait(&stop, &sig) == 0 && sig == SIGHUP) {
 		if (tls == NULL)
 			gateway_log("SIGHUP: no TLS credentials to reload", NULL, NULL, NULL);

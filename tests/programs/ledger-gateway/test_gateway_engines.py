@@ -11,6 +11,7 @@ ledgerd recorded.
 
 import http.client
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -114,6 +115,12 @@ def setup(stack, request, tmp_path):
 
 
 # --- talking to the gateway --------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def call(gw, method, path, body=None, headers=None, timeout=30):
     """One request; returns (status, lower-cased headers, body bytes)."""
@@ -574,6 +581,37 @@ def test_readiness_names_every_replica_and_metrics_count(setup):
                  "ledger_gateway_replays_total{row=\"1\"} 0",
                  "ledger_gateway_failovers_total{action=\"retry_prefill\"} 0"):
         assert name in text, name
+
+
+def test_ops_listen_serves_health_readiness_and_metrics_apart(setup):
+    """--ops-listen (GATEWAY.md, "Command line"): health, readiness and metrics
+    on an address of their own, and no metrics on the clients' listener; the
+    operations listener serves nothing else."""
+    a = setup.engine("a", "vllm")
+    ops_port = free_port()
+    gw = setup.start_gateway("--replica", "a=" + a.url, "--ops-listen",
+                             "127.0.0.1:%d" % ops_port)
+    assert wait_state(gw, "a", "healthy")
+    ops = type("Ops", (), {"host": "127.0.0.1", "port": ops_port})
+    assert call(ops, "GET", "/healthz")[0] == 200
+    status, _, raw = call(ops, "GET", "/readyz")
+    assert status == 200 and json.loads(raw)["replicas"][0]["name"] == "a"
+    status, _, raw = call(ops, "GET", "/metrics")
+    assert status == 200 and b"ledger_gateway_attempts_total" in raw
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions")):
+        status, _, raw = call(ops, method, path, {"model": VLLM_MODEL, "messages": []})
+        assert status == 404 and json.loads(raw)["error"]["code"] == "not_found", (path, raw)
+    status, _, raw = call(gw, "GET", "/metrics")
+    assert status == 404 and json.loads(raw)["error"]["code"] == "not_found"
+    assert call(gw, "GET", "/healthz")[0] == 200 and readiness(gw)[0] == 200
+    assert chat(gw)[0] == 200
+    # An address that cannot be bound stops start-up.
+    taken = Process([GATEWAY, "--listen", "127.0.0.1:0", "--ledger-url",
+                     setup.stack.ledger_url, "--replica", "a=" + a.url,
+                     "--ops-listen", "127.0.0.1:%d" % ops_port],
+                    setup.folder / "taken.log", env=dict(clean_env(), LEDGER_TOKEN=setup.token))
+    assert taken.proc.wait(timeout=10) == 1
+    assert b"--ops-listen" in taken.proc.stderr.read()
 
 
 def test_a_keyed_whole_answer_is_replayed_byte_for_byte(setup):
