@@ -15,6 +15,7 @@
 
 #define POLL_MS 50
 #define MAX_PENDING (4u << 20) /* an event longer than this is a broken replica */
+#define SETTLED_MAX 4096u      /* the settled tool calls' header, at most */
 
 struct upstream {
 	CURLM *multi;
@@ -85,6 +86,46 @@ static bool add_header(struct curl_slist **list, const char *name, const char *v
 	return true;
 }
 
+/*
+ * X-Ledger-Settled-Tool-Calls (GATEWAY.md, "The engine side"): the settled
+ * calls' JSON array, cut to the first calls that fit in SETTLED_MAX bytes,
+ * and X-Ledger-Settled-Tool-Calls-Omitted with how many did not. An array
+ * that cannot be read is sent as it came; ledgerd wrote it.
+ */
+static bool add_settled(struct curl_slist **list, const char *settled)
+{
+	json_t *all = strlen(settled) > SETTLED_MAX ? json_loads(settled, 0, NULL) : NULL;
+	json_t *kept = NULL, *call;
+	char *text = NULL, omitted[24];
+	size_t i, used = 2; /* the brackets */
+	bool ok;
+
+	if (!json_is_array(all)) {
+		json_decref(all);
+		return add_header(list, "X-Ledger-Settled-Tool-Calls", settled);
+	}
+	kept = json_array();
+	json_array_foreach(all, i, call)
+	{
+		size_t len = json_dumpb(call, NULL, 0, JSON_COMPACT);
+
+		if (kept == NULL || used + len + (i > 0) > SETTLED_MAX)
+			break;
+		used += len + (i > 0);
+		json_array_append(kept, call);
+	}
+	if (kept != NULL)
+		text = json_dumps(kept, JSON_COMPACT);
+	snprintf(omitted, sizeof(omitted), "%zu",
+		 json_array_size(all) - (kept != NULL ? json_array_size(kept) : 0));
+	ok = text != NULL && add_header(list, "X-Ledger-Settled-Tool-Calls", text) &&
+	     add_header(list, "X-Ledger-Settled-Tool-Calls-Omitted", omitted);
+	free(text);
+	json_decref(kept);
+	json_decref(all);
+	return ok;
+}
+
 struct upstream *upstream_open(const struct upstream_target *t, const char *body, size_t body_len,
 			       const char *request_id, const char *attempt_id, const char *settled)
 {
@@ -115,7 +156,7 @@ struct upstream *upstream_open(const struct upstream_target *t, const char *body
 	if (headers_ok && t->ledger_headers)
 		headers_ok = add_header(&u->headers, "X-Ledger-Request-Id", request_id) &&
 			     add_header(&u->headers, "X-Ledger-Attempt-Id", attempt_id) &&
-			     add_header(&u->headers, "X-Ledger-Settled-Tool-Calls", settled);
+			     add_settled(&u->headers, settled);
 	/* A new connection, closed with the transfer: a cancelled attempt's connection is
 	 * never reused, and closing it is what tells the engine to stop. */
 	if (!headers_ok || curl_easy_setopt(u->easy, CURLOPT_URL, url) != CURLE_OK ||

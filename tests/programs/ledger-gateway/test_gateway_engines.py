@@ -11,8 +11,10 @@ ledgerd recorded.
 
 import http.client
 import json
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -449,6 +451,54 @@ def test_ledger_headers_go_only_to_a_replica_that_runs_tools(setup):
     assert all("x-ledger-request-id" in r["headers"] and "x-ledger-attempt-id" in r["headers"]
                for r in got_a)
     assert not any(k.startswith("x-ledger") for r in got_b for k in r["headers"])
+
+
+def test_settled_tool_calls_over_4_kib_are_cut_and_the_rest_counted(setup):
+    """GATEWAY.md: X-Ledger-Settled-Tool-Calls is capped at 4 KiB, with
+    X-Ledger-Settled-Tool-Calls-Omitted: n beyond. a1's replica settles 40
+    tool calls (about 140 bytes each in the array) before its first delta,
+    then dies; the rerun's replica gets the first calls that fit, and the
+    count of the rest."""
+    sys.path.insert(0, str(ROOT / "sdk" / "python"))
+    from ledger_client import Ledger
+    engines = {n: setup.engine(n, "vllm") for n in ("a", "b")}
+    for e in engines.values():
+        e.control(chunk_delay_ms=1200)
+    cfg = setup.config([{"name": n, "url": e.url, "runs_tools": True}
+                        for n, e in engines.items()])
+    gw = setup.start_gateway("--config", cfg)
+    assert wait_state(gw, "a", "healthy") and wait_state(gw, "b", "healthy")
+    got = {}
+    asking = threading.Thread(target=lambda: got.update(answer=chat(gw)))
+    asking.start()
+
+    def first_attempt():
+        status, page = http_json(setup.stack.ledger_url, path="/v1/requests?status=open",
+                                 token=setup.token)
+        for item in page["items"] if status == 200 else []:
+            attempts = (setup.timeline(item["request_id"]) or {}).get("attempts") or []
+            if attempts:
+                return item["request_id"], attempts[0]
+        return None
+    found = wait_until(first_attempt, 5, 0.01)
+    assert found, "no attempt in ledgerd"
+    rid, a1 = found
+    ledger = Ledger(setup.stack.ledger_url, setup.token)
+    for n in range(40):
+        ledger.tool_call(rid, "call_%02d" % n, lambda key, token: {"ok": True},
+                         attempt_id=a1["attempt_id"], tool="create_ticket", args={"n": n})
+    first, other = engines[a1["replica"]], engines["b" if a1["replica"] == "a" else "a"]
+    other.control(chunk_delay_ms=0)
+    first.signal(signal.SIGKILL)
+    asking.join(timeout=20)
+    assert got["answer"][0] == 200, got
+    rerun = other.requests()[-1]["headers"]
+    header = rerun["x-ledger-settled-tool-calls"]
+    kept = json.loads(header)
+    assert len(header.encode()) <= 4096 < len(header.encode()) + 150, len(header)
+    assert [c["tool_call_id"] for c in kept] == ["call_%02d" % n for n in range(len(kept))]
+    assert int(rerun["x-ledger-settled-tool-calls-omitted"]) == 40 - len(kept) > 0
+    assert setup.timeline(rid)["request"]["status"] == "completed"
 
 
 @pytest.mark.parametrize("content,problem", [
