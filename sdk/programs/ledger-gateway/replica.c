@@ -595,12 +595,19 @@ static void wait_first_probes(struct gateway *gw)
 	pthread_mutex_unlock(&first.lock);
 }
 
+/* @p rep's identity is of the model revision @p revision (NULL or "": any). */
+static bool of_revision(const struct replica *rep, const char *revision)
+{
+	return revision == NULL || revision[0] == '\0' ||
+	       (rep->revision != NULL && strcmp(rep->revision, revision) == 0);
+}
+
 struct gateway_replica_pick gateway_replica_pick(struct gateway *gw, const char *model,
-						 size_t avoid)
+						 size_t avoid, const char *revision)
 {
 	struct gateway_replica_pick p = {.index = GATEWAY_REPLICA_NONE};
 	unsigned start = atomic_fetch_add(&gw->next, 1), best_load = 0;
-	bool any_up = false;
+	bool any_up = false, any_serves = false;
 
 	wait_first_probes(gw);
 	/* Healthy first; a slow one only when no healthy one serves the model. */
@@ -614,8 +621,10 @@ struct gateway_replica_pick gateway_replica_pick(struct gateway *gw, const char 
 			pthread_mutex_lock(&rep->lock);
 			if (k != avoid && rep->state == want && rep->identity != NULL) {
 				any_up = true;
-				if (serves(rep, model) && (p.index == GATEWAY_REPLICA_NONE ||
-							   rep->in_flight < best_load)) {
+				any_serves = any_serves || serves(rep, model);
+				if (serves(rep, model) && of_revision(rep, revision) &&
+				    (p.index == GATEWAY_REPLICA_NONE ||
+				     rep->in_flight < best_load)) {
 					p.index = k;
 					best_load = rep->in_flight;
 				}
@@ -624,7 +633,7 @@ struct gateway_replica_pick gateway_replica_pick(struct gateway *gw, const char 
 		}
 	}
 	if (p.index == GATEWAY_REPLICA_NONE) {
-		p.no_model = any_up;
+		p.no_model = any_up && !any_serves;
 		return p;
 	}
 	pthread_mutex_lock(&gw->replicas[p.index].lock);

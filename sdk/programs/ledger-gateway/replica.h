@@ -34,13 +34,14 @@ void gateway_replicas_start(struct gateway *gw);
 
 /**
  * Picks a replica for @p model (NULL: any) other than @p avoid
- * (GATEWAY_REPLICA_NONE: none to avoid) and counts a request in flight on
- * it, to be given back with gateway_replica_put(). Before the first probes
- * have ended, it waits for them.
+ * (GATEWAY_REPLICA_NONE: none to avoid), of the model revision @p revision
+ * (NULL or "": any; a rerun's must be the request's), and counts a request
+ * in flight on it, to be given back with gateway_replica_put(). Before the
+ * first probes have ended, it waits for them.
  * @return the pick; free with gateway_replica_pick_clear()
  */
 struct gateway_replica_pick gateway_replica_pick(struct gateway *gw, const char *model,
-						 size_t avoid);
+						 size_t avoid, const char *revision);
 
 /** Frees what @p p owns (and not its request in flight: see gateway_replica_put()). */
 void gateway_replica_pick_clear(struct gateway_replica_pick *p);

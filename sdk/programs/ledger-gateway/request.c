@@ -394,7 +394,8 @@ static struct ledger_attempt_spec attempt_spec(const struct gateway_request *q, 
 
 /* Starts a run of the attempt begun for @p q, which takes its body. */
 static void start_run(struct gateway_request *q, const char *input, unsigned attempts,
-		      struct ledger_attempt *attempt, size_t replica, struct step *s)
+		      struct ledger_attempt *attempt, const struct gateway_replica_pick *pick,
+		      struct step *s)
 {
 	struct gateway_run_start st = {.request_id = q->rid,
 				       .keyed = q->keyed,
@@ -403,9 +404,10 @@ static void start_run(struct gateway_request *q, const char *input, unsigned att
 				       .body_len = q->body_len,
 				       .attempts = attempts,
 				       .attempt = attempt,
-				       .replica = replica,
+				       .replica = pick->index,
 				       .stream = q->stream,
-				       .model = q->model};
+				       .model = q->model,
+				       .revision = pick->revision};
 
 	q->body = NULL;
 	s->run = gateway_run_start(&st);
@@ -419,11 +421,15 @@ static void start_run(struct gateway_request *q, const char *input, unsigned att
 	}
 }
 
-/* The request's next attempt, a(n+1), begun for a new run (a first one, or row 9). */
-static void begin_next(struct gateway_request *q, const char *input, unsigned n, bool *waited,
-		       struct step *s)
+/*
+ * The request's next attempt, a(n+1), begun for a new run (a first one, or
+ * row 9), on a replica of the request's model @p revision (NULL: a first).
+ */
+static void begin_next(struct gateway_request *q, const char *input, unsigned n,
+		       const char *revision, bool *waited, struct step *s)
 {
-	struct gateway_replica_pick pick = gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE);
+	struct gateway_replica_pick pick =
+		gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE, revision);
 	struct ledger_client_error err = {0};
 	struct ledger_attempt *attempt = NULL;
 	struct ledger_attempt_spec spec;
@@ -437,7 +443,7 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 	snprintf(aid, sizeof(aid), "a%u", n + 1);
 	spec = attempt_spec(q, aid, &pick, input);
 	if (ledger_client_attempt_begin(gw->ledger, &spec, &attempt, &err) == LEDGER_CLIENT_OK) {
-		start_run(q, input, n + 1, attempt, pick.index, s); /* the run has the replica */
+		start_run(q, input, n + 1, attempt, &pick, s); /* the run has the replica */
 		pick.index = GATEWAY_REPLICA_NONE;
 	} else if (err.status == 0) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
@@ -458,9 +464,10 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
  * rerun a(n+1) that a retry_prefill decision begins.
  */
 static void take_over(struct gateway_request *q, const char *input, const char *aid, unsigned n,
-		      bool *waited, struct step *s)
+		      const char *revision, bool *waited, struct step *s)
 {
-	struct gateway_replica_pick pick = gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE);
+	struct gateway_replica_pick pick =
+		gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE, revision);
 	struct ledger_client_error err = {0};
 	struct ledger_failover_opts opts = {0};
 	struct ledger_decision d = {0};
@@ -482,7 +489,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		else
 			refused_attempt(&err, waited, s);
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL && d.next != NULL) {
-		start_run(q, input, n + 1, ledger_client_decision_take_next(&d), pick.index, s);
+		start_run(q, input, n + 1, ledger_client_decision_take_next(&d), &pick, s);
 		pick.index = GATEWAY_REPLICA_NONE; /* the run has the replica */
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = NO_REPLICA};
@@ -526,6 +533,8 @@ static void decide_open(struct gateway_request *q, const char *input, json_t *vi
 			bool *waited, struct step *s)
 {
 	json_t *a = newest_attempt(view);
+	const char *revision = json_string_value(
+		json_object_get(json_object_get(view, "request"), "model_revision"));
 	const char *state = json_string_value(json_object_get(a, "state"));
 	json_int_t left = json_integer_value(json_object_get(a, "lease_ms_left"));
 	bool holds = state != NULL &&
@@ -536,10 +545,10 @@ static void decide_open(struct gateway_request *q, const char *input, json_t *vi
 		s->refusal = IN_PROGRESS;
 	} else if ((holds || (state != NULL && strcmp(state, "expired") == 0)) &&
 		   json_is_string(json_object_get(a, "attempt_id"))) {
-		take_over(q, input, json_string_value(json_object_get(a, "attempt_id")), n, waited,
-			  s);
+		take_over(q, input, json_string_value(json_object_get(a, "attempt_id")), n,
+			  revision, waited, s);
 	} else {
-		begin_next(q, input, n, waited, s);
+		begin_next(q, input, n, revision, waited, s);
 	}
 }
 
@@ -580,7 +589,7 @@ static void decide(struct gateway_request *q, const char *input, bool *waited, s
 	}
 	if (ledger_client_request_get(gw->ledger, q->rid, NULL, &ans, &err) != LEDGER_CLIENT_OK) {
 		if (err.status == 404)
-			begin_next(q, input, 0, waited, s);
+			begin_next(q, input, 0, NULL, waited, s);
 		goto out;
 	}
 	view = json_loadb(ans.body, ans.len, 0, NULL);
@@ -598,7 +607,8 @@ static void decide(struct gateway_request *q, const char *input, bool *waited, s
 	} else if (strcmp(status, "abandoned") == 0) {
 		begin_next(q, input,
 			   (unsigned)json_integer_value(json_object_get(request, "attempts")),
-			   waited, s);
+			   json_string_value(json_object_get(request, "model_revision")), waited,
+			   s);
 	} else {
 		*s = (struct step){.kind = STEP_ENDED, .request = json_incref(request)};
 		fetch_answer(q, s);
@@ -655,7 +665,7 @@ static void serve_keyless(struct gateway_request *q, const char *input)
 	bool waited = true; /* a new request has no earlier attempt to wait for */
 	struct step s = {0};
 
-	begin_next(q, input, 0, &waited, &s);
+	begin_next(q, input, 0, NULL, &waited, &s);
 	if (s.kind == STEP_RUN) {
 		gateway_run_serve(s.run, q->conn, -1, true);
 		gateway_run_release(s.run);

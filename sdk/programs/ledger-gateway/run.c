@@ -74,6 +74,7 @@ struct gateway_run {
 	bool counted;                   /* the run holds a request in flight on it */
 	bool stream;                    /* an SSE stream was asked for; else one JSON answer */
 	char *model;                    /* the model asked for, or NULL */
+	char *revision;                 /* the request's model revision, or NULL */
 	struct upstream *up;
 	char *prelude[MAX_PRELUDE]; /* the attempt's events before its first output (a role) */
 	size_t n_prelude;
@@ -191,6 +192,7 @@ void gateway_run_release(struct gateway_run *r)
 	free(r->refusal_body);
 	free(r->refusal_type);
 	free(r->model);
+	free(r->revision);
 	free(r->body);
 	pthread_cond_destroy(&r->changed);
 	pthread_mutex_destroy(&r->lock);
@@ -620,7 +622,7 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 	/* Where a rerun would go, if the decision allows one. */
 	if (signal != LEDGER_SIGNAL_OVERLOADED && signal != LEDGER_SIGNAL_CLIENT_DISCONNECTED &&
 	    r->delivered == 0)
-		pick = gateway_replica_pick(gw, r->model, r->replica);
+		pick = gateway_replica_pick(gw, r->model, r->replica, r->revision);
 	if (pick.index != GATEWAY_REPLICA_NONE)
 		opts.next = next_spec(r, &pick, next_aid);
 	for (;;) {
@@ -1167,8 +1169,10 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	r->replica = st->replica;
 	r->counted = true;
 	r->stream = st->stream;
-	if (st->model != NULL && (r->model = strdup(st->model)) == NULL) {
+	if ((st->model != NULL && (r->model = strdup(st->model)) == NULL) ||
+	    (st->revision != NULL && (r->revision = strdup(st->revision)) == NULL)) {
 		drop_attempt(r);
+		free(r->model);
 		free(r->body);
 		free(r);
 		return NULL;

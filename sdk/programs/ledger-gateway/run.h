@@ -34,6 +34,7 @@ struct gateway_run_start {
 	size_t replica;    /* its replica, whose request in flight the run takes (and gives back) */
 	bool stream;       /* an SSE stream was asked for; else one JSON answer */
 	const char *model; /* the model asked for, or NULL */
+	const char *revision; /* the request's model revision: every rerun's */
 };
 
 /** Remembers the settings every run reads (borrowed for the process's life). */

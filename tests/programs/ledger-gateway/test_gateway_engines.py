@@ -371,6 +371,29 @@ def test_an_error_event_before_the_first_delta_reruns_elsewhere(setup):
     assert sorted(reruns, key=len) == [[("a1", "b")], [("a1", "a"), ("a2", "b")]], reruns
 
 
+def test_a_rerun_goes_only_to_a_replica_of_the_same_identity(setup):
+    """GATEWAY.md: the identity is what must match before a rerun may use
+    another replica (and ledgerd's policy refuses a rerun on another model
+    revision). b serves the same model with another KV cache dtype; a, its
+    twin c. a's stream is cut before the first delta: the rerun skips b,
+    next in turn, and goes to c."""
+    a = setup.engine("a", "vllm", "--kv-cache-dtype", "auto", "--enable-metrics")
+    b = setup.engine("b", "vllm", "--kv-cache-dtype", "fp8_e4m3", "--enable-metrics")
+    c = setup.engine("c", "vllm", "--kv-cache-dtype", "auto", "--enable-metrics")
+    a.control(stream_cut={"after": 0, "count": 1})
+    gw = setup.start_gateway(*[x for e in (a, b, c)
+                               for x in ("--replica", "%s=%s" % (e.name, e.url))])
+    for e in (a, b, c):
+        assert wait_state(gw, e.name, "healthy")
+    # A fresh gateway's first request goes to its first replica.
+    status, headers, raw = chat(gw)
+    assert status == 200 and sse_data(raw)[-1] == "[DONE]", raw
+    attempts = setup.timeline(headers["x-request-id"])["attempts"]
+    assert [(x["attempt_id"], x["replica"]) for x in attempts] == [("a1", "a"), ("a2", "c")]
+    assert attempts[0]["model_revision"] == attempts[1]["model_revision"]
+    assert b.requests() == []
+
+
 def test_an_error_event_after_the_first_delta_ends_the_stream(setup):
     a = setup.engine("a", "vllm")
     gw = setup.start_gateway("--replica", "a=" + a.url)
