@@ -835,6 +835,97 @@ def test_pool_and_portkey_settings_name_the_key_header():
         retry_on=[503], api_key=shown["api_key"]))
 
 
+# --- in front of the engines you run ---------------------------------------------------
+#
+# gateway-engines.sh runs as written against stand-ins of the engines of engines.sh
+# (tests/engines: two vLLM and one SGLang server, and a real llama.cpp engine
+# speaking llama-server's API), each with its own API key, at the addresses of
+# gateway-engines.yaml rewritten to theirs.
+
+
+def test_engines_and_their_config_name_the_same_hosts_and_keys():
+    """engines.sh starts each engine gateway-engines.yaml names, on its host and
+    port, with the key the file's api_key_env names."""
+    config = yaml.safe_load((CODE / "gateway-engines.yaml").read_text())["replicas"]
+    text = (CODE / "engines.sh").read_text().replace("\\\n", " ")
+    commands = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == len(config)
+    for replica, command in zip(config, commands):
+        host, port = re.fullmatch(r"http://([\d.]+):(\d+)", replica["url"]).groups()
+        assert "--host %s --port %s " % (host, port) in command, (replica, command)
+        assert command.endswith('--api-key "$%s"' % replica["api_key_env"]), command
+
+
+def test_gateway_in_front_of_the_engines_answers_as_the_guide_says(service, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "faults"))
+    sys.path.insert(0, str(ROOT / "tests" / "engines" / "llama"))
+    from llama_engine import LlamaEngine
+    from stack import Process, http_json
+    fake = ROOT / "tests" / "engines" / "fakes" / "engine_fake.py"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    var = tmp_path / "var"
+    var.mkdir()
+    keys = {}
+    for name in ("vllm", "sglang", "llama"):
+        keys[name] = new_id(name)
+        (var / ("%s-api-key" % name)).write_text(keys[name] + "\n")
+    engines = [
+        Process([sys.executable, fake, "--kind", "vllm", "--model", model,
+                 "--api-key", keys["vllm"]], tmp_path / "vllm-1.log").wait_ready(),
+        Process([sys.executable, fake, "--kind", "vllm", "--model", model,
+                 "--api-key", keys["vllm"]], tmp_path / "vllm-2.log").wait_ready(),
+        Process([sys.executable, fake, "--kind", "sglang", "--model-path", model,
+                 "--api-key", keys["sglang"]], tmp_path / "sglang-1.log").wait_ready()]
+    shell = None
+    try:
+        engines.append(LlamaEngine(tmp_path / "llama-1.log", alias="llama-3.1-8b-q8",
+                                   api_key=keys["llama"]))
+        config = (CODE / "gateway-engines.yaml").read_text()
+        for i, e in enumerate(engines, 1):
+            url = re.search(r"url: (http://10\.0\.0\.%d:\d+)" % i, config).group(1)
+            config = config.replace(url, e.url)
+        (var / "gateway-engines.yaml").write_text(config)
+        gateway, ops = free_address(), free_address()
+        script = re.sub(r"\bvar/", str(var) + "/", (CODE / "gateway-engines.sh").read_text())
+        script = script.replace("docs/guides/gateway-engines.yaml",
+                                str(var / "gateway-engines.yaml"))
+        script = script.replace("127.0.0.1:8000", gateway).replace("127.0.0.1:9100", ops)
+        tenant = new_id("t")
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
+               "LEDGER_URL": "http://%s:%d" % (service.ledgerd.host, service.ledgerd.port),
+               "LEDGER_TOKEN": service.token("router", tenant)}
+        # The gateway's first probes end before /readyz says ready: the kinds shown are read.
+        shell = subprocess.Popen(["bash", "-c", script + "\nwait"], cwd=ROOT, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True, text=True)
+        lines = []
+        deadline = time.time() + 60
+        while len(lines) < 7 and time.time() < deadline:
+            line = shell.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+        assert len(lines) == 7, (lines, shell.stderr.read() if shell.poll() is not None else "")
+        ready = [json.loads(line) for line in lines[:4]]
+        assert ready == [{"name": n, "kind": k, "state": "healthy", "reason": ""} for n, k in
+                         (("vllm-1", "vllm"), ("vllm-2", "vllm"), ("sglang-1", "sglang"),
+                          ("llama-1", "llama.cpp"))], ready
+        assert sorted(json.loads(lines[4])) == sorted([model, "llama-3.1-8b-q8"]), lines[4]
+        assert lines[5].startswith("data: {") and lines[6] == "data: [DONE]", lines
+        got = shell.stdout.readline().strip()
+        assert got == '"chat.completion"', got
+        # Each engine got its own key, and every request to it carried it.
+        for e, name in zip(engines, ("vllm", "vllm", "sglang")):
+            requests = http_json(e.url, path="/_fake/requests")[1]["requests"]
+            assert requests and all(r["headers"].get("authorization") == "Bearer " + keys[name]
+                                    for r in requests), requests
+    finally:
+        if shell is not None:
+            _kill_group(shell)
+        for e in engines:
+            e.stop()
+
+
 # --- agents as clients of the router ---------------------------------------------------
 
 
