@@ -39,8 +39,12 @@ def test_a_database_error_names_the_call_it_failed(service):
         service.sql("ALTER TABLE tool_calls_away RENAME TO tool_calls")
     assert r.status == 503, r
     failures = lines(led, since, "database step failed")
-    assert failures, "no database failure was logged"
-    for e in failures:
+    # ledgerd's own background work (expiring leases, the gauges of /metrics)
+    # may meet the missing table too: its lines name no call. Every line that
+    # names one names this call, and the claim's failure is among them.
+    named = [e for e in failures if "request_id" in e or "tool_call_id" in e]
+    assert named, "no database failure named the call: %s" % failures
+    for e in named:
         assert e.get("request_id") == rid and e.get("tool_call_id") == cid, e
 
 
