@@ -216,12 +216,13 @@ def clean_env():
 
 
 class Stack:
-    """PostgreSQL and one ledgerd (with POLICY), shared by the runs made on it.
+    """PostgreSQL and one ledgerd (with POLICY, or with @policy's values in its
+    place), shared by the runs made on it.
 
     @folder receives ledgerd's log and the policy file.
     """
 
-    def __init__(self, folder, timing=Timing()):
+    def __init__(self, folder, timing=Timing(), policy=None):
         for binary in (LEDGERD, GATEWAY):
             if not binary.exists():
                 raise RuntimeError("%s is missing: run make all first" % binary)
@@ -234,8 +235,8 @@ class Stack:
         try:
             self.database_url = self.postgres.create_db("ledger")
             ledgerd("migrate", "--database-url", self.database_url)
-            policy = self.folder / "policy.yaml"
-            policy.write_text(POLICY_YAML.format(**POLICY))
+            given, policy = policy, self.folder / "policy.yaml"
+            policy.write_text(POLICY_YAML.format(**dict(POLICY, **(given or {}))))
             self.ledgerd = Process(
                 [LEDGERD, "serve", "--database-url", self.database_url, "--listen",
                  "127.0.0.1:0", "--policy", policy], self.folder / "ledgerd.log",

@@ -636,9 +636,14 @@ static void serve_keyed(struct gateway_request *q, const char *input)
 			if (!s.starter)
 				gateway_log("resuming", q->rid, NULL, "\"last_event_id\":%lld",
 					    (long long)q->last_event_id);
-			gateway_run_serve(s.run, q->conn, q->last_event_id, s.starter);
+			if (gateway_run_serve(s.run, q->conn, q->last_event_id, s.starter)) {
+				gateway_run_release(s.run);
+				return;
+			}
+			/* The run was ending: decide again from the request's record. */
+			gateway_log("run ended before the repeat attached", q->rid, NULL, NULL);
 			gateway_run_release(s.run);
-			return;
+			break;
 		case STEP_ENDED:
 			answer_ended(q, s.request, s.answer);
 			json_decref(s.request);

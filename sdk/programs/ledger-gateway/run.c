@@ -87,6 +87,7 @@ struct gateway_run {
 	struct event *events;
 	size_t n_events, cap_events;
 	bool ended;             /* no event will come */
+	bool closing;           /* every client gone past the hold: none may attach again */
 	long refusal_status;    /* ended before any event: the answer */
 	char *refusal_body;     /* owned */
 	char *refusal_type;     /* its Content-Type, owned; NULL: application/json */
@@ -279,8 +280,11 @@ static enum client_state look_at_client(struct gateway_run *r)
 	attached = r->attached;
 	resumed_from = r->resumed_from;
 	hold_until = r->hold_until;
-	pthread_mutex_unlock(&r->lock);
 	state = attached ? CLIENT_HERE : gateway_now_ms() < hold_until ? CLIENT_HELD : CLIENT_GONE;
+	/* The run ends now: a repeat from here on is row 9's, not an attachment. */
+	if (state == CLIENT_GONE)
+		r->closing = true;
+	pthread_mutex_unlock(&r->lock);
 	if (r->attempt == NULL)
 		return state;
 	if (gen != r->seen.gen) {
@@ -1379,16 +1383,27 @@ static bool write_events(struct gateway_run *r, struct wire_conn *conn, size_t *
 	return true;
 }
 
-void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
+bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
 		       bool starter)
 {
 	size_t next = 0;
 	bool head = false;
 	uint64_t gen;
 
+	pthread_mutex_lock(&r->lock);
+	if (!starter && r->closing) {
+		/* Too late to attach: once the run has ended, its request's record
+		 * says what a repeat gets. */
+		while (!r->ended) {
+			struct timespec t = poll_deadline();
+
+			pthread_cond_timedwait(&r->changed, &r->lock, &t);
+		}
+		pthread_mutex_unlock(&r->lock);
+		return false;
+	}
 	if (!starter)
 		gateway_metrics_resume();
-	pthread_mutex_lock(&r->lock);
 	gen = starter ? r->gen : ++r->gen;
 	r->attached = true;
 	r->resumed_from = last_event_id;
@@ -1414,17 +1429,17 @@ void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t la
 		case TURN_GONE:
 			detach(r, gen);
 			wire_stream_end(conn, false);
-			return;
+			return true;
 		case TURN_REPLACED:
 			replaced(r, conn, head, next);
-			return;
+			return true;
 		case TURN_END:
 			if (!head)
 				answer_refusal(r, conn);
 			else
 				wire_stream_end(conn, true);
 			detach(r, gen);
-			return;
+			return true;
 		}
 	}
 }

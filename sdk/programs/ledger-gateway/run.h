@@ -66,8 +66,12 @@ void gateway_run_release(struct gateway_run *r);
  * with a final stream_resumed_elsewhere event). A run that ends before its
  * first event answers with its refusal. Ends the reply. @p starter: the
  * request that started the run, attached from its start.
+ * @return true; false, with nothing written, when @p r was ending (its
+ *         clients gone past the hold) and a repeat could no longer attach:
+ *         it has ended since, and its request's record in ledgerd says what
+ *         the repeat gets
  */
-void gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
+bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
 		       bool starter);
 
 /**

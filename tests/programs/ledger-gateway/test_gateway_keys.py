@@ -417,6 +417,45 @@ def test_row9_a_spent_budget_is_a_503_that_a_retry_cannot_mend(run):
     assert run.timeline(rid)["request"]["status"] == "abandoned"
 
 
+def test_a_repeat_as_the_hold_ends_is_served_never_meets_an_ending_run(tmp_path_factory):
+    """A repeat that comes while its run is ending (the hold just ran out, the
+    run reporting client_disconnected) must not attach to that run: it waits
+    for the run's end and is answered from the record (row 9: a new attempt).
+    Repeats at 15 offsets around the end of the hold, each of its own key:
+    every one gets a whole answer. The pool's retry budget is widened for
+    them: most are row 9's reruns, all at once."""
+    stack = Stack(tmp_path_factory.mktemp("keys-ending"), TIMING,
+                  policy={"percent_of_attempts": 100, "min_retries": 100})
+    try:
+        with Run(stack, run_folder("keys-ending")) as run:
+            repeats_around_the_end_of_the_hold(run)
+    finally:
+        stack.close()
+
+
+def repeats_around_the_end_of_the_hold(run):
+    for r in run.replicas:
+        r.control(prefill_ms=1200)
+    gw = run.start_gateway("--first-byte-hold-ms", "100", env=ENV, timing=TIMING)
+    keys = ["ending-%d" % n for n in range(15)]
+    got = {}
+
+    def client(n, key):
+        leave_before_first_byte(gw, key, 0.2)
+        time.sleep(0.02 + 0.02 * n)  # 20 to 300 ms after it left
+        got[key] = ask(gw, key=key)
+
+    threads = [threading.Thread(target=client, args=(n, k)) for n, k in enumerate(keys)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for key in keys:
+        s = got[key]
+        assert s.status == 200 and s.done, (key, s.status, s.body, s.final_event)
+        assert run.timeline(rid_of(key))["request"]["status"] == "completed", key
+
+
 # --- holds, watching the client, event ids ---
 
 
