@@ -292,10 +292,12 @@ bench:
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/bench/bench.py
 	LEDGERD=$(BUILD)/ledgerd $(PYTHON) tests/bench/mcp_latency.py
 
+# exec: the shell of the recipe becomes run.sh, which make's SIGTERM (a kill
+# of make's PID) then reaches; it passes the signal on to ledgerd.
 run:
 	@scripts/deps.sh run
 	$(MAKE) all
-	LEDGERD=$(BUILD)/ledgerd scripts/run.sh
+	LEDGERD=$(BUILD)/ledgerd exec scripts/run.sh
 
 # ledger-gateway in front of two real llama.cpp engines, each killed once on
 # purpose, and ledgerd's timelines of both requests (scripts/demo.py); runs

@@ -74,6 +74,28 @@ stop_cluster() {
 	say "embedded PostgreSQL stopped"
 }
 
+# What an earlier make run left running (its make killed hard, say): said,
+# with what to do, rather than a bare "could not start server" below.
+left_running() {
+	local pid
+	if [ -s "$var/ledgerd.pid" ] && pid=$(cat "$var/ledgerd.pid") && kill -0 "$pid" 2>/dev/null &&
+		grep -q ledgerd "/proc/$pid/cmdline" 2>/dev/null; then
+		say "the ledgerd of an earlier make run is still running (pid $pid); stop it first:"
+		say "    kill $pid"
+		return 0
+	fi
+	if [ -z "${LEDGER_DATABASE_URL:-}" ] && [ -s "$pgdir/data/postmaster.pid" ] &&
+		pid=$(head -n 1 "$pgdir/data/postmaster.pid") && kill -0 "$pid" 2>/dev/null; then
+		say "the embedded PostgreSQL of an earlier make run is still running (pid $pid); stop it first:"
+		say "    $([ "$pguser" = postgres ] && printf 'runuser -u postgres -- ')$pgbin/pg_ctl -D $pgdir/data -m fast stop"
+		return 0
+	fi
+	return 1
+}
+if left_running; then
+	exit 1
+fi
+
 if [ -z "${LEDGER_DATABASE_URL:-}" ]; then
 	start_cluster
 	embedded=1
@@ -117,4 +139,21 @@ ledgerd: listening on http://$LEDGER_LISTEN (another address: LEDGER_LISTEN=127.
 ledgerd: the incident-review page (paste the token above): http://$LEDGER_LISTEN/ui/
 
 EOF
-"$ledgerd" serve
+# make passes a SIGTERM (a kill of make's PID, as a shell's kill %1 sends)
+# to this shell alone, and a shell waits for its foreground command before
+# it runs a trap: so ledgerd runs in the background and each signal is
+# passed on as SIGTERM (Ctrl-C's SIGINT too). ledgerd drains, then the EXIT
+# trap stops the cluster.
+"$ledgerd" serve &
+ledgerd_pid=$!
+printf '%s\n' "$ledgerd_pid" >"$var/ledgerd.pid"
+trap 'kill -TERM "$ledgerd_pid" 2>/dev/null || true' TERM INT HUP
+status=0
+wait "$ledgerd_pid" || status=$?
+# A trapped signal ends the wait early: wait again for ledgerd's drain.
+while kill -0 "$ledgerd_pid" 2>/dev/null; do
+	status=0
+	wait "$ledgerd_pid" || status=$?
+done
+rm -f "$var/ledgerd.pid"
+exit "$status"
