@@ -218,6 +218,21 @@ def test_the_pages_run_as_written(reader):
                 if why:
                     wrong.append("%s:%d: `%s`: %s" % (b.page, c.line, c.text.split("\n")[0], why))
     assert ran > 20
+    # What the commands wrote stays where git ignores it (var/, build/): a
+    # reader's clone is not left with files that git status then shows.
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True, check=True).stdout
+    ours = set(listed.decode().split("\0"))
+    new = [p.relative_to(reader.workdir).as_posix() for p in reader.workdir.rglob("*")
+           if p.is_file() and not p.relative_to(reader.workdir).as_posix().startswith(
+               ("var/", "build/"))]
+    new = [name for name in new if name not in ours]
+    ignored = set(subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index",
+                                  "--stdin"], input="\n".join(new), capture_output=True,
+                                 text=True).stdout.split("\n"))
+    for name in sorted(set(new) - ignored):
+        wrong.append("a command of the pages wrote %s into the reader's clone, where git "
+                     "sees it: write it under var/" % name)
     assert not wrong, "\n\n".join(wrong)
 
 
