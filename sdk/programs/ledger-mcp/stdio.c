@@ -299,6 +299,16 @@ static void from_client(struct stdio_proxy *sp, char *line, size_t len)
 		if (m.kind == MCP_MSG_NOTIFICATION &&
 		    strcmp(m.method, "notifications/cancelled") == 0)
 			note_cancel(sp, &m);
+	} else {
+		/* Not JSON (cut short, not UTF-8, a NUL): JSON-RPC's parse error, id
+		 * null, from here. The server would drop it or read it otherwise, and
+		 * the client would wait for an answer that never comes. */
+		LEDGER_LOG(LEDGER_LOG_WARN, NULL, NULL,
+			   "a line from the client is not JSON: answered -32700");
+		mcp_message_error(&answer, NULL, -32700,
+				  "Parse error: the line is not a JSON text (RFC 8259, UTF-8)",
+				  NULL);
+		plan = MCP_PLAN_REFUSE;
 	}
 	mcp_message_free(&m);
 	switch (plan) {
@@ -307,7 +317,8 @@ static void from_client(struct stdio_proxy *sp, char *line, size_t len)
 		line = NULL;
 		break;
 	case MCP_PLAN_REFUSE:
-		to_client(sp, answer.data, answer.len);
+		if (!answer.oom)
+			to_client(sp, answer.data, answer.len);
 		break;
 	case MCP_PLAN_PASS:
 		if (!write_line(sp->to_server, &sp->in_lock, line, len))

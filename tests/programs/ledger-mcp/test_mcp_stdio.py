@@ -5,6 +5,7 @@ of the calls in flight, recorded.
 """
 
 import json
+import select
 import subprocess
 from collections import Counter
 
@@ -108,7 +109,10 @@ class Raw:
         self.proc.stdin.write((msg if isinstance(msg, str) else json.dumps(msg)).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def read(self):
+    def read(self, timeout_s=20):
+        """The next line the proxy writes, parsed; fails after @timeout_s without one."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        assert ready, "no answer within %d s" % timeout_s
         return json.loads(self.proc.stdout.readline())
 
 
@@ -142,6 +146,50 @@ def test_arguments_that_cannot_be_fingerprinted_never_reach_the_server(env):
         assert answer["error"]["data"]["server_called"] is False, answer
         assert counts.started() == 0
         assert env.state(meta) is None
+    finally:
+        raw.proc.stdin.close()
+        raw.proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize("line", [
+    b'{"jsonrpc":"2.0","id":9,"method":"tools/list"',            # cut short
+    b'{"jsonrpc":"2.0","id":9,"method":"tools/\xff\xfelist"}',    # not UTF-8
+    b'{"jsonrpc":"2.0","id":9,\x00"method":"tools/list"}',        # a NUL
+    b'not json at all',
+], ids=["truncated", "invalid-utf8", "nul", "text"])
+def test_a_line_that_is_not_json_gets_a_parse_error_not_silence(env, line):
+    """JSON-RPC 2.0, section 5: a request that cannot be parsed is answered
+    -32700 with id null. The session goes on: the next request is answered."""
+    counts = env.counts()
+    raw = Raw(env, counts)
+    try:
+        raw.proc.stdin.write(line + b"\n")
+        raw.proc.stdin.flush()
+        answer = raw.read()
+        assert answer["jsonrpc"] == "2.0" and answer["id"] is None, answer
+        assert answer["error"]["code"] == -32700, answer
+        raw.send({"jsonrpc": "2.0", "id": 10, "method": "tools/list"})
+        assert raw.read()["id"] == 10
+    finally:
+        raw.proc.stdin.close()
+        raw.proc.wait(timeout=20)
+
+
+def test_a_batch_holding_a_tools_call_gets_its_refusal(env):
+    """A batch with a tools/call is refused as README.md documents (-32021
+    batch_with_tool_call, id null: a batch has no one id), and nothing runs."""
+    counts = env.counts()
+    meta = mcp.keys()
+    raw = Raw(env, counts)
+    try:
+        raw.send([{"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+                   "params": {"name": "charge", "arguments": {"order": "o-batch", "cents": 2},
+                              "_meta": meta}},
+                  {"jsonrpc": "2.0", "id": 12, "method": "tools/list"}])
+        answer = raw.read()
+        assert answer["error"]["code"] == -32021, answer
+        assert answer["error"]["data"]["code"] == "batch_with_tool_call", answer
+        assert counts.started() == 0 and env.state(meta) is None
     finally:
         raw.proc.stdin.close()
         raw.proc.wait(timeout=20)
