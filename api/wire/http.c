@@ -84,6 +84,36 @@ static char *take_line(char **p, char *end, struct wire_http_error *err)
 	return NULL;
 }
 
+/*
+ * An absolute-form target (RFC 9112 3.2.2: a server must accept it), such
+ * as a proxy sends: "http://host:port/path?query". @p *at (the space before
+ * the target) moves so that at[1] starts the origin form, "/path?query"
+ * ("/" when there is no path; "/?query"). The authority must be a host
+ * with no userinfo; it is otherwise ignored, as Host is: this server is
+ * every name it is reached by. @return false: no such URI
+ */
+static bool absolute_to_origin(char *target, char **at)
+{
+	size_t scheme = strncasecmp(target, "http://", 7) == 0    ? 7
+			: strncasecmp(target, "https://", 8) == 0 ? 8
+								  : 0;
+	char *authority = target + scheme, *end;
+
+	if (scheme == 0)
+		return false;
+	end = authority + strcspn(authority, "/?#");
+	if (end == authority || memchr(authority, '@', (size_t)(end - authority)) != NULL ||
+	    *end == '#')
+		return false;
+	if (*end == '/') {
+		*at = end - 1;
+	} else {
+		end[-1] = '/'; /* the authority's last byte, no longer needed */
+		*at = end - 2;
+	}
+	return true;
+}
+
 static bool parse_request_line(char *line, struct wire_http_head *h, struct wire_http_error *err)
 {
 	char *sp1 = strchr(line, ' '), *sp2 = NULL, *v = NULL;
@@ -103,8 +133,8 @@ static bool parse_request_line(char *line, struct wire_http_head *h, struct wire
 		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
 			return MALFORMED(err, "the request target holds a space or a control");
 	}
-	if (sp1[1] != '/')
-		return MALFORMED(err, "the request target is not a path");
+	if (sp1[1] != '/' && !absolute_to_origin(sp1 + 1, &sp1))
+		return MALFORMED(err, "the request target is not a path or an http(s) URI");
 	v = sp2 + 1;
 	if (strncmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' ||
 	    v[7] > '9' || v[8] != '\0')

@@ -143,15 +143,44 @@ def test_a_malformed_content_length_is_answered_once(target, value):
     b"GET /healthz\r\nHost: ledgerd\r\n\r\n",
     b"G@T /healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
     b"GET healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
-    b"GET http://ledgerd/healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET http://user@ledgerd/healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
+    b"GET ftp://ledgerd/healthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
     b"GET /heal\x7fthz HTTP/1.1\r\nHost: ledgerd\r\n\r\n",
     b"GET /healthz HTTX/1.1\r\nHost: ledgerd\r\n\r\n",
     b"GET /healthz HTTP/1.10\r\nHost: ledgerd\r\n\r\n",
 ], ids=["obs-fold", "bare-lf", "bare-cr", "nul", "control", "no-colon", "no-name",
         "bad-name", "two-spaces", "trailing-space", "no-version", "bad-method",
-        "relative-target", "absolute-form", "del-in-target", "not-http", "long-minor"])
+        "relative-target", "absolute-form-userinfo", "absolute-form-ftp", "del-in-target",
+        "not-http", "long-minor"])
 def test_a_malformed_head_is_answered_once(target, raw):
     refused_once(target, raw + HEALTHZ)
+
+
+@pytest.mark.parametrize("uri", ["http://ledgerd/healthz", "HTTP://ledgerd:8080/healthz",
+                                 "https://ledgerd/healthz"])
+def test_an_absolute_form_target_is_served_as_its_path(target, uri):
+    """RFC 9112 3.2.2: a server must accept the absolute form a proxy sends;
+    the request is the path's, whatever the authority names."""
+    s = connect(target)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: ledgerd\r\n\r\n" % uri.encode() + HEALTHZ)
+        data, _ = read_all(s, until_answers=2)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    assert [a.status for a in answers] == [200, 200], answers
+
+
+def test_an_absolute_form_without_a_path_is_the_root(target):
+    s = connect(target)
+    try:
+        s.sendall(b"GET http://ledgerd HTTP/1.1\r\nHost: ledgerd\r\n\r\n" + HEALTHZ)
+        data, _ = read_all(s, until_answers=2)
+    finally:
+        s.close()
+    answers, _ = parse(data)
+    # "/" is no route of any of the three servers: 404, answered, and the next goes on.
+    assert [a.status for a in answers][1:] == [200] and answers[0].status in (404, 200), answers
 
 
 @pytest.mark.parametrize("version", ["HTTP/2.0", "HTTP/1.2", "HTTP/0.9", "HTTP/3.0"])
@@ -173,8 +202,11 @@ def test_a_malformed_chunk_is_refused_once_the_body_is_read(target, service):
 
 
 @pytest.mark.parametrize("tail", [b"2\r\n{}0\r\n\r\n", b"2\n{}\r\n0\r\n\r\n",
-                                  b"2\r\n{}\r\n0\r\nX-T: 1\n\r\n"],
-                         ids=["data-without-crlf", "size-bare-lf", "trailer-bare-lf"])
+                                  b"2\r\n{}\r\n0\r\nX-T: 1\n\r\n",
+                                  b"2 ;ext=1\r\n{}\r\n0\r\n\r\n",
+                                  b"2\t;ext=1\r\n{}\r\n0\r\n\r\n"],
+                         ids=["data-without-crlf", "size-bare-lf", "trailer-bare-lf",
+                              "space-before-extension", "tab-before-extension"])
 def test_chunk_framing_needs_every_crlf(target, service, tail):
     path = target.body_path()
     raw = post(target, [("Transfer-Encoding", "chunked")], path=path) + tail
