@@ -202,7 +202,7 @@ enum api_match api_routes_match(const char *method, const char *path,
 {
 	struct segs p, pat;
 	unsigned first[API_MAX_PARAMS + 1], count[API_MAX_PARAMS + 1];
-	static const char *const allow_sets[] = {"GET", "POST", "GET, POST"};
+	static const char *const allow_sets[] = {"GET, HEAD", "POST", "GET, HEAD, POST"};
 	bool get = false, post = false;
 
 	*route_out = NULL;
@@ -217,7 +217,10 @@ enum api_match api_routes_match(const char *method, const char *path,
 			abort(); /* the table is ours */
 		if (!match_from(&pat, 0, &p, 0, first, count, 0))
 			continue;
-		if (strcmp(r->method, method) != 0) {
+		/* HEAD is served wherever GET is (RFC 9110 9.3.2): the same head,
+		 * and the wire writes no body. */
+		if (strcmp(r->method, method) != 0 &&
+		    !(strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0)) {
 			get = get || strcmp(r->method, "GET") == 0;
 			post = post || strcmp(r->method, "POST") == 0;
 			continue;

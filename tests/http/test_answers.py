@@ -295,7 +295,7 @@ def test_answers_are_not_in_the_request_view(rt, service):
 def test_post_on_the_answer_is_405(rt):
     r = rt.post("/v1/requests/%s/answer" % new_id("r"), {})
     assert_error(r, 405, "method_not_allowed")
-    assert r.header("Allow") == "GET"
+    assert r.header("Allow") == "GET, HEAD"
 
 
 # --- refused shapes -------------------------------------------------------------------

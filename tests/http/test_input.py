@@ -698,12 +698,12 @@ WRONG_METHODS = [
     ("PUT", "/v1/requests/r/tool-calls/c/claim", "POST"),
     ("DELETE", "/v1/requests/r/tool-calls/c/complete", "POST"),
     ("GET", "/v1/requests/r/tool-calls/c/resolve", "POST"),
-    ("POST", "/v1/requests/r/tool-calls/c", "GET"),
-    ("DELETE", "/v1/requests/r/tool-calls/c", "GET"),
-    ("POST", "/v1/tool-calls", "GET"),
-    ("PATCH", "/v1/tool-calls", "GET"),
-    ("POST", "/healthz", "GET"),
-    ("DELETE", "/metrics", "GET"),
+    ("POST", "/v1/requests/r/tool-calls/c", "GET, HEAD"),
+    ("DELETE", "/v1/requests/r/tool-calls/c", "GET, HEAD"),
+    ("POST", "/v1/tool-calls", "GET, HEAD"),
+    ("PATCH", "/v1/tool-calls", "GET, HEAD"),
+    ("POST", "/healthz", "GET, HEAD"),
+    ("DELETE", "/metrics", "GET, HEAD"),
 ]
 
 
@@ -715,7 +715,30 @@ def test_wrong_method_is_405_with_allow(service, method, p, allowed):
         assert_only_error(r, 405, "method_not_allowed")
         allow = r.header("Allow")
         assert allow is not None, r
-        assert [m.strip() for m in allow.split(",")] == [allowed], allow
+        assert allow == allowed, allow
+
+
+HEAD_PATHS = ["/healthz", "/readyz", "/metrics", "/v1/whoami", "/v1/tool-calls",
+              "/v1/requests", "/v1/requests/r-none", "/v1/requests/r-none/tool-calls/c",
+              "/ui/"]
+
+
+@pytest.mark.parametrize("p", HEAD_PATHS)
+def test_head_is_served_wherever_get_is(service, p):
+    """RFC 9110 9.3.2: HEAD answers as GET would, the same status and fields,
+    Content-Length included (the metrics' own counters move between the two),
+    and no body."""
+    token = service.token("admin")
+    got = service.ledgerd.request("GET", p, token=token)
+    head = service.ledgerd.request("HEAD", p, token=token)
+    assert head.status == got.status, (head, got)
+    assert head.body == "", head
+    length = head.header("Content-Length")
+    if p == "/metrics":
+        assert int(length) > 0, head.headers
+    else:
+        assert length == str(len(got.body.encode())), (head.headers, got)
+    assert head.header("Content-Type") == got.header("Content-Type")
 
 
 def test_unknown_query_parameter_is_invalid_field(service):

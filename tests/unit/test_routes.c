@@ -118,7 +118,8 @@ static bool check_row(const char *table, size_t i, const struct row *r)
 	}
 	if (r->want == API_MATCH_OK &&
 	    (route == NULL || route == &unset_route || !same(route->name, r->name) ||
-	     !same(route->method, r->method))) {
+	     !(same(route->method, r->method) ||
+	       (same(r->method, "HEAD") && same(route->method, "GET"))))) {
 		print_error("%s row %zu (%s %.60s): route %s, want %s\n", table, i, r->method,
 			    r->path, route != NULL ? STR(route->name) : "NULL", r->name);
 		ok = false;
@@ -323,25 +324,38 @@ static void test_routes_unknown_paths_are_not_found(void **state)
 static const struct row not_allowed_rows[] = {
 	NOT_ALLOWED("GET", "/v1/requests/r1/tool-calls/c1/claim", "POST"),
 	NOT_ALLOWED("PUT", "/v1/requests/r1/tool-calls/c1/resolve", "POST"),
-	NOT_ALLOWED("DELETE", "/v1/requests/r1/tool-calls/c1", "GET"),
-	NOT_ALLOWED("POST", "/v1/requests/r1/tool-calls/c1", "GET"),
-	NOT_ALLOWED("POST", "/v1/requests/r1", "GET"),
-	NOT_ALLOWED("POST", "/v1/requests", "GET"),
-	NOT_ALLOWED("PUT", "/v1/tool-calls", "GET"),
+	NOT_ALLOWED("DELETE", "/v1/requests/r1/tool-calls/c1", "GET, HEAD"),
+	NOT_ALLOWED("POST", "/v1/requests/r1/tool-calls/c1", "GET, HEAD"),
+	NOT_ALLOWED("POST", "/v1/requests/r1", "GET, HEAD"),
+	NOT_ALLOWED("POST", "/v1/requests", "GET, HEAD"),
+	NOT_ALLOWED("PUT", "/v1/tool-calls", "GET, HEAD"),
 	NOT_ALLOWED("GET", "/v1/requests/r1/attempts", "POST"),
 	NOT_ALLOWED("GET", "/v1/requests/r1/attempts/a1/finish", "POST"),
 	NOT_ALLOWED("GET", "/v1/requests/r1/failover", "POST"),
-	NOT_ALLOWED("POST", "/healthz", "GET"),
-	NOT_ALLOWED("HEAD", "/readyz", "GET"), /* HEAD is not GET here */
-	NOT_ALLOWED("get", "/metrics", "GET"), /* methods are case-sensitive */
-	NOT_ALLOWED("", "/metrics", "GET"),
+	NOT_ALLOWED("POST", "/healthz", "GET, HEAD"),
+	NOT_ALLOWED("get", "/metrics", "GET, HEAD"), /* methods are case-sensitive */
+	NOT_ALLOWED("", "/metrics", "GET, HEAD"),
 	/* the path decides before the ids: a bad id on the wrong method is a 405 */
 	NOT_ALLOWED("GET", "/v1/requests/bad:id/attempts", "POST"),
-	NOT_ALLOWED("DELETE", "/v1/requests/" ID128 "x/tool-calls/c1", "GET"),
+	NOT_ALLOWED("DELETE", "/v1/requests/" ID128 "x/tool-calls/c1", "GET, HEAD"),
 	/* a path both a GET and a POST pattern match: the claim of call "tool-calls",
 	 * or the GET of call "claim" in request "a/tool-calls" */
-	NOT_ALLOWED("DELETE", "/v1/requests/a/tool-calls/tool-calls/claim", "GET, POST"),
+	NOT_ALLOWED("DELETE", "/v1/requests/a/tool-calls/tool-calls/claim", "GET, HEAD, POST"),
 };
+
+/* HEAD is served wherever GET is (RFC 9110 9.3.2), by the GET's route. */
+static const struct row head_rows[] = {
+	OK("HEAD", "/readyz", "readyz", NULL),
+	OK("HEAD", "/v1/requests/r1", "request_get", "r1"),
+	OK("HEAD", "/v1/requests/r1/tool-calls/c1", "tool_call_get", "r1", "c1"),
+	NOT_ALLOWED("HEAD", "/v1/requests/r1/tool-calls/c1/claim", "POST"),
+};
+
+static void test_routes_head_is_served_where_get_is(void **state)
+{
+	(void)state;
+	run_rows("head", head_rows, COUNT(head_rows));
+}
 
 static void test_routes_other_methods_are_not_allowed_with_allow(void **state)
 {
@@ -439,7 +453,7 @@ static const struct row trailing_slash_rows[] = {
 	NOT_FOUND("POST", "/v1/requests/r1/failover/"),
 	/* the one exception: "/v1/requests/" is GET /v1/requests/{rid} with an empty id */
 	INVALID("GET", "/v1/requests/", "request_id"),
-	NOT_ALLOWED("POST", "/v1/requests/", "GET"),
+	NOT_ALLOWED("POST", "/v1/requests/", "GET, HEAD"),
 };
 
 static void test_routes_trailing_slashes(void **state)
@@ -581,6 +595,7 @@ int main(void)
 		cmocka_unit_test(test_routes_query_keys),
 		cmocka_unit_test(test_routes_unknown_paths_are_not_found),
 		cmocka_unit_test(test_routes_other_methods_are_not_allowed_with_allow),
+		cmocka_unit_test(test_routes_head_is_served_where_get_is),
 		cmocka_unit_test(test_routes_valid_ids_are_decoded),
 		cmocka_unit_test(test_routes_invalid_ids_name_the_parameter),
 		cmocka_unit_test(test_routes_trailing_slashes),

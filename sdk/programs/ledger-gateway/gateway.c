@@ -241,7 +241,9 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 		free(c);
 		return NULL;
 	}
-	if (strcmp(head->method, "GET") == 0 && serve_get(c, head->target, listener)) {
+	/* HEAD wherever GET: the wire writes the same head and no body. */
+	if ((strcmp(head->method, "GET") == 0 || strcmp(head->method, "HEAD") == 0) &&
+	    serve_get(c, head->target, listener)) {
 		/* answered */
 	} else if (listener == OPS_LISTENER || !path_is(head->target, "/v1/chat/completions")) {
 		reply_invalid(c, 404, "not_found", "no such path", NULL);

@@ -678,6 +678,11 @@ def test_ops_listen_serves_health_readiness_and_metrics_apart(setup):
     assert status == 404 and json.loads(raw)["error"]["code"] == "not_found"
     assert call(gw, "GET", "/healthz")[0] == 200 and readiness(gw)[0] == 200
     assert chat(gw)[0] == 200
+    # HEAD wherever GET is (RFC 9110 9.3.2): the same head, no body.
+    for target, path in ((ops, "/readyz"), (ops, "/healthz"), (gw, "/v1/models")):
+        got, head = call(target, "GET", path), call(target, "HEAD", path)
+        assert head[0] == got[0] == 200 and head[2] == b"", (path, head)
+        assert head[1]["content-length"] == str(len(got[2])), (path, head[1])
     # An address that cannot be bound stops start-up.
     taken = Process([GATEWAY, "--listen", "127.0.0.1:0", "--ledger-url",
                      setup.stack.ledger_url, "--replica", "a=" + a.url,
