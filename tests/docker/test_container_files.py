@@ -1019,3 +1019,41 @@ def test_the_library_check_catches_a_missing_package():
     libs = owners(shared_libraries(LEDGERD))
     runtime = [p for p in deps_mode("runtime") if p != "libpq5"]
     assert any("libpq" in p for p in check_runtime_libraries(libs, runtime))
+
+
+# --- make image-test's own hygiene (tests/image/) ------------------------------------
+
+
+def mounts_under(folder):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f
+                if (line.split()[4] + "/").startswith(str(folder) + "/")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root, as make image-test does")
+def test_what_debootstrap_leaves_mounted_is_unmounted(tmp_path):
+    """debootstrap can leave /proc (and /sys, /dev/pts) mounted in the root it
+    made; tar then walked the live /proc and the mounts outlived the run.
+    tests/image/mounts.sh's unmount_under, which run.sh calls before tar and
+    on every exit, leaves nothing mounted under the folder, nested mounts
+    and a busy one included."""
+    root = tmp_path / "root"
+    for sub in ("proc", "sys", "dev/pts", "dev/shm"):
+        (root / sub).mkdir(parents=True)
+    try:
+        subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+        subprocess.run(["mount", "-t", "sysfs", "sysfs", str(root / "sys")], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "dev")], check=True)
+        (root / "dev" / "shm").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "dev" / "shm")], check=True)
+        busy = subprocess.Popen(["sleep", "30"], cwd=root / "dev" / "shm")
+        assert len(mounts_under(root)) == 4
+        done = subprocess.run(["bash", "-c", '. tests/image/mounts.sh && unmount_under "$1"',
+                               "-", str(root)], cwd=ROOT, capture_output=True, text=True)
+        busy.kill()
+        busy.wait()
+        assert done.returncode == 0, done.stderr
+        assert mounts_under(root) == []
+    finally:
+        for mp in sorted(mounts_under(root), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp])

@@ -7,6 +7,8 @@
 set -Eeuo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/image/mounts.sh
+. "$root/tests/image/mounts.sh"
 state=$root/build/image
 # This run's logs, kept for a look after it; its tokens are removed at exit.
 work=$state/work
@@ -83,6 +85,20 @@ remove_all() {
 	[ -z "$(podman ps -a --external -q 2>/dev/null)" ] && [ -z "$(podman images -q 2>/dev/null)" ]
 }
 
+# KEEP_IMAGE=1: the image that passed, tagged localhost/ledgerd:VERSION and
+# saved as build/ledgerd-image.tar (a docker-archive), for a user with no
+# registry: podman load -i (or docker load -i) it, then run the tag.
+keep_image() {
+	local version tag out=$root/build/ledgerd-image.tar
+	version=$(sed -n 's/^VERSION *:= *//p' "$root/Makefile")
+	tag=localhost/ledgerd:$version
+	podman tag "$image" "$tag" &&
+		podman save --format docker-archive -o "$out.tmp" "$tag" >/dev/null &&
+		mv "$out.tmp" "$out" || { rm -f "$out.tmp"; return 1; }
+	say "kept the image: $out, tagged $tag"
+	say "    podman load -i $out (or docker load -i), then run $tag as docker/README.md shows"
+}
+
 cleanup() {
 	local status=$? left=0
 	trap - EXIT
@@ -90,6 +106,10 @@ cleanup() {
 	if [ -n "$bg_pid" ]; then
 		kill -TERM "$bg_pid" 2>/dev/null
 		wait "$bg_pid" 2>/dev/null
+	fi
+	if [ "$status" -eq 0 ] && [ "${KEEP_IMAGE:-0}" = 1 ] && ! keep_image; then
+		say "cleanup: KEEP_IMAGE=1, but the image could not be saved" >&2
+		status=1
 	fi
 	if [ -n "${CONTAINERS_CONF:-}" ]; then
 		if remove_all; then
@@ -104,6 +124,10 @@ cleanup() {
 		fi
 	fi
 	rm -f "$work"/*.token
+	# A base made by a run that failed or was stopped leaves nothing mounted.
+	if [ -d "$state/base/tmp" ] && ! unmount_under "$state/base/tmp"; then
+		status=1
+	fi
 	[ "$(cat "$lock" 2>/dev/null)" = $$ ] && rm -f "$lock"
 	if [ "$pg_started" = 1 ]; then
 		runuser -u postgres -- "$pgbin/pg_ctl" -D "$pgdir/data" -m immediate -w -s stop >/dev/null 2>&1
@@ -209,6 +233,8 @@ make_base() {
 		fail "debootstrap could not make Debian bookworm from $mirror"
 	fi
 	local r=$tmp/root
+	# What debootstrap left mounted in the root (its /proc): never archived.
+	unmount_under "$r" || fail "debootstrap left mounts in $r that will not go"
 	rm -f "$r/etc/apt/sources.list"
 	cat >"$r/etc/apt/sources.list.d/debian.sources" <<-EOF
 		Types: deb
