@@ -64,7 +64,12 @@ static unsigned addr_hash(const unsigned char key[17])
 	return h & (ADDR_BUCKETS - 1);
 }
 
-/* The address's key; IPv4 mapped into IPv6 counts as IPv4. */
+/*
+ * The address's key; IPv4 mapped into IPv6 counts as IPv4. An IPv6 peer
+ * counts by its /64: one host is given a whole /64 and can connect from
+ * any of its addresses, so a key of the whole address would give it a
+ * slot budget per address.
+ */
 void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17])
 {
 	memset(key, 0, 17);
@@ -76,7 +81,7 @@ void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]
 			memcpy(key + 1, in6->sin6_addr.s6_addr + 12, 4);
 		} else {
 			key[0] = 6;
-			memcpy(key + 1, in6->sin6_addr.s6_addr, 16);
+			memcpy(key + 1, in6->sin6_addr.s6_addr, 8);
 		}
 	} else if (ss->ss_family == AF_INET) {
 		key[0] = 4;
@@ -85,7 +90,8 @@ void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]
 }
 
 /* Counts one more connection from @p key. @return NULL when the address is at its limit */
-struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17], bool *full)
+struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17],
+				       bool *full)
 {
 	unsigned b = addr_hash(key);
 	struct addr_count *a;
@@ -451,7 +457,7 @@ void wire_conn_read_body(struct wire_conn *c, size_t max)
 }
 
 void wire_conn_reply(struct wire_conn *c, unsigned status, const char *headers, char *body,
-		    size_t len)
+		     size_t len)
 {
 	bool body_unread = c->head.body != WIRE_HTTP_BODY_NONE && !c->body_done;
 
@@ -691,7 +697,8 @@ static void written(struct wire_conn *c)
 	wire_conn_enter(c, C_HEAD);
 	c->head_started = c->in_off < c->in_len;
 	memset(&c->head, 0, sizeof(c->head));
-	set_events(c, EPOLLIN); /* wire_conn_step() goes on: a pipelined request may be in already */
+	set_events(c,
+		   EPOLLIN); /* wire_conn_step() goes on: a pipelined request may be in already */
 }
 
 /* --- the states' steps: each true when the connection may go on at once --- */
@@ -738,7 +745,8 @@ static bool step_head(struct wire_conn *c)
 		return true;
 	}
 	if (!open)
-		wire_conn_close(c); /* a client that closes between requests is done; mid-head, broken */
+		wire_conn_close(
+			c); /* a client that closes between requests is done; mid-head, broken */
 	return false;
 }
 
