@@ -196,7 +196,9 @@ static void ref_route(const char *method, const char *path, struct result *r)
 		memset(spans, 0, sizeof(spans));
 		if (!ref_match(route->pattern, path, spans, 0))
 			continue;
-		if (strcmp(route->method, method) != 0) {
+		/* HEAD is GET's (RFC 9110 9.3.2). */
+		if (strcmp(route->method, method) != 0 &&
+		    !(strcmp(method, "HEAD") == 0 && strcmp(route->method, "GET") == 0)) {
 			get = get || strcmp(route->method, "GET") == 0;
 			post = post || strcmp(route->method, "POST") == 0;
 			continue;
@@ -220,7 +222,7 @@ static void ref_route(const char *method, const char *path, struct result *r)
 	}
 	if (get || post) {
 		r->match = API_MATCH_METHOD_NOT_ALLOWED;
-		r->allow = get && post ? "GET, POST" : get ? "GET" : "POST";
+		r->allow = get && post ? "GET, HEAD, POST" : get ? "GET, HEAD" : "POST";
 	}
 }
 
