@@ -620,9 +620,10 @@ struct api_server *api_server_start(const struct api_config *cfg,
 		LOG_WARN("--max-connections %lld is more than the file limit allows: %u",
 			 (long long)cfg->max_connections, ncfg.max_connections);
 	ls[nls++] = (struct wire_net_listener){sk->api_fd, sk->tls,
-					      strncmp(cfg->listen, "unix:", 5) != 0};
+					      strncmp(cfg->listen, "unix:", 5) != 0, 0};
 	if (sk->ops_fd >= 0)
-		ls[nls++] = (struct wire_net_listener){sk->ops_fd, NULL, false};
+		ls[nls++] = (struct wire_net_listener){sk->ops_fd, NULL, false,
+						      WIRE_OPS_MAX_CONNECTIONS};
 	if (wire_offload_start(2, &srv->offload) != LEDGER_OK ||
 	    wire_net_start(&ncfg, &srv->ops, ls, nls, &srv->net) != LEDGER_OK) {
 		fprintf(stderr, "ledgerd: cannot start the HTTP server on %s\n", sk->api_bound);

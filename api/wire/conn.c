@@ -285,7 +285,11 @@ void wire_conn_close(struct wire_conn *c)
 	c->fd = -1;
 	wire_conn_addr_give(c->net, c->addr);
 	c->addr = NULL;
-	atomic_fetch_sub(&c->net->connections, 1);
+	{
+		unsigned max;
+
+		atomic_fetch_sub(wire_net_budget(c->net, c->listener, &max), 1);
+	}
 	wire_stats_connections(-1);
 	if (c->pipe != NULL)
 		wire_stream_lost(c->pipe);
@@ -731,6 +735,7 @@ static bool step_head(struct wire_conn *c)
 
 	if (c->in_off < c->in_len && !c->head_started) {
 		c->head_started = true;
+		c->spoke = true;
 		c->since_ms = wire_conn_now_ms();
 	}
 	v = wire_http_find_head(c->in + c->in_off, c->in_len - c->in_off, &scanned, &start, &end,

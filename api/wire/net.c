@@ -43,9 +43,15 @@ static void sweep(struct loop *l, int64_t now)
 			break;
 		case C_HEAD:
 			if (!c->head_started) {
-				/* Nothing of a request yet: an idle keep-alive, closed quietly. */
-				if (now - c->since_ms >= cfg->idle_timeout_ms ||
-				    atomic_load(&l->net->draining))
+				/* Nothing of a request yet: an idle keep-alive, closed quietly;
+				 * one that never sent a byte holds a slot for --head-timeout
+				 * alone (a flood of silent connections fills no budget). */
+				int64_t limit =
+					c->spoke || cfg->head_timeout_ms > cfg->idle_timeout_ms
+						? cfg->idle_timeout_ms
+						: cfg->head_timeout_ms;
+
+				if (now - c->since_ms >= limit || atomic_load(&l->net->draining))
 					wire_conn_close(c);
 			} else if (now - c->since_ms >= cfg->head_timeout_ms) {
 				static const struct wire_http_error late = {
@@ -90,7 +96,8 @@ static void sweep(struct loop *l, int64_t now)
 			break;
 		case C_STREAM:
 			/* A reader too slow for the bytes waiting; a thread's silence is its own. */
-			if (c->out_off < c->out_len && now - c->last_io_ms >= cfg->idle_timeout_ms) {
+			if (c->out_off < c->out_len &&
+			    now - c->last_io_ms >= cfg->idle_timeout_ms) {
 				wire_stats_timeout("write");
 				wire_conn_close(c);
 			}
@@ -139,6 +146,8 @@ static void accept_on(struct loop *l, unsigned li)
 		struct wire_conn *c;
 		struct addr_count *addr = NULL;
 		struct epoll_event ev;
+		unsigned max;
+		atomic_uint *count = wire_net_budget(net, li, &max);
 		int fd =
 			accept4(lst->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		int one = 1;
@@ -150,8 +159,8 @@ static void accept_on(struct loop *l, unsigned li)
 				continue;
 			return;
 		}
-		if (atomic_fetch_add(&net->connections, 1) >= net->cfg.max_connections) {
-			atomic_fetch_sub(&net->connections, 1);
+		if (atomic_fetch_add(count, 1) >= max) {
+			atomic_fetch_sub(count, 1);
 			wire_stats_connection_refused("total");
 			close(fd);
 			continue;
@@ -163,9 +172,8 @@ static void accept_on(struct loop *l, unsigned li)
 			wire_conn_addr_key(&ss, key);
 			addr = wire_conn_addr_take(net, key, &full);
 			if (addr == NULL) {
-				atomic_fetch_sub(&net->connections, 1);
-				wire_stats_connection_refused(full ? "per_address"
-									 : "memory");
+				atomic_fetch_sub(count, 1);
+				wire_stats_connection_refused(full ? "per_address" : "memory");
 				close(fd);
 				continue;
 			}
@@ -173,7 +181,7 @@ static void accept_on(struct loop *l, unsigned li)
 		c = calloc(1, sizeof(*c));
 		if (c == NULL) {
 			wire_conn_addr_give(net, addr);
-			atomic_fetch_sub(&net->connections, 1);
+			atomic_fetch_sub(count, 1);
 			close(fd);
 			continue;
 		}
@@ -297,8 +305,8 @@ long wire_net_in_flight(const struct wire_net *net)
 }
 
 enum ledger_err wire_net_start(const struct wire_net_config *cfg, const struct wire_net_ops *ops,
-			      const struct wire_net_listener *listeners, unsigned nlisteners,
-			      struct wire_net **out)
+			       const struct wire_net_listener *listeners, unsigned nlisteners,
+			       struct wire_net **out)
 {
 	struct wire_net *net = calloc(1, sizeof(*net));
 
@@ -309,10 +317,11 @@ enum ledger_err wire_net_start(const struct wire_net_config *cfg, const struct w
 	net->ops = ops;
 	net->nlisteners = nlisteners;
 	net->listeners = calloc(nlisteners, sizeof(*net->listeners));
+	net->own_connections = calloc(nlisteners, sizeof(*net->own_connections));
 	net->loops = calloc(cfg->threads, sizeof(*net->loops));
 	pthread_mutex_init(&net->lock, NULL);
 	net->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (net->listeners == NULL || net->loops == NULL)
+	if (net->listeners == NULL || net->own_connections == NULL || net->loops == NULL)
 		goto fail;
 	memcpy(net->listeners, listeners, nlisteners * sizeof(*listeners));
 	for (unsigned i = 0; i < cfg->threads; i++) {
@@ -402,6 +411,7 @@ void wire_net_stop(struct wire_net *net)
 		close(net->spare_fd);
 	pthread_mutex_destroy(&net->lock);
 	free(net->listeners);
+	free(net->own_connections);
 	free(net->loops);
 	free(net);
 }

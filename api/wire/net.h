@@ -63,10 +63,16 @@ struct wire_net_config {
 		.discard_max = (size_t)9 << 20, .threads = 2,                                 \
 	}
 
+/* The connections an operations listener (health, readiness, metrics) takes
+ * at once: probes and scrapers, a few each, never the API's clients. */
+#define WIRE_OPS_MAX_CONNECTIONS 64
+
 struct wire_net_listener {
 	int fd;              /* owned from wire_net_start() on */
 	struct wire_tls *tls; /* NULL: plaintext; borrowed */
 	bool per_address;    /* counts towards the per-address limit (TCP) */
+	unsigned max_connections; /* a budget of its own (an operations listener, which a
+				   * flood on the API must not starve); 0: the shared one */
 };
 
 /**

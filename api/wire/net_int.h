@@ -61,7 +61,7 @@ struct wire_conn {
 	/* The call. */
 	void *call;
 	struct wire_http_head head;
-	char *head_buf; /* the head, copied out of the input buffer for the call's life */
+	char *head_buf;         /* the head, copied out of the input buffer for the call's life */
 	bool held;              /* another thread has the call until it wakes it */
 	struct wire_pipe *pipe; /* the call's reply comes from a thread (api/wire/stream.c) */
 	/* The wake list (api/wire/wake.c). */
@@ -85,6 +85,7 @@ struct wire_conn {
 	int64_t since_ms;   /* when the current state's deadline started */
 	int64_t last_io_ms; /* last byte in or out */
 	bool head_started;  /* a byte of the next head arrived */
+	bool spoke;         /* a byte of a request ever arrived on it */
 	unsigned events;    /* what the epoll set waits for now */
 };
 
@@ -114,12 +115,24 @@ struct wire_net {
 	unsigned nlisteners;
 	struct loop *loops;
 	atomic_bool stopping, draining;
-	atomic_uint connections;
+	atomic_uint connections;      /* of the listeners that share cfg.max_connections */
+	atomic_uint *own_connections; /* [nlisteners]: of those with a budget of their own */
 	atomic_long in_flight;
 	pthread_mutex_t lock;
 	struct addr_count *addrs[ADDR_BUCKETS];
 	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
 };
+
+/* The count that listener @p li's connections take from, and its limit in @p max. */
+static inline atomic_uint *wire_net_budget(struct wire_net *net, unsigned li, unsigned *max)
+{
+	if (li < net->nlisteners && net->listeners[li].max_connections > 0) {
+		*max = net->listeners[li].max_connections;
+		return &net->own_connections[li];
+	}
+	*max = net->cfg.max_connections;
+	return &net->connections;
+}
 
 /* What another thread asks of a connection's polling thread. */
 enum {
@@ -189,7 +202,8 @@ void wire_conn_hold_input(struct wire_conn *c);
 void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]);
 
 /* One more connection from @p key; NULL and @p full set when it is at its limit. */
-struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17], bool *full);
+struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17],
+				       bool *full);
 
 /* One connection fewer from the address @p a counts. */
 void wire_conn_addr_give(struct wire_net *net, struct addr_count *a);

@@ -276,9 +276,22 @@ def test_a_body_sent_a_byte_at_a_time_is_cut_at_its_deadline(service, slow):
 
 
 def test_an_idle_connection_is_closed_quietly(slow):
+    """A connection that never sent a byte goes at --head-timeout (1 s here);
+    a keep-alive one after its request, at --idle-timeout (2 s). Both quietly."""
     s = open_from(slow, "127.0.0.1")
     t0 = time.monotonic()
     try:
+        data, closed = read_all(s, timeout=8)
+    finally:
+        s.close()
+    assert data == b"" and closed
+    assert 0.9 <= time.monotonic() - t0 < 1.9
+    s = open_from(slow, "127.0.0.1")
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: l\r\n\r\n")
+        answer, _ = read_all(s, timeout=1, until_answers=1)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        t0 = time.monotonic()
         data, closed = read_all(s, timeout=8)
     finally:
         s.close()

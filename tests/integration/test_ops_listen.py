@@ -8,6 +8,7 @@ load balancer. The ops listener serves nothing else."""
 
 import http.client
 import json
+import socket
 import subprocess
 import time
 
@@ -76,3 +77,56 @@ def test_a_bad_ops_listen_stops_start_up(service):
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2, (bad, p.returncode, p.stderr)
         assert p.stderr.count("\n") == 1 and "--ops-listen" in p.stderr, p.stderr
+
+
+def test_a_flood_on_the_api_port_leaves_the_ops_listener_answering(service, tmp_path):
+    """The ops listener has a budget of its own: idle connections that fill
+    --max-connections on the API port do not close the liveness probe's."""
+    led = Ledgerd(service.database_url, tmp_path / "flood.log",
+                  extra_args=["--ops-listen", "127.0.0.1:0", "--max-connections", "40",
+                              "--max-connections-per-address", "0"])
+    flood = []
+    try:
+        ops = ops_address(led)
+        for _ in range(60):  # past the budget: the last ones are closed unanswered
+            flood.append(socket.create_connection((led.host, led.port)))
+        time.sleep(0.3)
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert get(ops, path)[0] == 200, path
+        # The API listener did close the connections past its budget.
+        status, body = get(ops, "/metrics")
+        assert 'ledger_http_connections_refused_total{reason="total"}' in body, body[-2000:]
+    finally:
+        for s in flood:
+            s.close()
+        led.stop()
+
+
+def test_a_connection_that_sends_nothing_is_closed_at_the_head_timeout(service, tmp_path):
+    """A new connection that has sent no byte holds a slot until --head-timeout
+    (here 1 s), not --idle-timeout (here 30 s); a keep-alive connection after a
+    request stays open for its idle timeout."""
+    led = Ledgerd(service.database_url, tmp_path / "silent.log",
+                  extra_args=["--head-timeout", "1s", "--idle-timeout", "30s"])
+    try:
+        silent = socket.create_connection((led.host, led.port))
+        used = socket.create_connection((led.host, led.port))
+        used.sendall(b"GET /healthz HTTP/1.1\r\nHost: l\r\n\r\n")
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        silent.settimeout(10)
+        assert silent.recv(1) == b""  # closed by ledgerd
+        closed_after = time.monotonic() - started
+        assert closed_after < 4, closed_after
+        used.settimeout(0.5)
+        try:
+            assert used.recv(1) != b"", "the used connection was closed too"
+        except socket.timeout:
+            pass  # still open: nothing to read, as it should be
+        used.sendall(b"GET /healthz HTTP/1.1\r\nHost: l\r\n\r\n")
+        used.settimeout(5)
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        silent.close()
+        used.close()
+    finally:
+        led.stop()

@@ -372,10 +372,10 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	listeners[API_LISTENER] =
-		(struct wire_net_listener){fd, tls, strncmp(gw.listen, "unix:", 5) != 0};
+		(struct wire_net_listener){fd, tls, strncmp(gw.listen, "unix:", 5) != 0, 0};
 	if (ops_fd >= 0)
-		listeners[OPS_LISTENER] = (struct wire_net_listener){
-			ops_fd, NULL, strncmp(gw.ops_listen, "unix:", 5) != 0};
+		listeners[OPS_LISTENER] =
+			(struct wire_net_listener){ops_fd, NULL, false, WIRE_OPS_MAX_CONNECTIONS};
 	ncfg.max_connections = wire_listen_room(ncfg.max_connections, 0);
 	ncfg.discard_max = MAX_BODY + (size_t)8 * 1024 * 1024;
 	if (wire_net_start(&ncfg, &ops, listeners, ops_fd >= 0 ? 2 : 1, &net) != LEDGER_OK) {

@@ -548,7 +548,8 @@ int mcp_http_run(struct mcp_proxy *p)
 			   err);
 		goto out;
 	}
-	listener = (struct wire_net_listener){fd, tls, strncmp(p->set->listen, "unix:", 5) != 0};
+	listener =
+		(struct wire_net_listener){fd, tls, strncmp(p->set->listen, "unix:", 5) != 0, 0};
 	cfg.idle_timeout_ms = IDLE_TIMEOUT_MS;
 	cfg.max_connections = wire_listen_room(cfg.max_connections, 0);
 	cfg.discard_max = MAX_BODY + (size_t)8 * 1024 * 1024;
