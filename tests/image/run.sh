@@ -93,7 +93,7 @@ keep_image() {
 	version=$(sed -n 's/^VERSION *:= *//p' "$root/Makefile")
 	tag=localhost/ledgerd:$version
 	podman tag "$image" "$tag" &&
-		podman save --format docker-archive -o "$out.tmp" "$tag" >/dev/null &&
+		podman save --format docker-archive -o "$out.tmp" "$tag" >"$work/save.log" 2>&1 &&
 		mv "$out.tmp" "$out" || { rm -f "$out.tmp"; return 1; }
 	say "kept the image: $out, tagged $tag"
 	say "    podman load -i $out (or docker load -i), then run $tag as docker/README.md shows"
