@@ -254,6 +254,15 @@ void wire_conn_free(struct wire_conn *c)
 {
 	struct loop *l = c->loop;
 
+	if (c->turn_listed) {
+		struct wire_conn **p = &l->turns;
+
+		while (*p != NULL && *p != c)
+			p = &(*p)->turn_next;
+		if (*p == c)
+			*p = c->turn_next;
+		c->turn_listed = false;
+	}
 	if (c->prev != NULL)
 		c->prev->next = c->next;
 	else
@@ -658,6 +667,7 @@ static void begin_call(struct wire_conn *c, size_t start, size_t end)
 	}
 	memcpy(copy, c->in + c->in_off + start, end);
 	copy[end] = '\0';
+	c->turn_requests++;
 	c->in_off += start + end;
 	c->scanned = c->in_off;
 	free(c->head_buf);
@@ -860,7 +870,17 @@ void wire_conn_step(struct wire_conn *c)
 {
 	bool more = true;
 
+	c->turn_requests = 0;
 	while (more && !c->dead) {
+		if (c->state == C_HEAD && c->turn_requests >= WIRE_TURN_REQUESTS) {
+			/* Its turn is over: the rest once the others ready now had theirs. */
+			if (!c->turn_listed) {
+				c->turn_listed = true;
+				c->turn_next = c->loop->turns;
+				c->loop->turns = c;
+			}
+			break;
+		}
 		switch (c->state) {
 		case C_HANDSHAKE:
 			more = step_handshake(c);

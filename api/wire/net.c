@@ -257,7 +257,9 @@ static void *loop_main(void *arg)
 
 	while (!atomic_load(&net->stopping)) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(l->epfd, evs, 64, 250);
+		/* Connections that gave their turn up go on at once, after this batch. */
+		int n = epoll_wait(l->epfd, evs, 64, l->turns != NULL ? 0 : 250);
+		struct wire_conn *turn, *next_turn;
 		int64_t now;
 
 		for (int i = 0; i < n; i++) {
@@ -287,6 +289,16 @@ static void *loop_main(void *arg)
 				}
 				wire_conn_step(c);
 			}
+		}
+		/* After the batch: a step frees only its own connection, and none of
+		 * these can be in a batch still to come (a closed one left the set). */
+		turn = l->turns;
+		l->turns = NULL;
+		for (; turn != NULL; turn = next_turn) {
+			next_turn = turn->turn_next;
+			turn->turn_listed = false;
+			if (!turn->dead)
+				wire_conn_step(turn);
 		}
 		now = wire_conn_now_ms();
 		if (now - last_sweep >= 1000 || atomic_load(&net->draining)) {

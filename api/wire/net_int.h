@@ -86,6 +86,9 @@ struct wire_conn {
 	int64_t last_io_ms; /* last byte in or out */
 	bool head_started;  /* a byte of the next head arrived */
 	bool spoke;         /* a byte of a request ever arrived on it */
+	unsigned turn_requests; /* requests begun in the current turn */
+	bool turn_listed;       /* on its loop's turns: to go on after the others */
+	struct wire_conn *turn_next;
 	unsigned events;    /* what the epoll set waits for now */
 };
 
@@ -96,6 +99,7 @@ struct loop {
 	struct wire_conn *conns; /* every connection of this thread */
 	pthread_mutex_t wake_lock;
 	struct wire_conn *woken; /* woken by other threads, newest first (api/wire/wake.c) */
+	struct wire_conn *turns; /* gave their turn up with requests waiting; the loop's own */
 	bool started;
 };
 
@@ -139,6 +143,11 @@ enum {
 	WIRE_WAKE_RELEASE = 1, /* the thread that held the call lets go of it */
 	WIRE_WAKE_KICK = 2,    /* a stream's thread queued bytes */
 };
+
+/* Requests one connection begins in one turn of its loop: a client that
+ * pipelines keeps a polling thread no longer than this, then the others
+ * that are ready have their turn. */
+#define WIRE_TURN_REQUESTS 16
 
 /* From any thread: puts @p c on its loop's wake list, asking @p what. */
 void wire_wake_push(struct wire_conn *c, unsigned what);
