@@ -620,9 +620,11 @@ struct gateway_replica_pick gateway_replica_pick(struct gateway *gw, const char 
 
 			pthread_mutex_lock(&rep->lock);
 			if (k != avoid && rep->state == want && rep->identity != NULL) {
+				bool model_ok = serves(rep, model);
+
 				any_up = true;
-				any_serves = any_serves || serves(rep, model);
-				if (serves(rep, model) && of_revision(rep, revision) &&
+				any_serves = any_serves || model_ok;
+				if (model_ok && of_revision(rep, revision) &&
 				    (p.index == GATEWAY_REPLICA_NONE ||
 				     rep->in_flight < best_load)) {
 					p.index = k;

@@ -45,6 +45,7 @@ static struct gateway *gw; /* the settings, for the process's life */
 struct event {
 	char *text;
 	size_t len;
+	uint64_t tokens; /* output tokens in the run's events up to this one */
 };
 
 /* Where the run's client stands, as its thread last recorded it in ledgerd. */
@@ -362,9 +363,26 @@ static enum client_state wait_for_client(struct gateway_run *r)
 
 /* --- what the clients get --- */
 
-/* Adds the event @p text (taken) as the next one, numbered. */
+/* True if @p event carries output text (a token), as OpenAI chunks do. */
+static bool carries_token(const char *event)
+{
+	json_t *chunk = json_loads(event + 6, JSON_DISABLE_EOF_CHECK, NULL);
+	json_t *content = json_object_get(
+		json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta"),
+		"content");
+	bool token = json_is_string(content) && json_string_length(content) > 0;
+
+	json_decref(chunk);
+	return token;
+}
+
+/*
+ * Adds the event @p text (taken) as the next one, numbered, and counts the
+ * output tokens published (r->delivered). @return false: out of memory
+ */
 static bool publish(struct gateway_run *r, char *text)
 {
+	bool token = strncmp(text, "data: ", 6) == 0 && carries_token(text);
 	char *numbered = NULL;
 	bool ok;
 
@@ -381,8 +399,10 @@ static bool publish(struct gateway_run *r, char *text)
 	ok = r->n_events < r->cap_events &&
 	     asprintf(&numbered, "id: %zu\n%s", r->n_events + 1, text) >= 0;
 	if (ok) {
+		r->delivered += token;
 		r->events[r->n_events].text = numbered;
 		r->events[r->n_events].len = strlen(numbered);
+		r->events[r->n_events].tokens = r->delivered;
 		r->n_events++;
 		pthread_cond_broadcast(&r->changed);
 	}
@@ -889,19 +909,6 @@ static char *first_event(struct gateway_run *r, char **event)
 	return error;
 }
 
-/* True if @p event carries output text (a token), as OpenAI chunks do. */
-static bool carries_token(const char *event)
-{
-	json_t *chunk = json_loads(event + 6, JSON_DISABLE_EOF_CHECK, NULL);
-	json_t *content = json_object_get(
-		json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta"),
-		"content");
-	bool token = json_is_string(content) && json_string_length(content) > 0;
-
-	json_decref(chunk);
-	return token;
-}
-
 /* The stream ended well: finish with the whole answer kept, then [DONE]. */
 static void complete(struct gateway_run *r)
 {
@@ -947,15 +954,11 @@ static void complete(struct gateway_run *r)
 /* The output tokens in the run's first @p n events. */
 static uint64_t tokens_in(struct gateway_run *r, size_t n)
 {
-	uint64_t tokens = 0;
+	uint64_t tokens;
 
 	pthread_mutex_lock(&r->lock);
-	for (size_t i = 0; i < n && i < r->n_events; i++) {
-		const char *data = strchr(r->events[i].text, '\n'); /* after "id: N" */
-
-		if (data != NULL && strncmp(data + 1, "data: ", 6) == 0 && carries_token(data + 1))
-			tokens++;
-	}
+	n = n < r->n_events ? n : r->n_events;
+	tokens = n > 0 ? r->events[n - 1].tokens : 0;
 	pthread_mutex_unlock(&r->lock);
 	return tokens;
 }
@@ -970,7 +973,6 @@ static void end_after_delta(struct gateway_run *r, enum ledger_signal signal)
 	struct ledger_decision d = {0};
 	char *final = NULL, *ce = NULL;
 	struct kept k;
-
 	size_t n = delivered_events(r);
 
 	/* What ledgerd records as delivered is what a client got: events published after
@@ -1022,8 +1024,6 @@ static void rest_of_stream(struct gateway_run *r)
 			continue;
 		}
 		if (got == UPSTREAM_EVENT) {
-			if (carries_token(event))
-				r->delivered++;
 			if (!publish(r, event))
 				gateway_log("out of memory", r->rid, aid_of(r), NULL);
 			continue;
@@ -1133,7 +1133,6 @@ static void *run_main(void *arg)
 			r->prelude[i] = NULL;
 		}
 		prelude_clear(r); /* what publish() did not take: out of memory */
-		r->delivered = carries_token(event) ? 1 : 0;
 		if (!ok)
 			free(event);
 		else if (publish(r, event))
