@@ -1,8 +1,8 @@
 /*
  * api/wire/conn.c: a connection of api/wire/net.h, on the polling thread that
  * accepted it (api/wire/net.c): its I/O, plain or TLS, its replies, the
- * actions the server takes on its call (api/wire/conn.h), the count of
- * connections per address, and its state machine:
+ * actions the server takes on its call (api/wire/conn.h), and its state
+ * machine:
  *
  *   HANDSHAKE (TLS) -> HEAD -> CALL -> [BODY] -> CALL -> [DROP] -> WRITE
  *                       ^                                  \-> STREAM   |
@@ -51,88 +51,6 @@ int64_t wire_conn_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* --- per-address counting --- */
-
-static unsigned addr_hash(const unsigned char key[17])
-{
-	unsigned h = 2166136261u;
-
-	for (int i = 0; i < 17; i++)
-		h = (h ^ key[i]) * 16777619u;
-	return h & (ADDR_BUCKETS - 1);
-}
-
-/*
- * The address's key; IPv4 mapped into IPv6 counts as IPv4. An IPv6 peer
- * counts by its /64: one host is given a whole /64 and can connect from
- * any of its addresses, so a key of the whole address would give it a
- * slot budget per address.
- */
-void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17])
-{
-	memset(key, 0, 17);
-	if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-			key[0] = 4;
-			memcpy(key + 1, in6->sin6_addr.s6_addr + 12, 4);
-		} else {
-			key[0] = 6;
-			memcpy(key + 1, in6->sin6_addr.s6_addr, 8);
-		}
-	} else if (ss->ss_family == AF_INET) {
-		key[0] = 4;
-		memcpy(key + 1, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, 4);
-	}
-}
-
-/* Counts one more connection from @p key. @return NULL when the address is at its limit */
-struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17],
-				       bool *full)
-{
-	unsigned b = addr_hash(key);
-	struct addr_count *a;
-
-	*full = false;
-	pthread_mutex_lock(&net->lock);
-	for (a = net->addrs[b]; a != NULL; a = a->next) {
-		if (memcmp(a->key, key, 17) == 0)
-			break;
-	}
-	if (a != NULL && a->count >= net->cfg.max_per_address) {
-		*full = true;
-		a = NULL;
-	} else if (a == NULL && (a = calloc(1, sizeof(*a))) != NULL) {
-		memcpy(a->key, key, 17);
-		a->next = net->addrs[b];
-		net->addrs[b] = a;
-	}
-	if (a != NULL)
-		a->count++;
-	pthread_mutex_unlock(&net->lock);
-	return a;
-}
-
-void wire_conn_addr_give(struct wire_net *net, struct addr_count *a)
-{
-	unsigned b;
-
-	if (a == NULL)
-		return;
-	b = addr_hash(a->key);
-	pthread_mutex_lock(&net->lock);
-	if (--a->count == 0) {
-		struct addr_count **pp = &net->addrs[b];
-
-		while (*pp != a)
-			pp = &(*pp)->next;
-		*pp = a->next;
-		free(a);
-	}
-	pthread_mutex_unlock(&net->lock);
 }
 
 /* --- I/O, plain or TLS --- */
@@ -250,31 +168,70 @@ void wire_conn_end_call(struct wire_conn *c, bool replied)
 	c->pipe = NULL;
 }
 
-void wire_conn_free(struct wire_conn *c)
+/* --- turns given up: the loop steps them after its batch (api/wire/net.c) --- */
+
+/* @p c stops with requests waiting; it goes on once the others ready now had theirs. */
+static void turn_later(struct wire_conn *c)
 {
-	struct loop *l = c->loop;
-
-	if (c->turn_listed) {
-		struct wire_conn **p = &l->turns;
-
-		while (*p != NULL && *p != c)
-			p = &(*p)->turn_next;
-		if (*p == c)
-			*p = c->turn_next;
-		c->turn_listed = false;
+	if (!c->turn_listed) {
+		c->turn_listed = true;
+		c->turn_next = c->loop->turns;
+		c->loop->turns = c;
 	}
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		l->conns = c->next;
-	if (c->next != NULL)
-		c->next->prev = c->prev;
+}
+
+/* @p c is freed: off the list of turns. */
+static void turn_forget(struct wire_conn *c)
+{
+	struct wire_conn **p = &c->loop->turns;
+
+	if (!c->turn_listed)
+		return;
+	while (*p != NULL && *p != c)
+		p = &(*p)->turn_next;
+	if (*p == c)
+		*p = c->turn_next;
+	c->turn_listed = false;
+}
+
+static void release(struct wire_conn *c)
+{
 	free(c->in);
 	free(c->out);
 	free(c->head_buf);
 	ledger_buf_free(&c->body);
 	wire_stream_free(c->pipe);
 	free(c);
+}
+
+void wire_conn_free(struct wire_conn *c)
+{
+	struct loop *l = c->loop;
+
+	turn_forget(c);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		l->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	if (!l->in_batch) {
+		release(c);
+		return;
+	}
+	c->prev = NULL;
+	c->next = l->graves;
+	l->graves = c;
+}
+
+void wire_conn_bury(struct loop *l)
+{
+	while (l->graves != NULL) {
+		struct wire_conn *c = l->graves;
+
+		l->graves = c->next;
+		release(c);
+	}
 }
 
 /*
@@ -292,13 +249,9 @@ void wire_conn_close(struct wire_conn *c)
 	c->ssl = NULL;
 	close(c->fd);
 	c->fd = -1;
-	wire_conn_addr_give(c->net, c->addr);
+	wire_addrs_give(c->net, c->addr);
 	c->addr = NULL;
-	{
-		unsigned max;
-
-		atomic_fetch_sub(wire_net_budget(c->net, c->listener, &max), 1);
-	}
+	atomic_fetch_sub(wire_net_budget(c->net, c->listener, NULL), 1);
 	wire_stats_connections(-1);
 	if (c->pipe != NULL)
 		wire_stream_lost(c->pipe);
@@ -470,7 +423,7 @@ void wire_conn_read_body(struct wire_conn *c, size_t max)
 }
 
 void wire_conn_reply(struct wire_conn *c, unsigned status, const char *headers, char *body,
-		     size_t len)
+		    size_t len)
 {
 	bool body_unread = c->head.body != WIRE_HTTP_BODY_NONE && !c->body_done;
 
@@ -711,8 +664,7 @@ static void written(struct wire_conn *c)
 	wire_conn_enter(c, C_HEAD);
 	c->head_started = c->in_off < c->in_len;
 	memset(&c->head, 0, sizeof(c->head));
-	set_events(c,
-		   EPOLLIN); /* wire_conn_step() goes on: a pipelined request may be in already */
+	set_events(c, EPOLLIN); /* wire_conn_step() goes on: a pipelined request may be in already */
 }
 
 /* --- the states' steps: each true when the connection may go on at once --- */
@@ -760,8 +712,7 @@ static bool step_head(struct wire_conn *c)
 		return true;
 	}
 	if (!open)
-		wire_conn_close(
-			c); /* a client that closes between requests is done; mid-head, broken */
+		wire_conn_close(c); /* a client that closes between requests is done; mid-head, broken */
 	return false;
 }
 
@@ -873,12 +824,7 @@ void wire_conn_step(struct wire_conn *c)
 	c->turn_requests = 0;
 	while (more && !c->dead) {
 		if (c->state == C_HEAD && c->turn_requests >= WIRE_TURN_REQUESTS) {
-			/* Its turn is over: the rest once the others ready now had theirs. */
-			if (!c->turn_listed) {
-				c->turn_listed = true;
-				c->turn_next = c->loop->turns;
-				c->loop->turns = c;
-			}
+			turn_later(c); /* after the others ready now */
 			break;
 		}
 		switch (c->state) {

@@ -4,7 +4,8 @@
  * connection) and the connections it accepted, which stay on it for life,
  * and an eventfd that wakes it for the calls workers hand back. Here too:
  * the limits on connections per address and in all, checked as each is
- * accepted, and the deadlines, checked once a second.
+ * accepted; the deadlines, checked once a second; and the turns a
+ * pipelining connection gave up, taken after each batch of events.
  */
 #include "api/wire/net_int.h"
 
@@ -96,8 +97,7 @@ static void sweep(struct loop *l, int64_t now)
 			break;
 		case C_STREAM:
 			/* A reader too slow for the bytes waiting; a thread's silence is its own. */
-			if (c->out_off < c->out_len &&
-			    now - c->last_io_ms >= cfg->idle_timeout_ms) {
+			if (c->out_off < c->out_len && now - c->last_io_ms >= cfg->idle_timeout_ms) {
 				wire_stats_timeout("write");
 				wire_conn_close(c);
 			}
@@ -169,18 +169,19 @@ static void accept_on(struct loop *l, unsigned li)
 			unsigned char key[17];
 			bool full = false;
 
-			wire_conn_addr_key(&ss, key);
-			addr = wire_conn_addr_take(net, key, &full);
+			wire_addrs_key(&ss, key);
+			addr = wire_addrs_take(net, key, &full);
 			if (addr == NULL) {
 				atomic_fetch_sub(count, 1);
-				wire_stats_connection_refused(full ? "per_address" : "memory");
+				wire_stats_connection_refused(full ? "per_address"
+									 : "memory");
 				close(fd);
 				continue;
 			}
 		}
 		c = calloc(1, sizeof(*c));
 		if (c == NULL) {
-			wire_conn_addr_give(net, addr);
+			wire_addrs_give(net, addr);
 			atomic_fetch_sub(count, 1);
 			close(fd);
 			continue;
@@ -215,6 +216,20 @@ static void accept_on(struct loop *l, unsigned li)
 			wire_conn_close(c);
 			continue;
 		}
+	}
+}
+
+/* Steps the connections that gave their turn up, once the batch of events in hand is done. */
+static void take_turns(struct loop *l)
+{
+	struct wire_conn *c = l->turns, *next;
+
+	l->turns = NULL;
+	for (; c != NULL; c = next) {
+		next = c->turn_next;
+		c->turn_listed = false;
+		if (!c->dead)
+			wire_conn_step(c);
 	}
 }
 
@@ -259,9 +274,9 @@ static void *loop_main(void *arg)
 		struct epoll_event evs[64];
 		/* Connections that gave their turn up go on at once, after this batch. */
 		int n = epoll_wait(l->epfd, evs, 64, l->turns != NULL ? 0 : 250);
-		struct wire_conn *turn, *next_turn;
 		int64_t now;
 
+		l->in_batch = true;
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 
@@ -273,6 +288,8 @@ static void *loop_main(void *arg)
 			} else {
 				struct wire_conn *c = p;
 
+				if (c->dead)
+					continue; /* closed earlier in this batch (its memory waits) */
 				if ((evs[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
 				    (evs[i].events & EPOLLIN) == 0) {
 					wire_conn_close(c);
@@ -290,16 +307,9 @@ static void *loop_main(void *arg)
 				wire_conn_step(c);
 			}
 		}
-		/* After the batch: a step frees only its own connection, and none of
-		 * these can be in a batch still to come (a closed one left the set). */
-		turn = l->turns;
-		l->turns = NULL;
-		for (; turn != NULL; turn = next_turn) {
-			next_turn = turn->turn_next;
-			turn->turn_listed = false;
-			if (!turn->dead)
-				wire_conn_step(turn);
-		}
+		take_turns(l);
+		l->in_batch = false;
+		wire_conn_bury(l);
 		now = wire_conn_now_ms();
 		if (now - last_sweep >= 1000 || atomic_load(&net->draining)) {
 			sweep(l, now);
@@ -317,8 +327,8 @@ long wire_net_in_flight(const struct wire_net *net)
 }
 
 enum ledger_err wire_net_start(const struct wire_net_config *cfg, const struct wire_net_ops *ops,
-			       const struct wire_net_listener *listeners, unsigned nlisteners,
-			       struct wire_net **out)
+			      const struct wire_net_listener *listeners, unsigned nlisteners,
+			      struct wire_net **out)
 {
 	struct wire_net *net = calloc(1, sizeof(*net));
 

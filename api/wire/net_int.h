@@ -61,7 +61,7 @@ struct wire_conn {
 	/* The call. */
 	void *call;
 	struct wire_http_head head;
-	char *head_buf;         /* the head, copied out of the input buffer for the call's life */
+	char *head_buf; /* the head, copied out of the input buffer for the call's life */
 	bool held;              /* another thread has the call until it wakes it */
 	struct wire_pipe *pipe; /* the call's reply comes from a thread (api/wire/stream.c) */
 	/* The wake list (api/wire/wake.c). */
@@ -87,7 +87,7 @@ struct wire_conn {
 	bool head_started;  /* a byte of the next head arrived */
 	bool spoke;         /* a byte of a request ever arrived on it */
 	unsigned turn_requests; /* requests begun in the current turn */
-	bool turn_listed;       /* on its loop's turns: to go on after the others */
+	bool turn_listed;   /* on its loop's turns, to go on after the others */
 	struct wire_conn *turn_next;
 	unsigned events;    /* what the epoll set waits for now */
 };
@@ -100,6 +100,8 @@ struct loop {
 	pthread_mutex_t wake_lock;
 	struct wire_conn *woken; /* woken by other threads, newest first (api/wire/wake.c) */
 	struct wire_conn *turns; /* gave their turn up with requests waiting; the loop's own */
+	bool in_batch;           /* handling a batch of events: frees wait for its end */
+	struct wire_conn *graves; /* freed in this batch, linked by next: its events may name them */
 	bool started;
 };
 
@@ -127,15 +129,14 @@ struct wire_net {
 	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
 };
 
-/* The count that listener @p li's connections take from, and its limit in @p max. */
+/* The count that listener @p li's connections take from; its limit in @p max (may be NULL). */
 static inline atomic_uint *wire_net_budget(struct wire_net *net, unsigned li, unsigned *max)
 {
-	if (li < net->nlisteners && net->listeners[li].max_connections > 0) {
-		*max = net->listeners[li].max_connections;
-		return &net->own_connections[li];
-	}
-	*max = net->cfg.max_connections;
-	return &net->connections;
+	bool own = li < net->nlisteners && net->listeners[li].max_connections > 0;
+
+	if (max != NULL)
+		*max = own ? net->listeners[li].max_connections : net->cfg.max_connections;
+	return own ? &net->own_connections[li] : &net->connections;
 }
 
 /* What another thread asks of a connection's polling thread. */
@@ -186,8 +187,15 @@ void wire_conn_enter(struct wire_conn *c, enum conn_state s);
 /* Ends the call, if there is one and no worker holds it. */
 void wire_conn_end_call(struct wire_conn *c, bool replied);
 
-/* Unlinks and frees a connection already closed. */
+/*
+ * Unlinks and frees a connection already closed. Within a batch of events
+ * the memory stays until wire_conn_bury() at the batch's end: a later event
+ * of the batch may name the connection (it finds it dead).
+ */
 void wire_conn_free(struct wire_conn *c);
+
+/* The batch of events is done: frees the connections wire_conn_free() kept. */
+void wire_conn_bury(struct loop *l);
 
 /* Closes the connection; its call ends now, or when its worker hands it back. */
 void wire_conn_close(struct wire_conn *c);
@@ -207,14 +215,14 @@ void wire_conn_step(struct wire_conn *c);
 /* Input arrived while the connection's call runs: stop waiting on it until the call ends. */
 void wire_conn_hold_input(struct wire_conn *c);
 
-/* The per-address key of a peer's address (IPv4 mapped into IPv6 as IPv4). */
-void wire_conn_addr_key(const struct sockaddr_storage *ss, unsigned char key[17]);
+/* api/wire/addrs.c: the per-address key of a peer's address (IPv4 mapped into
+ * IPv6 as IPv4, IPv6 by its /64). */
+void wire_addrs_key(const struct sockaddr_storage *ss, unsigned char key[17]);
 
 /* One more connection from @p key; NULL and @p full set when it is at its limit. */
-struct addr_count *wire_conn_addr_take(struct wire_net *net, const unsigned char key[17],
-				       bool *full);
+struct addr_count *wire_addrs_take(struct wire_net *net, const unsigned char key[17], bool *full);
 
 /* One connection fewer from the address @p a counts. */
-void wire_conn_addr_give(struct wire_net *net, struct addr_count *a);
+void wire_addrs_give(struct wire_net *net, struct addr_count *a);
 
 #endif

@@ -33,7 +33,7 @@ static void key_of(const char *text, unsigned char key[17])
 		in->sin_family = AF_INET;
 		assert_int_equal(inet_pton(AF_INET, text, &in->sin_addr), 1);
 	}
-	wire_conn_addr_key(&ss, key);
+	wire_addrs_key(&ss, key);
 }
 
 static bool same_key(const char *a, const char *b)
