@@ -92,6 +92,7 @@ class Gateway:
             entry = json.loads(line)
             self.lines.append(entry)
             if "address" in entry:
+                self.listening = entry
                 host, port = entry["address"].rsplit(":", 1)
                 self.address = (host, int(port))
                 break
