@@ -3,8 +3,8 @@ export VLLM_API_KEY=$(cat var/vllm-api-key) SGLANG_API_KEY=$(cat var/sglang-api-
   LLAMA_API_KEY=$(cat var/llama-api-key)
 build/ledger-gateway --listen 127.0.0.1:8000 --ledger-url $LEDGER_URL \
   --config docs/guides/gateway-engines.yaml --ops-listen 127.0.0.1:9100 2>>var/gateway.log &
-# Up once each engine has had its first probe (a moment after the start).
-for i in $(seq 50); do curl -s http://127.0.0.1:9100/readyz |
+# Up once each engine has had its first probe (a moment after the start; 30 s at most).
+for i in $(seq 150); do curl -s http://127.0.0.1:9100/readyz |
   jq -e '.replicas | all(.reason != "not_probed")' >/dev/null 2>&1 && break; sleep 0.2; done
 # Each engine's kind, state and, for one quarantined, the reason and the field.
 curl -s http://127.0.0.1:9100/readyz | jq -c '.replicas[] | {name, kind, state, reason}'

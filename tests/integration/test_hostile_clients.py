@@ -394,8 +394,9 @@ def test_the_global_limit_refuses_then_frees(service, tmp_path):
 
 
 def test_a_pipelining_client_does_not_keep_its_polling_thread(service, tmp_path):
-    """One polling thread (--http-threads 1); a client pipelines 100,000
-    requests as fast as it can while reading the answers. Another client's
+    """One polling thread (--http-threads 1); a client pipelines requests,
+    1,000 at a time, as fast as it can while reading the answers, until the
+    measurement is over. Another client's
     requests meanwhile are answered in turn with it, not after it: a
     connection takes a bounded number of requests per turn of the loop."""
     led = Ledgerd(service.database_url, tmp_path / "pipelined.log",
@@ -416,7 +417,7 @@ def test_a_pipelining_client_does_not_keep_its_polling_thread(service, tmp_path)
         t = threading.Thread(target=reader, daemon=True)
         t.start()
         try:
-            for _ in range(100):
+            while not stop.is_set():
                 s.sendall(req * 1000)
         except OSError:
             pass
@@ -427,6 +428,7 @@ def test_a_pipelining_client_does_not_keep_its_polling_thread(service, tmp_path)
     try:
         flooder.start()
         time.sleep(0.3)
+        at_start = answered[0]
         waits = []
         for _ in range(40):
             t0 = time.monotonic()
@@ -435,14 +437,15 @@ def test_a_pipelining_client_does_not_keep_its_polling_thread(service, tmp_path)
                 assert b.recv(4096).startswith(b"HTTP/1.1 200")
             waits.append(time.monotonic() - t0)
             time.sleep(0.02)
-        flooding = answered[0] < 100000
+        # the flood was being answered all along, not over before the measurement
+        flooding = answered[0] - at_start
         waits.sort()
-        print("\nanother client's waits: median %.2f ms, max %.2f ms"
-              % (waits[len(waits) // 2] * 1000, waits[-1] * 1000))
+        print("\nanother client's waits: median %.2f ms, max %.2f ms; the flood's answers "
+              "meanwhile: %d" % (waits[len(waits) // 2] * 1000, waits[-1] * 1000, flooding))
         # Answered in turn: a few ms each, against seconds when the flood's
         # connection kept the thread until its socket ran dry.
         assert waits[len(waits) // 2] < 0.05 and waits[-1] < 0.5, waits
-        assert flooding, "the flood was over before the other client was measured"
+        assert flooding >= 10000, "the flood was not answered while the other client was measured"
     finally:
         stop.set()
         flooder.join(30)
