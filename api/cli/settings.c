@@ -70,6 +70,14 @@ static const struct setting settings[] = {
 	 OFF(body_timeout_ms), "longest a request's body may take after its head; then 408"},
 	{"idle-timeout", "LEDGER_IDLE_TIMEOUT", K_DURATION, "60s", 100, 3600 * 1000,
 	 OFF(idle_timeout_ms), "an idle keep-alive connection, or a reply not read, is closed"},
+	{"write-timeout", "LEDGER_WRITE_TIMEOUT", K_DURATION, "60s", 100, 3600 * 1000,
+	 OFF(write_timeout_ms),
+	 "longest a client may be behind a reply, from its first byte, however often it reads a "
+	 "little; then it is closed"},
+	{"max-unread-output", "LEDGER_MAX_UNREAD_OUTPUT", K_BYTES, "64MiB", 1LL << 20, 64LL << 30,
+	 OFF(max_unread_output),
+	 "reply bytes waiting on clients behind them, in all; past it the longest behind are "
+	 "closed"},
 	{"max-connections", "LEDGER_MAX_CONNECTIONS", K_INT, "4096", 1, 1000000,
 	 OFF(max_connections), "connections open at once; more are closed unanswered"},
 	{"max-connections-per-address", "LEDGER_MAX_CONNECTIONS_PER_ADDRESS", K_INT, "256", 0,
@@ -374,6 +382,8 @@ void api_settings_config(const struct api_settings *cfg, struct api_config *out)
 		.head_timeout_ms = cfg->head_timeout_ms,
 		.body_timeout_ms = cfg->body_timeout_ms,
 		.idle_timeout_ms = cfg->idle_timeout_ms,
+		.write_timeout_ms = cfg->write_timeout_ms,
+		.max_unread_output = cfg->max_unread_output,
 		.max_connections = cfg->max_connections,
 		.max_connections_per_address = cfg->max_connections_per_address,
 		.http_threads = cfg->http_threads,

@@ -21,6 +21,8 @@ struct api_config {
 	int64_t head_timeout_ms;      /* a request's head must arrive within this of its first byte */
 	int64_t body_timeout_ms;      /* its body within this of its head */
 	int64_t idle_timeout_ms;      /* an idle keep-alive connection, or an unread reply */
+	int64_t write_timeout_ms;     /* a client behind a reply, from its first byte */
+	int64_t max_unread_output;    /* reply bytes waiting on clients behind */
 	int64_t max_connections;      /* open at once, in all */
 	int64_t max_connections_per_address; /* open at once from one address; 0: no limit */
 	int64_t http_threads;                /* polling threads */

@@ -234,6 +234,52 @@ void wire_conn_bury(struct loop *l)
 	}
 }
 
+/* --- a client behind its reply --- */
+
+/* A write would block: the client is behind, and its output counts in the net's unread. */
+static void fall_behind(struct wire_conn *c)
+{
+	if (c->behind_since_ms == 0) {
+		int64_t now = wire_conn_now_ms();
+
+		c->behind_since_ms = now > 0 ? now : 1;
+	}
+	if (c->unread != c->out_len) {
+		if (c->out_len > c->unread)
+			atomic_fetch_add(&c->net->unread, c->out_len - c->unread);
+		else
+			atomic_fetch_sub(&c->net->unread, c->unread - c->out_len);
+		c->unread = c->out_len;
+	}
+}
+
+/* The output went out whole, or the connection closed: no longer behind. */
+static void caught_up(struct wire_conn *c)
+{
+	if (c->behind_since_ms != 0) {
+		c->behind_ms += wire_conn_now_ms() - c->behind_since_ms;
+		c->behind_since_ms = 0;
+	}
+	if (c->unread > 0) {
+		atomic_fetch_sub(&c->net->unread, c->unread);
+		c->unread = 0;
+	}
+}
+
+int64_t wire_conn_behind_ms(const struct wire_conn *c, int64_t now)
+{
+	return c->behind_ms + (c->behind_since_ms != 0 ? now - c->behind_since_ms : 0);
+}
+
+void wire_conn_out_set(struct wire_conn *c, char *out, size_t len)
+{
+	caught_up(c);
+	free(c->out);
+	c->out = out;
+	c->out_len = out != NULL ? len : 0;
+	c->out_off = 0;
+}
+
 /*
  * The connection is gone, or done with. Its call ends now unless a
  * worker holds it; then when the worker hands it back.
@@ -249,6 +295,7 @@ void wire_conn_close(struct wire_conn *c)
 	c->ssl = NULL;
 	close(c->fd);
 	c->fd = -1;
+	caught_up(c);
 	wire_addrs_give(c->net, c->addr);
 	c->addr = NULL;
 	atomic_fetch_sub(wire_net_budget(c->net, c->listener, NULL), 1);
@@ -259,6 +306,16 @@ void wire_conn_close(struct wire_conn *c)
 		wire_conn_end_call(c, false);
 		wire_conn_free(c);
 	}
+}
+
+void wire_conn_abort(struct wire_conn *c)
+{
+	struct linger now = {.l_onoff = 1, .l_linger = 0};
+
+	if (c->dead)
+		return;
+	setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	wire_conn_close(c);
 }
 
 /* Makes room for @p more bytes of input. @return false: out of memory */
@@ -358,10 +415,7 @@ static bool compose(struct wire_conn *c, unsigned status, const char *headers, c
 		return false;
 	}
 	memcpy(out + n, body, len);
-	free(c->out);
-	c->out = out;
-	c->out_len = n + len;
-	c->out_off = 0;
+	wire_conn_out_set(c, out, n + len);
 	return true;
 }
 
@@ -647,9 +701,8 @@ static void begin_call(struct wire_conn *c, size_t start, size_t end)
 /* The reply is out: the next request, or the end. */
 static void written(struct wire_conn *c)
 {
-	free(c->out);
-	c->out = NULL;
-	c->out_len = c->out_off = 0;
+	wire_conn_out_set(c, NULL, 0);
+	c->behind_ms = 0; /* the next reply's time behind counts from its own first byte */
 	wire_conn_end_call(c, true);
 	if (c->close_after || atomic_load(&c->net->draining)) {
 		if (c->ssl != NULL)
@@ -747,6 +800,7 @@ static enum out write_out(struct wire_conn *c, unsigned also)
 			c->out_off += put;
 			c->last_io_ms = wire_conn_now_ms();
 		} else if (r == IO_AGAIN) {
+			fall_behind(c);
 			set_events(c, want | also);
 			return OUT_BLOCKED;
 		} else {
@@ -754,6 +808,7 @@ static enum out write_out(struct wire_conn *c, unsigned also)
 			return OUT_BROKEN;
 		}
 	}
+	caught_up(c);
 	return OUT_DRAINED;
 }
 

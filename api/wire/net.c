@@ -4,8 +4,9 @@
  * connection) and the connections it accepted, which stay on it for life,
  * and an eventfd that wakes it for the calls workers hand back. Here too:
  * the limits on connections per address and in all, checked as each is
- * accepted; the deadlines, checked once a second; and the turns a
- * pipelining connection gave up, taken after each batch of events.
+ * accepted; the deadlines, checked once a second; the bound on the
+ * output waiting on slow readers; and the turns a pipelining connection
+ * gave up, taken after each batch of events.
  */
 #include "api/wire/net_int.h"
 
@@ -25,6 +26,19 @@
 #include "ledger/common/log.h"
 
 /* --- deadlines --- */
+
+/*
+ * A reply has an end: the time its client has been behind it, from its
+ * first byte, is bounded by --write-timeout, however often it reads a
+ * little. A reply written as it comes counts only the time the client
+ * is behind, not the time its thread is silent.
+ */
+static bool too_slow(const struct wire_conn *c, int64_t now)
+{
+	int64_t limit = c->net->cfg.write_timeout_ms;
+
+	return limit > 0 && wire_conn_behind_ms(c, now) >= limit;
+}
 
 static void sweep(struct loop *l, int64_t now)
 {
@@ -86,9 +100,9 @@ static void sweep(struct loop *l, int64_t now)
 			}
 			break;
 		case C_WRITE:
-			if (now - c->last_io_ms >= cfg->idle_timeout_ms) {
+			if (now - c->last_io_ms >= cfg->idle_timeout_ms || too_slow(c, now)) {
 				wire_stats_timeout("write");
-				wire_conn_close(c);
+				wire_conn_abort(c);
 			}
 			break;
 		case C_LINGER:
@@ -97,15 +111,73 @@ static void sweep(struct loop *l, int64_t now)
 			break;
 		case C_STREAM:
 			/* A reader too slow for the bytes waiting; a thread's silence is its own. */
-			if (c->out_off < c->out_len && now - c->last_io_ms >= cfg->idle_timeout_ms) {
+			if ((c->out_off < c->out_len && now - c->last_io_ms >= cfg->idle_timeout_ms) ||
+			    too_slow(c, now)) {
 				wire_stats_timeout("write");
-				wire_conn_close(c);
+				wire_conn_abort(c);
 			}
 			break;
 		case C_CALL:
 			break;
 		}
 	}
+}
+
+/* --- the output waiting on slow readers --- */
+
+/*
+ * The bytes of a reply the kernel takes before they can be sent. Without
+ * a bound it takes megabytes (the send buffer grows to tcp_wmem's
+ * maximum), so a reply to a client that reads a trickle sits whole in the
+ * kernel, out of reach of --write-timeout and --max-unread-output. Bytes
+ * in flight are not bounded by it: a fast link keeps its throughput.
+ */
+#define NOTSENT_LOWAT (16 * 1024)
+
+static int behind_longer(const void *a, const void *b)
+{
+	const struct wire_conn *x = *(struct wire_conn *const *)a;
+	const struct wire_conn *y = *(struct wire_conn *const *)b;
+
+	return (x->behind_since_ms > y->behind_since_ms) - (x->behind_since_ms < y->behind_since_ms);
+}
+
+/*
+ * The replies waiting on readers that are behind are over --max-unread-output
+ * in all: this thread's connections behind longest are closed first, until
+ * the total is under it again (another thread sheds its own). Outside any
+ * callback: after each connection's step, so the total passes the bound by
+ * one reply at most.
+ */
+static void shed_unread(struct loop *l)
+{
+	struct wire_net *net = l->net;
+	struct wire_conn **behind = NULL, *c;
+	size_t n = 0, cap = 0;
+
+	if (net->cfg.max_unread == 0 || atomic_load(&net->unread) <= net->cfg.max_unread)
+		return;
+	for (c = l->conns; c != NULL; c = c->next) {
+		if (c->dead || c->behind_since_ms == 0)
+			continue;
+		if (n == cap) {
+			size_t more = cap == 0 ? 64 : cap * 2;
+			struct wire_conn **grown = realloc(behind, more * sizeof(*grown));
+
+			if (grown == NULL)
+				break; /* those found so far are shed; the rest at the next look */
+			behind = grown;
+			cap = more;
+		}
+		behind[n++] = c;
+	}
+	if (n > 0)
+		qsort(behind, n, sizeof(*behind), behind_longer);
+	for (size_t i = 0; i < n && atomic_load(&net->unread) > net->cfg.max_unread; i++) {
+		wire_stats_shed();
+		wire_conn_abort(behind[i]);
+	}
+	free(behind);
 }
 
 /* --- accepting --- */
@@ -186,8 +258,12 @@ static void accept_on(struct loop *l, unsigned li)
 			close(fd);
 			continue;
 		}
-		if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)
+		if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+			int lowat = NOTSENT_LOWAT;
+
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+		}
 		c->loop = l;
 		c->net = net;
 		c->fd = fd;
@@ -261,6 +337,7 @@ static void take_woken(struct loop *l)
 			continue; /* a stream's bytes for a client that is gone */
 		}
 		wire_conn_step(c);
+		shed_unread(l);
 	}
 }
 
@@ -305,9 +382,11 @@ static void *loop_main(void *arg)
 					continue;
 				}
 				wire_conn_step(c);
+				shed_unread(l);
 			}
 		}
 		take_turns(l);
+		shed_unread(l);
 		l->in_batch = false;
 		wire_conn_bury(l);
 		now = wire_conn_now_ms();

@@ -2,8 +2,9 @@
  * api/wire/net.h: HTTP/1.1 connections (api/wire/net.c), the same for
  * every server of the project: listening
  * sockets, polling threads, TLS, strict framing (api/wire/http.h), the limits
- * that keep one client from holding the server (deadlines for the head
- * and the body, connections per address and in all), and keep-alive.
+ * that keep one client from holding the server (deadlines for the head,
+ * the body and the reply, connections per address and in all, the reply
+ * bytes slow readers may keep waiting), and keep-alive.
  *
  * A call is the server's: net.c and conn.c hand it each
  * event on the connection's polling thread through struct wire_net_ops,
@@ -48,6 +49,8 @@ struct wire_net_config {
 	int64_t head_timeout_ms;  /* from a request's first byte to the end of its head */
 	int64_t body_timeout_ms;  /* from the end of the head to the end of the body */
 	int64_t idle_timeout_ms;  /* keep-alive without a request; a reply not read */
+	int64_t write_timeout_ms; /* a reply's time behind its reader, from its first byte */
+	size_t max_unread;        /* reply bytes waiting on readers that are behind, in all */
 	unsigned max_connections; /* in all; more are closed at once */
 	unsigned max_per_address; /* from one address; 0: no limit */
 	size_t discard_max;       /* body bytes read and dropped after an early reply */
@@ -55,10 +58,12 @@ struct wire_net_config {
 };
 
 /* Limits for a server with no settings of its own: the defaults of the project's
- * --head-timeout, --body-timeout, --idle-timeout and connection limits. */
+ * --head-timeout, --body-timeout, --idle-timeout, --write-timeout,
+ * --max-unread-output and connection limits. */
 #define WIRE_NET_DEFAULTS                                                                   \
 	{                                                                                   \
 		.head_timeout_ms = 10000, .body_timeout_ms = 30000, .idle_timeout_ms = 60000, \
+		.write_timeout_ms = 60000, .max_unread = (size_t)64 << 20,                    \
 		.max_connections = 4096, .max_per_address = 256,                              \
 		.discard_max = (size_t)9 << 20, .threads = 2,                                 \
 	}

@@ -81,6 +81,14 @@ struct wire_conn {
 	size_t out_len, out_off;
 	bool close_after;
 	bool dead; /* the connection is gone; the call is ended once no thread holds it */
+	/*
+	 * Behind: a write of the output would block, the client not reading
+	 * it as fast as it is there. The time behind adds up over a reply
+	 * (write_timeout_ms); while behind, out_len counts in the net's unread.
+	 */
+	int64_t behind_since_ms; /* 0: not behind */
+	int64_t behind_ms;       /* behind in this reply before behind_since_ms */
+	size_t unread;           /* what it adds to the net's unread */
 
 	int64_t since_ms;   /* when the current state's deadline started */
 	int64_t last_io_ms; /* last byte in or out */
@@ -124,6 +132,7 @@ struct wire_net {
 	atomic_uint connections;      /* of the listeners that share cfg.max_connections */
 	atomic_uint *own_connections; /* [nlisteners]: of those with a budget of their own */
 	atomic_long in_flight;
+	atomic_size_t unread; /* output of connections that are behind, in bytes */
 	pthread_mutex_t lock;
 	struct addr_count *addrs[ADDR_BUCKETS];
 	int spare_fd; /* closed to accept and shed a connection when the process is out of files */
@@ -200,8 +209,24 @@ void wire_conn_bury(struct loop *l);
 /* Closes the connection; its call ends now, or when its worker hands it back. */
 void wire_conn_close(struct wire_conn *c);
 
+/*
+ * Closes the connection with a reset: what the kernel still holds of its
+ * reply is dropped at once rather than sent on to a client too slow for it.
+ */
+void wire_conn_abort(struct wire_conn *c);
+
 /* Answers a refusal on the wire in the JSON envelope, then closes. */
 void wire_conn_refuse(struct wire_conn *c, const struct wire_http_error *err);
+
+/*
+ * The connection's output becomes @p out, @p len bytes (owned; may be
+ * NULL), the old one freed. Never while behind: between replies, or a
+ * stream's output written whole.
+ */
+void wire_conn_out_set(struct wire_conn *c, char *out, size_t len);
+
+/* How long the connection has been behind in its current reply, at @p now. */
+int64_t wire_conn_behind_ms(const struct wire_conn *c, int64_t now);
 
 /* The reply is ready: write it (step() carries it out). */
 void wire_conn_start_write(struct wire_conn *c);

@@ -21,6 +21,7 @@ static atomic_ullong accept_refused[COUNT(accept_reasons)];
 static const char *const timeout_phases[] = {"head", "body", "write"};
 static atomic_ullong timeouts[COUNT(timeout_phases)];
 static atomic_long connections;
+static atomic_ullong shed;
 
 /* The index of @p name in @p names, or @p n when it is not there. */
 static size_t index_of(const char *const *names, size_t n, const char *name)
@@ -56,6 +57,10 @@ void wire_stats_timeout(const char *phase)
 
 	if (i < COUNT(timeout_phases))
 		add(&timeouts[i]);
+}
+void wire_stats_shed(void)
+{
+	add(&shed);
 }
 
 void wire_stats_connections(int delta)
@@ -95,7 +100,12 @@ void wire_stats_render(struct ledger_buf *out, const char *prefix)
 		 COUNT(refused_codes));
 	header(out, prefix, "http_timeouts_total", "counter",
 	       "Connections cut by a deadline: --head-timeout (head), --body-timeout (body), "
-	       "--idle-timeout on a reply not read (write).");
+	       "--idle-timeout on a reply not read, or --write-timeout behind one (write).");
 	labelled(out, prefix, "http_timeouts_total", "phase", timeout_phases, timeouts,
 		 COUNT(timeout_phases));
+	header(out, prefix, "http_unread_shed_total", "counter",
+	       "Connections closed because the reply bytes waiting on clients behind them passed "
+	       "--max-unread-output in all, the longest behind first.");
+	ledger_buf_printf(out, "%shttp_unread_shed_total %llu\n", prefix,
+			  atomic_load_explicit(&shed, memory_order_relaxed));
 }

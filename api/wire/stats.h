@@ -1,7 +1,8 @@
 /*
  * api/wire/stats.h: what the wire counts (requests refused on it,
  * connections refused when accepted, deadlines that cut one, connections
- * open), process-wide, for the /metrics of whichever server runs on it.
+ * shed for the output waiting on them, connections open), process-wide,
+ * for the /metrics of whichever server runs on it.
  */
 #ifndef WIRE_STATS_H
 #define WIRE_STATS_H
@@ -16,6 +17,9 @@ void wire_stats_connection_refused(const char *reason);
 
 /* A connection cut by a deadline: head, body or write. */
 void wire_stats_timeout(const char *phase);
+
+/* A connection closed because the output waiting on slow readers passed its bound. */
+void wire_stats_shed(void);
 
 /* One connection more (+1) or fewer (-1). */
 void wire_stats_connections(int delta);

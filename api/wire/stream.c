@@ -230,11 +230,9 @@ enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after)
 	p->kicked = false;
 	if (p->out.len > 0) {
 		size_t len = 0;
+		char *out = ledger_buf_steal(&p->out, &len);
 
-		free(c->out);
-		c->out = ledger_buf_steal(&p->out, &len);
-		c->out_len = c->out != NULL ? len : 0;
-		c->out_off = 0;
+		wire_conn_out_set(c, out, len);
 		pthread_cond_broadcast(&p->room);
 		r = c->out != NULL ? WIRE_STREAM_MORE : WIRE_STREAM_CUT;
 	} else if (p->ended && !c->held) {
