@@ -15,6 +15,7 @@
 #include "api/service/input.h"
 #include "api/service/metrics.h"
 #include "api/service/reply.h"
+#include "ledger/common/json.h"
 #include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
@@ -656,6 +657,45 @@ static enum ledger_err failover_parse(struct api_request *req)
 	return LEDGER_OK;
 }
 
+/*
+ * A decision's answer as recorded, but for its new attempt's lease_ms:
+ * what is left of the lease now, as every lease in an answer says, not the
+ * lease as granted when the decision was taken. A body that names another
+ * attempt (a retried call with another next_attempt) is sent as recorded.
+ */
+static void write_decision(struct ledger_jsonw *w, const struct ledger_failover_result *res,
+			   const struct ledger_store_result *r)
+{
+	const char *body = res->body;
+	size_t len = strlen(body);
+	struct ledger_json_doc *doc = NULL;
+	const struct ledger_json_value *att = NULL, *id = NULL, *lease = NULL;
+	struct ledger_buf aged = LEDGER_BUF_INIT;
+
+	if (res->lease_attempt_id[0] != '\0' &&
+	    ledger_json_parse(body, len, 8, &doc, NULL) == LEDGER_OK) {
+		att = ledger_json_get(ledger_json_root(doc), "attempt");
+		id = ledger_json_get(att, "attempt_id");
+		lease = ledger_json_get(att, "lease_ms");
+	}
+	if (id != NULL && id->type == LEDGER_JSON_STRING &&
+	    strcmp(id->u.str.s, res->lease_attempt_id) == 0 && lease != NULL &&
+	    lease->type == LEDGER_JSON_NUMBER) {
+		size_t at = (size_t)(lease->raw - body);
+
+		ledger_buf_append(&aged, body, at);
+		ledger_buf_printf(&aged, "%lld",
+				  (long long)api_reply_time_left(r, res->lease_ms_left));
+		ledger_buf_append(&aged, body + at + lease->raw_len, len - at - lease->raw_len);
+	}
+	if (aged.len > 0 && !aged.oom)
+		ledger_jsonw_raw(w, aged.data, aged.len);
+	else
+		ledger_jsonw_raw(w, body, len);
+	ledger_buf_free(&aged);
+	ledger_json_free(doc);
+}
+
 static void failover_answer(struct api_request *req, const struct ledger_store_result *r)
 {
 	const struct failover_input *in = req->input;
@@ -668,7 +708,7 @@ static void failover_answer(struct api_request *req, const struct ledger_store_r
 	switch (res.status) {
 	case LEDGER_FAILOVER_ANSWERED:
 		api_reply_begin(req, &w, 200);
-		ledger_jsonw_raw(&w, res.body, strlen(res.body));
+		write_decision(&w, &res, r);
 		if (res.decision.action == LEDGER_FAILOVER_WAIT_FOR_FENCE)
 			req->reply.retry_after_ms = res.decision.retry_after_ms;
 		break;

@@ -375,6 +375,13 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 		out->replayed = true;
 		out->body = f.recorded;
 		f.recorded = NULL;
+		/* The rerun a retried call names is the attempt the decision made, if any:
+		 * its lease is read now, on the database's clock. */
+		if (lk.second.exists) {
+			snprintf(out->lease_attempt_id, sizeof(out->lease_attempt_id), "%s",
+				 lk.second.attempt_id);
+			out->lease_ms_left = lk.second.lease_ms_left;
+		}
 		rc = store_step_rollback(conn);
 		goto out;
 	}
@@ -403,6 +410,11 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 	}
 	out->status = LEDGER_FAILOVER_ANSWERED;
 	rc = perform(&st, &key, in, policy, &lk, &f, created, &ev, out);
+	if (rc == LEDGER_OK && created != NULL) {
+		snprintf(out->lease_attempt_id, sizeof(out->lease_attempt_id), "%s",
+			 created->attempt_id);
+		out->lease_ms_left = created->lease_ms_left;
+	}
 out:
 	store_step_clear(&st);
 	events_free(&ev);

@@ -478,6 +478,13 @@ struct ledger_failover_result {
 	char *client_error; /* owned: REQUEST_CLOSED, the request's recorded one */
 	char *body;         /* owned: ANSWERED, the decision as recorded */
 	bool replayed;      /* ANSWERED with a decision taken before */
+	/*
+	 * ANSWERED with a new attempt: its id, and its lease left when read
+	 * (the body holds the lease as granted; the answer says what is left).
+	 * lease_attempt_id empty: no attempt in the body to age.
+	 */
+	char lease_attempt_id[LEDGER_ID_MAX + 1];
+	int64_t lease_ms_left;
 };
 
 /** Frees what @p r owns. */
