@@ -508,6 +508,17 @@ static void route(struct api_request *req)
 		api_reply_error(req, 401, "unauthorized", "the token is not valid");
 		return;
 	}
+	/*
+	 * Not among the live tokens as of a fresh read: made up, unless minted
+	 * since that read, which the allowance of lookups lets through unless a
+	 * flood of made-up tokens spent it (api/service/tokens.h).
+	 */
+	if (api_tokens_known(req->token_sha256) == API_TOKENS_ABSENT &&
+	    !api_tokens_absent_lookup()) {
+		api_metrics_token_lookup("absent");
+		api_reply_error(req, 401, "unauthorized", "the token is not valid");
+		return;
+	}
 	req->job.op.kind = LEDGER_STORE_TOKEN_LOOKUP;
 	req->job.op.in.token_sha256 = req->token_sha256;
 	queue(req, API_STAGE_AUTHENTICATING);
