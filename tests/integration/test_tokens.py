@@ -505,6 +505,22 @@ def test_a_token_minted_during_a_flood_works_within_the_bound(service):
     assert set(f.answers) == {(401, "unauthorized")}, f.answers
 
 
+def test_a_token_tried_before_it_was_stored_works_once_stored(service):
+    tenant = new_id("tb")
+    given = "deploy-" + secrets.token_hex(24)
+    env = {"T_LATE": given}
+    SECRETS.add(given)
+    # A client that starts before the deployment stored its token: refused, and the
+    # database's answer remembered.
+    for _ in range(3):
+        r = whoami(service, given)
+        assert r.status == 401 and r.code == "unauthorized", r
+    assert cli(service, "create", "--tenant", tenant, "--role", "agent", "--from-env",
+               "T_LATE", env=env).returncode == 0
+    # Once ledgerd hears of the token, that answer no longer stands.
+    works_within(service, given, LATE)
+
+
 def store_unannounced(service, token, tenant, role):
     """Stores @token as a session in replica mode does (a restore, a logical
     replica's apply): no trigger fires, so no ledgerd hears of it."""
