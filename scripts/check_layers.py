@@ -30,7 +30,8 @@ import sys
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 STORE_PUBLIC = ("ledger/store/store.h", "ledger/store/job.h", "ledger/store/migrate.h",
-                "ledger/store/maintenance.h", "ledger/store/replay_cache.h")
+                "ledger/store/maintenance.h", "ledger/store/token_watch.h",
+                "ledger/store/replay_cache.h")
 CLIENT = ("sdk/c/ledger_client.h", "ledger_client.h")
 
 # folder -> (project includes it may have, system headers it must not)

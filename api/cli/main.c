@@ -16,6 +16,7 @@
 #include "api/cli/settings.h"
 #include "ledger/common/log.h"
 #include "ledger/store/maintenance.h"
+#include "ledger/store/token_watch.h"
 #include "ledger/store/migrate.h"
 #include "ledger/core/policy.h"
 #include "ledger/store/replay_cache.h"
@@ -221,8 +222,15 @@ static int cmd_serve(const struct api_settings *cfg)
 		.gc_interval_ms = cfg->gc_interval_ms,
 		.gc_batch = (unsigned)cfg->gc_batch,
 	};
+	struct ledger_token_watch_config wcfg = {
+		.database_url = cfg->database_url,
+		.reload_ms = API_TOKEN_SET_RELOAD_MS,
+		.loaded = api_tokens_known_load,
+		.stale = api_tokens_known_stale,
+	};
 	struct api_config acfg;
 	struct ledger_maintenance *maintenance = NULL;
+	struct ledger_token_watch *watch = NULL;
 	struct ledger_store *store = NULL;
 	struct ledger_policy policy;
 	struct api_server_sockets sk = {.api_fd = -1, .ops_fd = -1};
@@ -261,8 +269,17 @@ static int cmd_serve(const struct api_settings *cfg)
 		close_sockets(&sk);
 		return 1;
 	}
+	/* Until it has read the live tokens, every token is looked up as it comes. */
+	if (ledger_token_watch_start(&wcfg, &watch) != LEDGER_OK) {
+		fprintf(stderr, "ledgerd: cannot start the token watch thread\n");
+		ledger_maintenance_stop(maintenance);
+		ledger_store_close(store);
+		close_sockets(&sk);
+		return 1;
+	}
 	rc = api_server_run(&acfg, &policy, store, &sk);
 	wire_tls_close(sk.tls);
+	ledger_token_watch_stop(watch);
 	ledger_maintenance_stop(maintenance);
 	ledger_store_close(store);
 	ledger_replay_cache_free();

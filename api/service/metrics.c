@@ -70,7 +70,7 @@ static const char *const stale_names[] = {
 };
 static atomic_ullong stale[COUNT(stale_names)];
 
-static const char *const token_results[] = {"found", "unknown", "unknown_remembered"};
+static const char *const token_results[] = {"found", "unknown", "unknown_remembered", "absent"};
 static atomic_ullong token_lookups[COUNT(token_results)];
 static atomic_ullong readiness_checks;
 static atomic_ullong store_unreachable; /* calls the store answered LEDGER_ERR_UNAVAILABLE */
@@ -421,7 +421,8 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	ledger_buf_printf(out, "ledger_http_in_flight %ld\n", in_flight);
 	header(out, "ledger_token_lookups_total", "counter",
 	       "Tokens not in memory: looked up in the database (found, unknown), or refused "
-	       "because the database said so a moment ago (unknown_remembered).");
+	       "because the database said so a moment ago (unknown_remembered), or because no "
+	       "live token has that hash (absent).");
 	labelled(out, "ledger_token_lookups_total", "result", token_results, token_lookups,
 		 COUNT(token_results));
 	header(out, "ledger_readiness_checks_total", "counter",

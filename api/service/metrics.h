@@ -41,7 +41,10 @@ void api_metrics_route_name(size_t route_index, const char *name);
  */
 void api_metrics_http(size_t route_index, unsigned status, double seconds);
 
-/* A token looked up (result: found, unknown, unknown_remembered), a readiness check made. */
+/*
+ * A token not in the lookup cache (result: found, unknown, unknown_remembered, absent), a
+ * readiness check made.
+ */
 void api_metrics_token_lookup(const char *result);
 void api_metrics_readiness_check(void);
 

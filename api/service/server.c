@@ -441,6 +441,7 @@ static void route(struct api_request *req)
 	const char *allow = NULL, *bad = NULL, *target = req->head->target;
 	size_t plen = strcspn(target, "?");
 	char *path = strndup(target, plen);
+	enum api_tokens_presence presence;
 	enum api_match m;
 
 	if (path == NULL) {
@@ -503,8 +504,25 @@ static void route(struct api_request *req)
 		authenticated(req);
 		return;
 	}
-	if (api_tokens_unknown(req->token_sha256)) {
+	/*
+	 * A hash the set of live tokens holds was a live token's at the set's
+	 * read: a "no such token" the database said before then is out of date
+	 * (a token stored after a client tried it), and one it said since costs
+	 * a lookup at most.
+	 */
+	presence = api_tokens_known(req->token_sha256);
+	if (presence != API_TOKENS_PRESENT && api_tokens_unknown(req->token_sha256)) {
 		api_metrics_token_lookup("unknown_remembered");
+		api_reply_error(req, 401, "unauthorized", "the token is not valid");
+		return;
+	}
+	/*
+	 * Not among the live tokens as of a fresh read: made up, unless minted
+	 * since that read, which the allowance of lookups lets through unless a
+	 * flood of made-up tokens spent it (api/service/tokens.h).
+	 */
+	if (presence == API_TOKENS_ABSENT && !api_tokens_absent_lookup()) {
+		api_metrics_token_lookup("absent");
 		api_reply_error(req, 401, "unauthorized", "the token is not valid");
 		return;
 	}

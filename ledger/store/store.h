@@ -199,6 +199,16 @@ LEDGER_MUSTCHECK enum ledger_err ledger_store_token_lookup(struct ledger_store_c
 							   bool *found, char *tenant,
 							   enum ledger_role *role);
 
+/**
+ * The hashes of every token that works now (as ledger_store_token_lookup()
+ * would find it), in no order: what ledgerd serve keeps in memory.
+ * @param hashes receives a new array of @p count hashes; caller frees with free()
+ * @return LEDGER_OK, LEDGER_ERR_NOMEM or a database failure (*hashes is then NULL)
+ */
+LEDGER_MUSTCHECK enum ledger_err ledger_store_token_hashes(struct ledger_store_conn *conn,
+							   unsigned char (**hashes)[32],
+							   size_t *count);
+
 /** Records a token's SHA-256 for @p tenant with @p role. */
 LEDGER_MUSTCHECK enum ledger_err ledger_store_token_insert(struct ledger_store_conn *conn,
 							   const unsigned char sha256[32],

@@ -1,6 +1,7 @@
 /*
  * ledger/store/tokens.c: API tokens, kept only as SHA-256 hashes: the
- * lookup every authenticated call may need, and the lifecycle the command
+ * lookup every authenticated call may need, the hashes of every live token
+ * that ledgerd serve keeps in memory, and the lifecycle the command
  * line drives (create, list, revoke, rotate). A token with a revoked_at in
  * the future (a rotation's grace period) still works until that moment,
  * by the database's clock.
@@ -24,6 +25,14 @@ static const struct store_stmt token_lookup = {
 	"SELECT tenant, role FROM api_tokens WHERE token_sha256 = $1::bytea"
 	" AND (revoked_at IS NULL OR revoked_at > now())",
 	1,
+};
+
+/* The tokens token_lookup may find, for the set ledgerd serve keeps. */
+static const struct store_stmt token_hashes = {
+	"token_hashes",
+	"SELECT encode(token_sha256, 'hex') FROM api_tokens"
+	" WHERE revoked_at IS NULL OR revoked_at > now()",
+	0,
 };
 
 static const struct store_stmt token_insert = {
@@ -100,21 +109,30 @@ static int hex_value(char c)
 	return at != NULL ? (int)(at - hex_digits) : -1;
 }
 
-/* Reads row @p row of TOKEN_COLUMNS. @return false if the database sent what no row can hold */
-static bool parse_info(const PGresult *res, int row, struct ledger_token_info *out)
+/* Reads 64 hex digits into @p out. @return false if @p hex is not that */
+static bool parse_hex(const char *hex, unsigned char out[32])
 {
-	const char *hex = PQgetvalue(res, row, 0);
-
-	memset(out, 0, sizeof(*out));
-	if (strlen(hex) != 64 || ledger_role_parse(PQgetvalue(res, row, 2), &out->role) != 0)
+	if (strlen(hex) != 64)
 		return false;
 	for (int i = 0; i < 32; i++) {
 		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return false;
-		out->sha256[i] = (unsigned char)(hi << 4 | lo);
+		out[i] = (unsigned char)(hi << 4 | lo);
 	}
+	return true;
+}
+
+/* Reads row @p row of TOKEN_COLUMNS. @return false if the database sent what no row can hold */
+static bool parse_info(const PGresult *res, int row, struct ledger_token_info *out)
+{
+	const char *hex = PQgetvalue(res, row, 0);
+
+	memset(out, 0, sizeof(*out));
+	if (!parse_hex(hex, out->sha256) ||
+	    ledger_role_parse(PQgetvalue(res, row, 2), &out->role) != 0)
+		return false;
 	store_step_get_text(res, row, 1, out->tenant, sizeof(out->tenant));
 	store_step_get_text(res, row, 3, out->created_at, sizeof(out->created_at));
 	store_step_get_text(res, row, 4, out->revoked_at, sizeof(out->revoked_at));
@@ -197,6 +215,41 @@ enum ledger_err ledger_store_token_lookup(struct ledger_store_conn *conn,
 	    ledger_role_parse(PQgetvalue(st.res[0], 0, 1), role) == 0) {
 		store_step_get_text(st.res[0], 0, 0, tenant, LEDGER_ID_MAX + 1);
 		*found = true;
+	}
+	store_step_clear(&st);
+	return rc;
+}
+
+enum ledger_err ledger_store_token_hashes(struct ledger_store_conn *conn,
+					  unsigned char (**hashes)[32], size_t *count)
+{
+	struct store_step st;
+	enum ledger_err rc;
+	int n = 0;
+
+	*hashes = NULL;
+	*count = 0;
+	rc = run_stmt(conn, &token_hashes, NULL, &st);
+	if (rc != LEDGER_OK)
+		goto out;
+	n = PQntuples(st.res[0]);
+	*hashes = calloc(n > 0 ? (size_t)n : 1, sizeof(**hashes));
+	if (*hashes == NULL) {
+		rc = LEDGER_ERR_NOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!parse_hex(PQgetvalue(st.res[0], i, 0), (*hashes)[i])) {
+			LOG_ERROR("api_tokens holds a hash ledgerd cannot read");
+			rc = LEDGER_ERR_INTERNAL;
+			goto out;
+		}
+	}
+	*count = (size_t)n;
+out:
+	if (rc != LEDGER_OK) {
+		free(*hashes);
+		*hashes = NULL;
 	}
 	store_step_clear(&st);
 	return rc;
@@ -329,6 +382,6 @@ enum ledger_err ledger_store_token_rotate(struct ledger_store_conn *conn,
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_tokens_statements[] = {
-	&token_lookup, &token_insert, &token_get,    &token_list,
+	&token_lookup, &token_hashes, &token_insert, &token_get,    &token_list,
 	&token_find,   &token_revoke, &token_rotate, NULL,
 };

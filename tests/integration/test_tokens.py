@@ -8,14 +8,25 @@ a rotated token's successor works at once; a token in its grace period works
 until the grace ends. No command but create and rotate ever prints a token,
 and ledgerd's log never holds one.
 
+A flood of made-up tokens, each a different one, costs the database at most
+a tenth of a transaction a call (measured in pg_stat_database), since
+ledgerd keeps the hashes of the live tokens; a token minted meanwhile still
+works as soon as ledgerd hears of it, one stored without a notification
+within the periodic read (5 s), and the token watch's connection killed
+refuses no valid token and comes back.
+
 Docs: docs/operations.md ("Tokens"), docs/api.md ("Running ledgerd").
 """
 
+import base64
 import hashlib
+import http.client
 import json
 import os
 import re
+import secrets
 import subprocess
+import threading
 import time
 
 from conftest import LEDGERD, ledgerd_cmd, new_id
@@ -312,6 +323,303 @@ def test_mistakes_exit_non_zero_with_one_line(service, cluster):
     url = cluster.create_db("tokens_bare_" + new_id("d").replace("-", "_"))
     fails(cli(service, "list", url=url), 1, "token list: the database failed (is it migrated?)")
     fails(cli(service, "revoke", token_id(token), url=url), 1, "(is it migrated?)")
+
+
+def made_up_token():
+    """A well-formed token no one minted: "ldg_" and 43 characters of base64url."""
+    return "ldg_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+
+
+STATS_FLUSH_S = 11.5
+
+
+def transactions(service):
+    """Transactions committed and rolled back in the service's database so far, once
+    every backend has flushed its counts: PostgreSQL 15 flushes a backend's at most once
+    a second, and one that flushed less than a second before it fell idle flushes again
+    only 10 s later (PGSTAT_IDLE_INTERVAL). Asked from another database, so that the
+    question counts none of its own."""
+    time.sleep(STATS_FLUSH_S)
+    rows = service.cluster.psql("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                                "WHERE datname = '%s'" % service.dbname)
+    return int(rows[0][0])
+
+
+def lookups(service):
+    """ledger_token_lookups_total by result."""
+    found = re.findall(r'^ledger_token_lookups_total\{result="(\w+)"\} (\d+)$',
+                       service.ledgerd.get("/metrics").body, re.M)
+    return {result: int(n) for result, n in found}
+
+
+def ask_each(led, tokens, stop=None):
+    """Asks /v1/whoami with each of @tokens in turn on one keep-alive connection, until
+    they run out or @stop is set; @return {(status, error code or ""): count}."""
+    seen = {}
+    conn = http.client.HTTPConnection(led.host, led.port, timeout=30)
+    try:
+        for token in tokens:
+            if stop is not None and stop.is_set():
+                break
+            conn.request("GET", "/v1/whoami", headers={"Authorization": "Bearer " + token})
+            r = conn.getresponse()
+            body = r.read()
+            key = (r.status, json.loads(body)["error"]["code"] if r.status >= 400 else "")
+            seen[key] = seen.get(key, 0) + 1
+            if (r.getheader("Connection") or "").lower() == "close":
+                conn.close()
+                conn = http.client.HTTPConnection(led.host, led.port, timeout=30)
+    finally:
+        conn.close()
+    return seen
+
+
+def merge(into, seen):
+    for k, v in seen.items():
+        into[k] = into.get(k, 0) + v
+
+
+def flood(led, tokens, threads=8):
+    """Asks /v1/whoami once with each of @tokens, from @threads connections at once;
+    @return the answers, as ask_each() counts them."""
+    answers, lock = {}, threading.Lock()
+
+    def send(part):
+        seen = ask_each(led, part)
+        with lock:
+            merge(answers, seen)
+
+    workers = [threading.Thread(target=send, args=(tokens[i::threads],))
+               for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return answers
+
+
+class Flooding:
+    """Made-up tokens, each a new one, sent to /v1/whoami from @threads connections at
+    once for as long as the `with` block runs; .answers counts what came back."""
+
+    def __init__(self, led, threads=4):
+        self.led = led
+        self.stop = threading.Event()
+        self.answers, self.lock = {}, threading.Lock()
+        self.workers = [threading.Thread(target=self.send) for _ in range(threads)]
+
+    def send(self):
+        def tokens():
+            while True:
+                yield made_up_token()
+        seen = ask_each(self.led, tokens(), self.stop)
+        with self.lock:
+            merge(self.answers, seen)
+
+    def __enter__(self):
+        for t in self.workers:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.workers:
+            t.join()
+
+
+FLOOD = 2000
+# At most a tenth of a database transaction per call with a made-up token.
+FLOOD_BUDGET = FLOOD // 10
+# A change that reaches ledgerd by no notification is read within this (API_TOKEN_SET_RELOAD_MS)...
+RELOAD_S = 5.0
+# ... give or take a busy machine.
+LATE = 2.0
+
+
+def works_within(service, token, bound):
+    """Polls /v1/whoami with @token until it answers 200; @return the seconds that took.
+    Fails when it is refused for longer than @bound, or answered anything but 401."""
+    since = time.monotonic()
+    while True:
+        r = whoami(service, token)
+        waited = time.monotonic() - since
+        if r.status == 200:
+            return waited
+        assert r.status == 401 and r.code == "unauthorized", r
+        assert waited < bound, "a valid token is still refused after %.2f s" % waited
+        time.sleep(0.01)
+
+
+def test_a_flood_of_made_up_tokens_costs_the_database_next_to_nothing(service):
+    # Every call below brings a token no one ever minted, each a different one: the
+    # table of unknown tokens never sees one twice. Whatever ledgerd does about them
+    # must not cost the database a transaction each.
+    good = create(service, new_id("tf"), "agent")
+    assert whoami(service, good).status == 200
+    bogus = [made_up_token() for _ in range(FLOOD)]
+    assert len(set(bogus)) == FLOOD
+    before, counted = transactions(service), lookups(service)
+    t0 = time.monotonic()
+    answers = flood(service.ledgerd, bogus)
+    took = time.monotonic() - t0
+    after, now = transactions(service), lookups(service)
+    spent = {k: now[k] - counted.get(k, 0) for k in now}
+    print("\n%d calls with made-up tokens in %.2f s: the database's transactions went from "
+          "%d to %d (%d, %.3f a call); token lookups: %s" % (
+              FLOOD, took, before, after, after - before, (after - before) / FLOOD, spent))
+    assert answers == {(401, "unauthorized"): FLOOD}, answers
+    assert after - before <= FLOOD_BUDGET, (before, after)
+    assert spent["absent"] >= FLOOD - FLOOD_BUDGET and spent["found"] == 0, spent
+    # The valid token was never refused on the way.
+    assert whoami(service, good).status == 200
+
+
+def test_a_token_from_the_command_line_works_on_its_first_call(service):
+    tenant = new_id("tn")
+    for role in ("agent", "router", "reviewer", "admin"):
+        token = create(service, tenant, role)
+        r = whoami(service, token)
+        assert r.status == 200 and r.json == {"tenant": tenant, "role": role}, r
+
+
+def test_a_token_minted_during_a_flood_works_within_the_bound(service):
+    tenant = new_id("tm")
+    waited = []
+    with Flooding(service.ledgerd) as f:
+        counted = lookups(service)
+        deadline = time.monotonic() + 30
+        # The flood has spent the allowance of lookups: made-up tokens are refused unasked.
+        while lookups(service)["absent"] - counted["absent"] < 200:
+            assert time.monotonic() < deadline, "the flood never reached ledgerd"
+            time.sleep(0.05)
+        for _ in range(5):
+            # It works as soon as ledgerd hears of it: not the periodic read RELOAD_S later.
+            token = create(service, tenant, "agent")
+            waited.append(works_within(service, token, LATE))
+            # Once it works it stays working.
+            for _ in range(5):
+                assert whoami(service, token).status == 200
+    print("\nunder a flood of %d calls, 5 tokens minted by `ledgerd token create` worked "
+          "%s s after the command returned" % (sum(f.answers.values()),
+                                              ", ".join("%.3f" % w for w in waited)))
+    assert set(f.answers) == {(401, "unauthorized")}, f.answers
+
+
+def test_a_token_tried_before_it_was_stored_works_once_stored(service):
+    tenant = new_id("tb")
+    given = "deploy-" + secrets.token_hex(24)
+    env = {"T_LATE": given}
+    SECRETS.add(given)
+    # A client that starts before the deployment stored its token: refused, and the
+    # database's answer remembered.
+    for _ in range(3):
+        r = whoami(service, given)
+        assert r.status == 401 and r.code == "unauthorized", r
+    assert cli(service, "create", "--tenant", tenant, "--role", "agent", "--from-env",
+               "T_LATE", env=env).returncode == 0
+    # Once ledgerd hears of the token, that answer no longer stands.
+    works_within(service, given, LATE)
+
+
+def store_unannounced(service, token, tenant, role):
+    """Stores @token as a session in replica mode does (a restore, a logical
+    replica's apply): no trigger fires, so no ledgerd hears of it."""
+    service.sql("SET session_replication_role = replica; INSERT INTO api_tokens (token_sha256,"
+                " tenant, role) VALUES ('\\x%s', '%s', '%s')" % (token_id(token, 64), tenant,
+                                                                  role))
+
+
+def test_a_token_no_one_announced_works_at_once_or_after_the_next_read(service):
+    tenant = new_id("tu")
+    # Made-up tokens in a burst spend the allowance of lookups; those refused unasked
+    # say that ledgerd trusts its set of live tokens.
+    counted = lookups(service)
+    flood(service.ledgerd, [made_up_token() for _ in range(50)], threads=2)
+    assert lookups(service)["absent"] - counted["absent"] >= 30
+    time.sleep(0.3)  # three lookups' worth of allowance again
+    # A token stored a moment ago, of which ledgerd has heard nothing, still works
+    # at once: its hash is missing from the set, and the allowance looks it up.
+    quiet = made_up_token()
+    SECRETS.add(quiet)
+    store_unannounced(service, quiet, tenant, "router")
+    r = whoami(service, quiet)
+    assert r.status == 200 and r.json == {"tenant": tenant, "role": "router"}, r
+
+    # Under a flood the allowance is spent, and such a token works once ledgerd reads
+    # the live tokens again: within RELOAD_S.
+    loud = made_up_token()
+    SECRETS.add(loud)
+    with Flooding(service.ledgerd) as f:
+        time.sleep(0.5)
+        store_unannounced(service, loud, tenant, "agent")
+        worked = works_within(service, loud, RELOAD_S + LATE)
+    print("\nunder a flood of %d calls, a token stored without a notification worked %.2f s "
+          "after it was stored" % (sum(f.answers.values()), worked))
+    assert whoami(service, loud).status == 200
+
+
+def watch_backends(service):
+    """The pids of the database sessions of ledgerd's token watch: the last thing they
+    ran is its LISTEN or its read of the live tokens."""
+    read = ledgerd_cmd("sql", "token_hashes").stdout.strip().replace("'", "''")
+    rows = service.cluster.psql(
+        "SELECT pid FROM pg_stat_activity WHERE datname = '%s' AND query IN "
+        "('LISTEN ledger_tokens', '%s')" % (service.dbname, read))
+    return [int(r[0]) for r in rows]
+
+
+def log_entries(service, prefix):
+    return [e for e in map(json.loads, service.ledgerd.log_text().splitlines())
+            if e["msg"].startswith(prefix)]
+
+
+def test_the_watch_losing_its_connection_refuses_no_valid_token_and_recovers(service):
+    tenant = new_id("tk")
+    deadline = time.monotonic() + 30
+    while len(watch_backends(service)) != 1:
+        assert time.monotonic() < deadline, watch_backends(service)
+        time.sleep(0.1)
+    [old] = watch_backends(service)
+    # Valid tokens ledgerd never looked up: none is in its cache.
+    unused = [create(service, tenant, "agent") for _ in range(3)]
+    lost = len(log_entries(service, "the token watch lost its connection"))
+    minted, waited = [], []
+    with Flooding(service.ledgerd) as f:
+        time.sleep(0.5)
+        # Returns once the backend is gone, so that ledgerd's end of it is closed.
+        assert service.cluster.psql("SELECT pg_terminate_backend(%d, 10000)" % old) == [["t"]]
+        killed = time.monotonic()
+        for token in unused:
+            r = whoami(service, token)
+            assert r.status == 200, r
+        # Tokens minted meanwhile: each works once ledgerd hears of it, which takes
+        # a watch that listens; not the periodic read RELOAD_S later.
+        while time.monotonic() - killed < 3:
+            token = create(service, tenant, "agent")
+            minted.append(token)
+            waited.append(works_within(service, token, LATE))
+        while True:
+            backends = watch_backends(service)
+            if len(backends) == 1 and backends != [old]:
+                break
+            assert time.monotonic() - killed < 30, backends
+            time.sleep(0.1)
+    assert set(f.answers) == {(401, "unauthorized")}, f.answers
+    print("\nthe watch's session killed under a flood of %d calls: %d tokens minted in the "
+          "3 s after worked within %.3f s (median %.3f s)" % (
+              sum(f.answers.values()), len(minted), max(waited),
+              sorted(waited)[len(waited) // 2]))
+    # It said so, each way, once.
+    assert len(log_entries(service, "the token watch lost its connection")) == lost + 1
+    back = log_entries(service, "the token watch listens again after")
+    assert back and back[-1]["level"] == "info", back
+    # And made-up tokens are refused unasked again.
+    counted = lookups(service)
+    flood(service.ledgerd, [made_up_token() for _ in range(100)], threads=2)
+    spent = {k: v - counted.get(k, 0) for k, v in lookups(service).items()}
+    assert spent["absent"] >= 80, spent
+    for token in minted + unused:
+        assert whoami(service, token).status == 200
 
 
 def test_ledgerd_never_logged_a_token(service):

@@ -15,8 +15,9 @@ from conftest import LEDGERD, TEST_SETTINGS, Ledgerd, claim_id, ledgerd_cmd, new
 from pgcluster import Cluster, wait_for
 
 WORKERS = 4
-# Every connection a ledgerd serve keeps: its workers, /readyz's and retention's.
-CONNECTIONS = WORKERS + 2
+# Every connection a ledgerd serve keeps: its workers, /readyz's, retention's and the
+# token watch's.
+CONNECTIONS = WORKERS + 3
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,9 @@ def db(cluster):
 
 @pytest.fixture
 def session_pool(cluster):
-    # Room for every connection of one ledgerd: its workers, /readyz's and retention's.
-    bouncer = PgBouncer(cluster, "session", pool_size=WORKERS + 2)
+    # Room for every connection of one ledgerd: its workers, /readyz's, retention's and
+    # the token watch's.
+    bouncer = PgBouncer(cluster, "session", pool_size=WORKERS + 3)
     yield bouncer
     bouncer.destroy()
 

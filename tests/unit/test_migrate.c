@@ -4,7 +4,8 @@
  * its own, a newer one whose migrations are all additive, never an older
  * one, and never a newer one with a migration that names a newer oldest
  * binary. Rows are relative to the schema this build makes, so they hold
- * as migrations are added.
+ * as migrations are added. Then the built-in migrations themselves: in
+ * order, and the token trigger's additive.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #include "ledger/store/migrate.h"
 
@@ -82,12 +84,32 @@ static void test_migrate_table_is_ordered(void **state)
 			 ledger_migrations[ledger_migration_count - 1].version);
 }
 
+/*
+ * The trigger that announces changes to api_tokens (sql/007) only adds: a
+ * ledgerd of schema 6 never listens and serves the database as before.
+ */
+static void test_migrate_token_changes_are_additive(void **state)
+{
+	const struct ledger_migration *m = NULL;
+
+	(void)state;
+	for (unsigned i = 0; i < ledger_migration_count; i++) {
+		if (strcmp(ledger_migrations[i].name, "007_token_changes.sql") == 0)
+			m = &ledger_migrations[i];
+	}
+	assert_non_null(m);
+	assert_int_equal(m->version, 7);
+	assert_int_equal(m->oldest_binary_schema, 0);
+	assert_non_null(strstr(m->sql, "pg_notify('ledger_tokens'"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_migrate_fit_table),
 		cmocka_unit_test(test_migrate_never_migrated_is_older),
 		cmocka_unit_test(test_migrate_table_is_ordered),
+		cmocka_unit_test(test_migrate_token_changes_are_additive),
 	};
 
 	return cmocka_run_group_tests_name("migrate", tests, NULL, NULL);

@@ -2,7 +2,10 @@
  * tests/unit/test_tokens.c: API tokens (api/service/tokens.c): the format of a new
  * token, its SHA-256, and the lookup cache: hit, miss, overwrite, eviction
  * by a token of the same slot, expiry API_TOKEN_CACHE_MS after the lookup's
- * read, and use from several threads at once.
+ * read, and use from several threads at once. Then the known set of live
+ * tokens' hashes: what a load holds, how long it is trusted, its
+ * replacement under readers; and the allowance of lookups for hashes it
+ * lacks: its rate, its savings and a flood.
  *
  * The cache reads CLOCK_MONOTONIC through clock_gettime() and has no seam for
  * a test clock. Rather than sleep API_TOKEN_CACHE_MS per case, this program
@@ -21,6 +24,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +57,18 @@ int clock_gettime(clockid_t clk, struct timespec *ts)
 	return 0;
 }
 
-/* Stops the monotonic clock at the present. */
+/*
+ * Stops the monotonic clock at the present, or where a test last left it if
+ * that is later: frozen, it never runs back, as CLOCK_MONOTONIC never does.
+ */
 static void freeze(void)
 {
-	assert_int_equal(syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &frozen_at), 0);
+	struct timespec now;
+
+	assert_int_equal(syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &now), 0);
+	if (now.tv_sec > frozen_at.tv_sec ||
+	    (now.tv_sec == frozen_at.tv_sec && now.tv_nsec > frozen_at.tv_nsec))
+		frozen_at = now;
 	clock_frozen = true;
 }
 
@@ -472,6 +484,280 @@ static void test_tokens_cache_concurrent_use(void **state)
 	}
 }
 
+/* --- the known set ----------------------------------------------------------------- */
+
+/* A hash of its own for @i: sha256("known-set" i), spread like a real token's. */
+static void known_hash(unsigned i, unsigned char out[32])
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "known-set %u", i);
+	api_tokens_hash(text, strlen(text), out);
+}
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	assert_int_equal(clock_gettime(CLOCK_MONOTONIC, &ts), 0);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#define KNOWN 3000
+
+/* Loads hashes 0 .. @n - 1 (and @n again, as a repeated row would be) as read now. */
+static void load_known(unsigned n)
+{
+	static unsigned char hashes[KNOWN + 1][32];
+
+	assert_true(n < KNOWN);
+	for (unsigned i = 0; i < n; i++)
+		known_hash(i, hashes[i]);
+	memcpy(hashes[n], hashes[0], 32);
+	assert_int_equal(api_tokens_known_load(hashes, n > 0 ? n + 1 : 0, mono_ms()), LEDGER_OK);
+}
+
+static void expect_presence(unsigned from, unsigned to, enum api_tokens_presence want,
+			    const char *what)
+{
+	for (unsigned i = from; i < to; i++) {
+		unsigned char sha[32];
+		enum api_tokens_presence got;
+
+		known_hash(i, sha);
+		got = api_tokens_known(sha);
+		if (got != want)
+			fail_msg("%s: hash %u is %d, want %d", what, i, (int)got, (int)want);
+	}
+}
+
+/*
+ * Every hash loaded is present, every other one absent, whatever the size:
+ * an empty set, one hash, and sets that fill the table's probes.
+ */
+static void test_tokens_known_set_holds_what_was_loaded(void **state)
+{
+	static const unsigned sizes[] = {0, 1, 7, 8, 9, 100, 1024, KNOWN - 1};
+
+	(void)state;
+	for (size_t k = 0; k < COUNT(sizes); k++) {
+		char what[48];
+
+		load_known(sizes[k]);
+		snprintf(what, sizeof(what), "set of %u, loaded", sizes[k]);
+		expect_presence(0, sizes[k], API_TOKENS_PRESENT, what);
+		snprintf(what, sizeof(what), "set of %u, not loaded", sizes[k]);
+		expect_presence(sizes[k], KNOWN + 200, API_TOKENS_ABSENT, what);
+	}
+}
+
+/*
+ * The set is trusted from its load until API_TOKEN_SET_TTL_MS after its
+ * read, or until it is said to be stale, whichever comes first; then every
+ * hash, in it or not, is UNSURE until the next load.
+ */
+static const struct {
+	long long read_before_ms; /* how long before the load its read began */
+	long long after_ms;       /* the lookup, since the load */
+	bool stale;               /* api_tokens_known_stale() between the two */
+	enum api_tokens_presence in, out;
+} trust_rows[] = {
+	{0, 0, false, API_TOKENS_PRESENT, API_TOKENS_ABSENT},
+	{0, API_TOKEN_SET_TTL_MS - 1, false, API_TOKENS_PRESENT, API_TOKENS_ABSENT},
+	{0, API_TOKEN_SET_TTL_MS, false, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+	{0, 24LL * 3600 * 1000, false, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+	/* counted from the read, not the load */
+	{3000, API_TOKEN_SET_TTL_MS - 3001, false, API_TOKENS_PRESENT, API_TOKENS_ABSENT},
+	{3000, API_TOKEN_SET_TTL_MS - 3000, false, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+	/* a read from the future counts as now */
+	{-5000, API_TOKEN_SET_TTL_MS - 1, false, API_TOKENS_PRESENT, API_TOKENS_ABSENT},
+	{-5000, API_TOKEN_SET_TTL_MS, false, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+	{0, 0, true, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+	{0, 1, true, API_TOKENS_UNSURE, API_TOKENS_UNSURE},
+};
+
+static void test_tokens_known_set_is_trusted_until_stale_or_old(void **state)
+{
+	static unsigned char hashes[4][32];
+
+	(void)state;
+	for (unsigned i = 0; i < COUNT(hashes); i++)
+		known_hash(i, hashes[i]);
+	for (size_t i = 0; i < COUNT(trust_rows); i++) {
+		unsigned char in[32], out[32];
+		enum api_tokens_presence got_in, got_out;
+		long long now;
+
+		known_hash(0, in);
+		known_hash(KNOWN + 1, out);
+		freeze();
+		now = mono_ms();
+		assert_int_equal(api_tokens_known_load(hashes, COUNT(hashes),
+						       now - trust_rows[i].read_before_ms),
+				 LEDGER_OK);
+		if (trust_rows[i].stale)
+			api_tokens_known_stale();
+		advance_ms(trust_rows[i].after_ms);
+		got_in = api_tokens_known(in);
+		got_out = api_tokens_known(out);
+		thaw(NULL);
+		if (got_in != trust_rows[i].in || got_out != trust_rows[i].out)
+			fail_msg("row %zu: a loaded hash is %d (want %d), another %d (want %d)", i,
+				 (int)got_in, (int)trust_rows[i].in, (int)got_out,
+				 (int)trust_rows[i].out);
+	}
+	/* the next load trusts it again */
+	load_known(4);
+	expect_presence(0, 4, API_TOKENS_PRESENT, "loaded after stale");
+	expect_presence(4, 100, API_TOKENS_ABSENT, "not loaded after stale");
+}
+
+/* A load replaces the set whole: a hash of the old one only is absent from then on. */
+static void test_tokens_known_set_load_replaces(void **state)
+{
+	static unsigned char hashes[2][32];
+
+	(void)state;
+	load_known(50);
+	known_hash(40, hashes[0]);
+	known_hash(KNOWN + 7, hashes[1]);
+	assert_int_equal(api_tokens_known_load(hashes, 2, mono_ms()), LEDGER_OK);
+	expect_presence(40, 41, API_TOKENS_PRESENT, "kept");
+	expect_presence(KNOWN + 7, KNOWN + 8, API_TOKENS_PRESENT, "added");
+	expect_presence(0, 40, API_TOKENS_ABSENT, "dropped");
+	expect_presence(41, 50, API_TOKENS_ABSENT, "dropped");
+}
+
+#define READERS 6
+
+struct reader {
+	pthread_t thread;
+	atomic_bool *stop;
+	unsigned long reads, wrong;
+};
+
+/*
+ * Hash 0 is in every set loaded, hash KNOWN + 1 in none: whatever load a
+ * reader meets, half done or not, it never sees them otherwise.
+ */
+static void *read_known(void *arg)
+{
+	struct reader *r = arg;
+	unsigned char always[32], never[32];
+
+	known_hash(0, always);
+	known_hash(KNOWN + 1, never);
+	while (!atomic_load(r->stop)) {
+		enum api_tokens_presence a = api_tokens_known(always), n = api_tokens_known(never);
+
+		r->reads++;
+		if (a == API_TOKENS_ABSENT || n == API_TOKENS_PRESENT)
+			r->wrong++;
+	}
+	return NULL;
+}
+
+static void test_tokens_known_set_concurrent_loads_and_reads(void **state)
+{
+	struct reader readers[READERS];
+	atomic_bool stop = false;
+	unsigned long reads = 0;
+
+	(void)state;
+	load_known(10);
+	for (unsigned i = 0; i < READERS; i++) {
+		readers[i] = (struct reader){.stop = &stop};
+		assert_int_equal(pthread_create(&readers[i].thread, NULL, read_known, &readers[i]),
+				 0);
+	}
+	for (unsigned k = 0; k < 300; k++) {
+		load_known(1 + (k * 37) % 2000);
+		if (k % 7 == 0)
+			api_tokens_known_stale();
+	}
+	atomic_store(&stop, true);
+	for (unsigned i = 0; i < READERS; i++) {
+		assert_int_equal(pthread_join(readers[i].thread, NULL), 0);
+		if (readers[i].wrong != 0)
+			fail_msg("reader %u saw %lu answers no load gave", i, readers[i].wrong);
+		reads += readers[i].reads;
+	}
+	assert_true(reads > 0);
+}
+
+/* --- the allowance of lookups for absent hashes -------------------------------------- */
+
+/* Lookups the allowance grants now, taking them all. */
+static unsigned drain(void)
+{
+	unsigned n = 0;
+
+	while (api_tokens_absent_lookup()) {
+		n++;
+		assert_true(n <= API_TOKEN_ABSENT_LOOKUPS);
+	}
+	return n;
+}
+
+/* On a frozen clock: fills the allowance and takes it all, to the last thousandth. */
+static void spend_all(void)
+{
+	advance_ms(2000);
+	assert_int_equal(drain(), API_TOKEN_ABSENT_LOOKUPS);
+	assert_false(api_tokens_absent_lookup());
+}
+
+/* API_TOKEN_ABSENT_LOOKUPS a second, saved up to API_TOKEN_ABSENT_LOOKUPS, never more. */
+static const struct {
+	long long after_ms; /* since the allowance was last spent */
+	unsigned granted;
+} allowance_rows[] = {
+	{0, 0},
+	{1, 0},
+	{1000 / API_TOKEN_ABSENT_LOOKUPS - 1, 0},
+	{1000 / API_TOKEN_ABSENT_LOOKUPS, 1},
+	{3 * 1000 / API_TOKEN_ABSENT_LOOKUPS + 1, 3},
+	{1000 - 1, API_TOKEN_ABSENT_LOOKUPS - 1},
+	{1000, API_TOKEN_ABSENT_LOOKUPS},
+	{60000, API_TOKEN_ABSENT_LOOKUPS},
+	{24LL * 3600 * 1000, API_TOKEN_ABSENT_LOOKUPS},
+};
+
+static void test_tokens_absent_lookups_are_rationed(void **state)
+{
+	(void)state;
+	assert_int_equal(API_TOKEN_ABSENT_LOOKUPS, 10);
+	for (size_t i = 0; i < COUNT(allowance_rows); i++) {
+		unsigned got;
+
+		freeze();
+		spend_all();
+		advance_ms(allowance_rows[i].after_ms);
+		got = drain();
+		thaw(NULL);
+		if (got != allowance_rows[i].granted)
+			fail_msg("%lld ms after it was spent: %u lookups, want %u",
+				 allowance_rows[i].after_ms, got, allowance_rows[i].granted);
+	}
+}
+
+/* What a flood asks for, a lookup at every millisecond, is granted at the rate alone. */
+static void test_tokens_absent_lookups_under_a_flood(void **state)
+{
+	unsigned granted = 0;
+
+	(void)state;
+	freeze();
+	spend_all();
+	for (unsigned ms = 0; ms < 20000; ms++) {
+		advance_ms(1);
+		for (unsigned k = 0; k < 5; k++)
+			granted += api_tokens_absent_lookup();
+	}
+	thaw(NULL);
+	assert_int_equal(granted, 20 * API_TOKEN_ABSENT_LOOKUPS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +773,13 @@ int main(void)
 		cmocka_unit_test_teardown(test_tokens_cache_put_again_renews, thaw),
 		cmocka_unit_test_teardown(test_tokens_cache_counts_from_the_read, thaw),
 		cmocka_unit_test(test_tokens_cache_concurrent_use),
+		cmocka_unit_test(test_tokens_known_set_holds_what_was_loaded),
+		cmocka_unit_test_teardown(test_tokens_known_set_is_trusted_until_stale_or_old,
+					  thaw),
+		cmocka_unit_test(test_tokens_known_set_load_replaces),
+		cmocka_unit_test(test_tokens_known_set_concurrent_loads_and_reads),
+		cmocka_unit_test_teardown(test_tokens_absent_lookups_are_rationed, thaw),
+		cmocka_unit_test_teardown(test_tokens_absent_lookups_under_a_flood, thaw),
 	};
 
 	return cmocka_run_group_tests_name("tokens", tests, NULL, NULL);
