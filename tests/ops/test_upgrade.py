@@ -171,6 +171,19 @@ def upgrade_in_place(cluster, release, tmp_path):
                         token=agent)
         assert done.status == 200, done
         keys.completed.append((rid, cid, "mail", {"t": 2}, '{"id": 10}', "succeeded"))
+        # And a result kept as its digest only: what no older ledgerd may read.
+        rid, cid = new_id("r"), "call_digest"
+        c = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
+                     keys.claim_body("mail", {"t": 3}), token=agent)
+        assert c.status == 201, c
+        digest = {"bytes": 2 << 20, "sha256": "cd" * 32}
+        done = new.post("/v1/requests/%s/tool-calls/%s/complete" % (rid, cid),
+                        {"fencing_token": 1, "outcome": "succeeded", "result_not_kept": digest},
+                        token=agent)
+        assert done.status == 200 and done.json["result_kept"] is False, done
+        again = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
+                         keys.claim_body("mail", {"t": 3}), token=agent)
+        assert again.status == 409 and again.json["error"]["code"] == "result_not_kept", again
         after = keys.snapshot(new)
     finally:
         new.stop()
