@@ -477,8 +477,7 @@ struct complete_input {
  * result_not_kept, the client's word that the result's exact JSON text had
  * this length and SHA-256 and is not sent (docs/api.md, "Results not kept").
  */
-static enum ledger_err not_kept_or_reply(struct api_request *req,
-					 const struct ledger_json_value *v,
+static enum ledger_err not_kept_or_reply(struct api_request *req, const struct ledger_json_value *v,
 					 struct ledger_result_digest *out)
 {
 	const struct ledger_json_value *bytes = NULL, *sha = NULL;
@@ -511,7 +510,7 @@ static enum ledger_err not_kept_or_reply(struct api_request *req,
 
 static enum ledger_err complete_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"fencing_token", "outcome", "result",
+	static const char *const fields[] = {"fencing_token",   "outcome",   "result",
 					     "result_not_kept", "retryable", NULL};
 	static const char *const outcomes[] = {"succeeded", "failed", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);

@@ -403,7 +403,8 @@ static enum ledger_err fill_digests(const struct ledger_completion *c, struct le
 	if (!ledger_decide_complete_wants_digest(c, call))
 		return LEDGER_OK;
 	if (c->result_not_kept)
-		return ledger_call_digest_result(call->result, call->result_len, &call->result_digest)
+		return ledger_call_digest_result(call->result, call->result_len,
+						 &call->result_digest)
 			       ? LEDGER_OK
 			       : LEDGER_ERR_NOMEM;
 	return ledger_call_digest_result(c->result, c->result_len, &given->result_digest)

@@ -258,9 +258,8 @@ enum ledger_err store_rows_parse_call(const PGresult *res, int row, int base,
 	}
 	if (!PQgetisnull(res, row, base + STORE_COL_RESULT_SHA256)) {
 		/* The table's checks: a final row, with its length, and no result. */
-		LEDGER_ASSERT(call->result == NULL &&
-			      (call->state == LEDGER_CALL_SUCCEEDED ||
-			       call->state == LEDGER_CALL_FAILED));
+		LEDGER_ASSERT(call->result == NULL && (call->state == LEDGER_CALL_SUCCEEDED ||
+						       call->state == LEDGER_CALL_FAILED));
 		call->result_not_kept = true;
 		call->result_digest.bytes =
 			store_step_get_int(res, row, base + STORE_COL_RESULT_BYTES);

@@ -556,14 +556,14 @@ static void test_decide_claim_of_a_result_not_kept(void **state)
 
 struct digest_row {
 	const char *what;
-	bool stored_kept;   /* the stored result "R" is kept whole; else its digest only */
-	bool given_kept;    /* the completion sends its text; else result_not_kept */
-	const char *text;   /* the text sent, or whose digest is sent */
-	int64_t bytes;      /* the length sent with result_not_kept (-1: the text's) */
-	bool fill;          /* the caller filled the digest of the side kept whole */
+	bool stored_kept; /* the stored result "R" is kept whole; else its digest only */
+	bool given_kept;  /* the completion sends its text; else result_not_kept */
+	const char *text; /* the text sent, or whose digest is sent */
+	int64_t bytes;    /* the length sent with result_not_kept (-1: the text's) */
+	bool fill;        /* the caller filled the digest of the side kept whole */
 	bool succeeded;
 	bool retryable;
-	bool wants_digest;  /* ledger_decide_complete_wants_digest() */
+	bool wants_digest; /* ledger_decide_complete_wants_digest() */
 	enum ledger_complete_outcome want;
 };
 
@@ -584,8 +584,8 @@ static const struct digest_row digest_rows[] = {
 	 LEDGER_COMPLETE_ALREADY_COMPLETED},
 	{"another text of the same length", false, true, "abd", -1, true, true, false, true,
 	 LEDGER_COMPLETE_ALREADY_COMPLETED},
-	{"a text of another length: no digest needed", false, true, "abcd", -1, false, true,
-	 false, false, LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"a text of another length: no digest needed", false, true, "abcd", -1, false, true, false,
+	 false, LEDGER_COMPLETE_ALREADY_COMPLETED},
 	{"the digest of the stored text", true, false, "\"R\"", -1, true, true, false, true,
 	 LEDGER_COMPLETE_REPEATED},
 	{"another digest of the stored text's length", true, false, "abc", -1, true, true, false,
@@ -599,8 +599,8 @@ static void test_decide_complete_compares_digests(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(digest_rows) / sizeof(digest_rows[0]); i++) {
 		const struct digest_row *r = &digest_rows[i];
-		struct ledger_call call =
-			r->stored_kept ? make_call(SUCCEEDED, false, false) : make_not_kept(SUCCEEDED);
+		struct ledger_call call = r->stored_kept ? make_call(SUCCEEDED, false, false)
+							 : make_not_kept(SUCCEEDED);
 		struct ledger_completion c = {
 			.fencing_token = 3,
 			.succeeded = r->succeeded,
@@ -614,17 +614,19 @@ static void test_decide_complete_compares_digests(void **state)
 		} else {
 			c.result_not_kept = true;
 			assert_true(ledger_call_digest_result(r->text, strlen(r->text),
-							    &c.result_digest));
+							      &c.result_digest));
 			if (r->bytes >= 0)
 				c.result_digest.bytes = r->bytes;
 		}
 		if (ledger_decide_complete_wants_digest(&c, &call) != r->wants_digest)
-			fail_msg("digest row %zu (%s): wants_digest %d", i, r->what, !r->wants_digest);
+			fail_msg("digest row %zu (%s): wants_digest %d", i, r->what,
+				 !r->wants_digest);
 		if (r->fill && r->given_kept)
-			assert_true(ledger_call_digest_result(c.result, c.result_len, &c.result_digest));
+			assert_true(ledger_call_digest_result(c.result, c.result_len,
+							      &c.result_digest));
 		if (r->fill && !r->given_kept)
 			assert_true(ledger_call_digest_result(call.result, call.result_len,
-							    &call.result_digest));
+							      &call.result_digest));
 		got = ledger_decide_complete(&c, &call);
 		if (got != r->want)
 			fail_msg("digest row %zu (%s): got %d, want %d", i, r->what, got, r->want);
@@ -635,7 +637,8 @@ static void test_decide_complete_compares_digests(void **state)
 static void test_decide_complete_not_kept_before_final(void **state)
 {
 	struct ledger_call held = make_call(IN_PROGRESS, false, false);
-	struct ledger_completion c = {.fencing_token = 3, .succeeded = true, .result_not_kept = true};
+	struct ledger_completion c = {
+		.fencing_token = 3, .succeeded = true, .result_not_kept = true};
 
 	(void)state;
 	c.result_digest.bytes = 3;

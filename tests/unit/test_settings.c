@@ -769,9 +769,8 @@ static void test_settings_command_words(void **state)
 /* What the service runs with comes from the settings: the bounds of kept answers and results. */
 static void test_settings_config_carries_the_service_settings(void **state)
 {
-	const struct input in = {NO_ENV,
-				 ARGS("--max-body", "4KiB", "--max-kept-answer-bytes", "8KiB",
-				      "--max-result-bytes", "2KiB")};
+	const struct input in = {NO_ENV, ARGS("--max-body", "4KiB", "--max-kept-answer-bytes",
+					      "8KiB", "--max-result-bytes", "2KiB")};
 	struct api_config c;
 	struct loaded l;
 
