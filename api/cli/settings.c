@@ -95,6 +95,10 @@ static const struct setting settings[] = {
 	 OFF(max_kept_answer_bytes),
 	 "largest answer a request keeps whole, decoded (a larger one keeps its length and "
 	 "SHA-256); finish and failover take bodies this much larger, in base64"},
+	{"max-result-bytes", "LEDGER_MAX_RESULT_BYTES", K_BYTES, "1MiB", 0, 64LL << 20,
+	 OFF(max_result_bytes),
+	 "largest tool-call result kept whole, as sent (a larger one keeps its length and "
+	 "SHA-256; the completion succeeds)"},
 	{"min-lease", "LEDGER_MIN_LEASE", K_DURATION, "100ms", 1, 3600 * 1000, OFF(min_lease_ms),
 	 "smallest lease_ms accepted"},
 	{"max-lease", "LEDGER_MAX_LEASE", K_DURATION, "1h", 1, DAY_MS, OFF(max_lease_ms),
@@ -375,6 +379,7 @@ void api_settings_config(const struct api_settings *cfg, struct api_config *out)
 		.ui = cfg->ui != 0,
 		.max_body_bytes = cfg->max_body_bytes,
 		.max_kept_answer_bytes = cfg->max_kept_answer_bytes,
+		.max_result_bytes = cfg->max_result_bytes,
 		.min_lease_ms = cfg->min_lease_ms,
 		.max_lease_ms = cfg->max_lease_ms,
 		.unavailable_retry_ms = cfg->unavailable_retry_ms,

@@ -38,6 +38,7 @@ struct api_settings {
 	enum ledger_log_level log_level;
 	int64_t max_body_bytes;        /* larger bodies: 413 body_too_large */
 	int64_t max_kept_answer_bytes; /* a larger answer keeps its length and SHA-256 only */
+	int64_t max_result_bytes;      /* a larger tool-call result keeps its length and SHA-256 */
 	int64_t min_lease_ms;          /* lease_ms bounds; outside: 400 invalid_field */
 	int64_t max_lease_ms;
 	int64_t db_timeout_ms;        /* bound on a call's wait for the database, queue included */

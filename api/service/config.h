@@ -14,6 +14,7 @@ struct api_config {
 	bool ui;                      /* the incident-review page at /ui/ on the API listener */
 	int64_t max_body_bytes;       /* larger bodies: 413 body_too_large */
 	int64_t max_kept_answer_bytes; /* a larger answer keeps its length and SHA-256 only */
+	int64_t max_result_bytes;      /* a larger tool-call result keeps its length and SHA-256 */
 	int64_t min_lease_ms;         /* lease_ms bounds; outside: 400 invalid_field */
 	int64_t max_lease_ms;
 	int64_t unavailable_retry_ms; /* retry_after_ms of 503 store_unavailable */

@@ -41,6 +41,7 @@ static const char *const claim_names[] = {
 	[LEDGER_CLAIM_ATTEMPT_REQUIRED] = "attempt_required",
 	[LEDGER_CLAIM_ARGS_MISMATCH] = "args_mismatch",
 	[LEDGER_CLAIM_REPLAY] = "replayed",
+	[LEDGER_CLAIM_RESULT_NOT_KEPT] = "result_not_kept",
 	[LEDGER_CLAIM_RESULT_EXPIRED] = "result_expired",
 	[LEDGER_CLAIM_ATTEMPT_FENCED] = "attempt_fenced",
 	[LEDGER_CLAIM_HELD] = "held",

@@ -14,6 +14,7 @@
 #include "api/service/metrics.h"
 #include "api/service/reply.h"
 #include "ledger/common/jcs.h"
+#include "ledger/common/json_number.h"
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 
@@ -62,6 +63,22 @@ static int64_t default_lease(const struct api_request *req)
 
 /* --- common replies --- */
 
+/* A final call's result: itself, or that it was not kept, with its length and SHA-256. */
+static void write_result(struct ledger_jsonw *w, const struct ledger_call *call, bool payload)
+{
+	if (call->result_not_kept) {
+		ledger_jsonw_key(w, "result_kept");
+		ledger_jsonw_bool(w, false);
+		ledger_jsonw_key(w, "result_bytes");
+		ledger_jsonw_int(w, call->result_digest.bytes);
+		ledger_jsonw_key(w, "result_sha256");
+		ledger_jsonw_string(w, call->result_digest.sha256);
+	} else if (payload) {
+		ledger_jsonw_key(w, "result");
+		ledger_jsonw_raw(w, call->result, call->result_len);
+	}
+}
+
 static void reply_completed(struct api_request *req, const struct ledger_call *call, bool replayed,
 			    bool late)
 {
@@ -73,8 +90,7 @@ static void reply_completed(struct api_request *req, const struct ledger_call *c
 	ledger_jsonw_string(&w, "completed");
 	ledger_jsonw_key(&w, "outcome");
 	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
-	ledger_jsonw_key(&w, "result");
-	ledger_jsonw_raw(&w, call->result, call->result_len);
+	write_result(&w, call, true);
 	ledger_jsonw_key(&w, "completed_at");
 	ledger_jsonw_string(&w, call->completed_at);
 	write_key(&w, req);
@@ -102,6 +118,30 @@ static void reply_released(struct api_request *req, int64_t fencing_token)
 	ledger_jsonw_key(&w, "fencing_token");
 	ledger_jsonw_int(&w, fencing_token);
 	ledger_jsonw_object_end(&w);
+}
+
+/*
+ * 409 result_not_kept: the call finished (the caller must not execute it),
+ * and only its result's length and SHA-256 were stored, so nothing can be
+ * replayed.
+ */
+static void reply_not_kept(struct api_request *req, const struct ledger_call *call)
+{
+	struct ledger_jsonw w;
+
+	api_reply_error_begin(req, &w, 409, "result_not_kept",
+			      "the call already finished and its result was not kept: do not run "
+			      "it again; its result cannot be replayed");
+	ledger_jsonw_key(&w, "outcome");
+	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
+	ledger_jsonw_key(&w, "result_bytes");
+	ledger_jsonw_int(&w, call->result_digest.bytes);
+	ledger_jsonw_key(&w, "result_sha256");
+	ledger_jsonw_string(&w, call->result_digest.sha256);
+	ledger_jsonw_key(&w, "completed_at");
+	ledger_jsonw_string(&w, call->completed_at);
+	write_key(&w, req);
+	api_reply_error_end(req, &w);
 }
 
 /* 410 result_expired, with what the tombstone still says. */
@@ -285,6 +325,9 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 	case LEDGER_CLAIM_REPLAY:
 		reply_completed(req, &res.call, true, false);
 		break;
+	case LEDGER_CLAIM_RESULT_NOT_KEPT:
+		reply_not_kept(req, &res.call);
+		break;
 	case LEDGER_CLAIM_ATTEMPT_NOT_FOUND:
 		api_reply_error_begin(req, &w, 404, "attempt_not_found",
 				      "the attempt_id names no attempt of this request");
@@ -425,25 +468,73 @@ static enum ledger_err outcome_or_reply(struct api_request *req,
 
 struct complete_input {
 	struct ledger_completion c;
-	char result[]; /* the result's exact text, NUL-terminated for the store */
+	char result[]; /* the result's exact text, NUL-terminated for the store; "" not kept */
 };
+
+#define NOT_KEPT_SHAPE "{\"bytes\": <integer from 0 to 2^53-1>, \"sha256\": \"<64 lowercase hex>\"}"
+
+/*
+ * result_not_kept, the client's word that the result's exact JSON text had
+ * this length and SHA-256 and is not sent (docs/api.md, "Results not kept").
+ */
+static enum ledger_err not_kept_or_reply(struct api_request *req, const struct ledger_json_value *v,
+					 struct ledger_result_digest *out)
+{
+	const struct ledger_json_value *bytes = NULL, *sha = NULL;
+	uint64_t n = 0;
+
+	if (v->type == LEDGER_JSON_OBJECT) {
+		bytes = ledger_json_get(v, "bytes");
+		sha = ledger_json_get(v, "sha256");
+	}
+	if (bytes == NULL || sha == NULL || v->u.obj.count != 2) {
+		api_reply_invalid_field(req, "result_not_kept", "must be " NOT_KEPT_SHAPE);
+		return LEDGER_ERR_INVALID;
+	}
+	if (bytes->type != LEDGER_JSON_NUMBER ||
+	    ledger_json_number_uint(bytes, LEDGER_MAX_SAFE_INT, &n) != LEDGER_OK) {
+		api_reply_invalid_field(req, "result_not_kept",
+					"bytes must be an integer from 0 to 2^53-1");
+		return LEDGER_ERR_INVALID;
+	}
+	if (sha->type != LEDGER_JSON_STRING || sha->u.str.len != LEDGER_SHA256_HEX ||
+	    !is_lower_hex(sha->u.str.s, sha->u.str.len)) {
+		api_reply_invalid_field(req, "result_not_kept",
+					"sha256 must be 64 lowercase hex digits");
+		return LEDGER_ERR_INVALID;
+	}
+	out->bytes = (int64_t)n;
+	memcpy(out->sha256, sha->u.str.s, LEDGER_SHA256_HEX + 1);
+	return LEDGER_OK;
+}
 
 static enum ledger_err complete_parse(struct api_request *req)
 {
-	static const char *const fields[] = {"fencing_token", "outcome", "result", "retryable",
-					     NULL};
+	static const char *const fields[] = {"fencing_token",   "outcome",   "result",
+					     "result_not_kept", "retryable", NULL};
 	static const char *const outcomes[] = {"succeeded", "failed", NULL};
 	const struct ledger_json_value *body = api_input_body_or_reply(req, fields);
-	const struct ledger_json_value *result = NULL;
+	const struct ledger_json_value *result = NULL, *not_kept = NULL;
 	struct complete_input *input = NULL;
 	struct ledger_completion *in = NULL;
+	const char *text = "null"; /* a result left out is null, as in API 1 */
+	size_t len = 4;
+	bool whole = true;
 	int outcome = 0;
 
 	if (body == NULL)
 		return LEDGER_ERR_INVALID;
-	result = ledger_json_get(body, "result");
-	input = api_input_alloc_or_reply(req, sizeof(*input) +
-						      (result != NULL ? result->raw_len : 4) + 1);
+	result = ledger_json_get(body, "result"); /* null is a result: the text "null" */
+	not_kept = ledger_json_get(body, "result_not_kept");
+	if (not_kept != NULL && not_kept->type == LEDGER_JSON_NULL)
+		not_kept = NULL;
+	if (result != NULL) {
+		text = result->raw;
+		len = result->raw_len;
+	}
+	/* Past the bound a final result keeps its digest only; the completion goes on. */
+	whole = not_kept == NULL && (int64_t)len <= req->config->max_result_bytes;
+	input = api_input_alloc_or_reply(req, sizeof(*input) + (whole ? len : 0) + 1);
 	if (input == NULL)
 		return LEDGER_ERR_NOMEM;
 	in = &input->c;
@@ -457,10 +548,35 @@ static enum ledger_err complete_parse(struct api_request *req)
 		api_reply_invalid_field(req, "retryable", "only a failed outcome can be retryable");
 		return LEDGER_ERR_INVALID;
 	}
-	in->result_len = result != NULL ? result->raw_len : 4;
-	memcpy(input->result, result != NULL ? result->raw : "null", in->result_len);
-	input->result[in->result_len] = '\0';
-	in->result = input->result;
+	if (not_kept != NULL) {
+		if (result != NULL) {
+			api_reply_invalid_field(req, "result_not_kept",
+						"send result or result_not_kept, not both");
+			return LEDGER_ERR_INVALID;
+		}
+		if (in->retryable) {
+			api_reply_invalid_field(req, "result_not_kept",
+						"a retryable failure stores no result: leave "
+						"result_not_kept out");
+			return LEDGER_ERR_INVALID;
+		}
+		if (not_kept_or_reply(req, not_kept, &in->result_digest) != LEDGER_OK)
+			return LEDGER_ERR_INVALID;
+		in->result_not_kept = true;
+	} else if (!whole && !in->retryable) {
+		if (!ledger_call_digest_result(text, len, &in->result_digest)) {
+			api_reply_error(req, 500, "internal_error", "out of memory");
+			return LEDGER_ERR_NOMEM;
+		}
+		in->result_not_kept = true;
+	}
+	if (whole) {
+		memcpy(input->result, text, len);
+		input->result[len] = '\0';
+		in->result_len = len;
+	}
+	/* A retryable failure stores nothing: what it sent is not needed. */
+	in->result = in->result_not_kept ? NULL : input->result;
 	req->job.op.kind = LEDGER_STORE_COMPLETE;
 	req->job.op.in.completion = in;
 	return LEDGER_OK;
@@ -643,10 +759,8 @@ void api_toolcalls_write_call(struct ledger_jsonw *w, const char *rid, const cha
 	if (final) {
 		ledger_jsonw_key(w, "outcome");
 		ledger_jsonw_string(w, ledger_call_state_name(call->state));
-		if (payload) {
-			ledger_jsonw_key(w, "result");
-			ledger_jsonw_raw(w, call->result, call->result_len);
-		}
+		/* Not kept: every view says so, with the digest (metadata, not payload). */
+		write_result(w, call, payload);
 	}
 	ledger_jsonw_key(w, "created_at");
 	ledger_jsonw_string(w, call->created_at);

@@ -18,7 +18,9 @@
  *   Also: a final completion from an older holder, or from a holder whose
  *   lease ran out, is accepted (LATE: the effect happened); resolve settles
  *   IN_PROGRESS, UNKNOWN or RELEASED to a final state or to RELEASED
- *   (SETTLED). A stale holder can never release (STALE_TOKEN).
+ *   (SETTLED). A stale holder can never release (STALE_TOKEN). A final call
+ *   whose result was stored as its length and SHA-256 only answers a claim
+ *   RESULT_NOT_KEPT where it would REPLAY: it has nothing to replay.
  *
  * Every new holder (NEW, RECLAIM) and every resolve takes the next fencing
  * token, so a token identifies one holder for the life of the key.
@@ -41,6 +43,23 @@ static bool text_equal(const char *given, const char *stored)
 static bool result_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
 	return alen == blen && (alen == 0 || memcmp(a, b, alen) == 0);
+}
+
+static bool digest_equal(const struct ledger_result_digest *a, const struct ledger_result_digest *b)
+{
+	return a->sha256[0] != '\0' && a->bytes == b->bytes && strcmp(a->sha256, b->sha256) == 0;
+}
+
+/*
+ * The same result text: compared byte for byte while both sides keep it,
+ * else by length and SHA-256 (the side kept whole has its digest filled by
+ * the caller, or none, which matches nothing).
+ */
+static bool same_result(const struct ledger_completion *c, const struct ledger_call *call)
+{
+	if (!c->result_not_kept && !call->result_not_kept)
+		return result_equal(c->result, c->result_len, call->result, call->result_len);
+	return digest_equal(&c->result_digest, &call->result_digest);
 }
 
 /* Check 3 of the claim table: the same key must mean the same call. */
@@ -78,8 +97,9 @@ enum ledger_claim_outcome ledger_decide_claim(const struct ledger_claim *claim,
 			return LEDGER_CLAIM_ARGS_MISMATCH;
 		}
 	}
+	/* Row 4: the call finished; its result is replayed, or said to be not kept. */
 	if (is_final(call->state))
-		return LEDGER_CLAIM_REPLAY;
+		return call->result_not_kept ? LEDGER_CLAIM_RESULT_NOT_KEPT : LEDGER_CLAIM_REPLAY;
 	if (call->state == LEDGER_CALL_TOMBSTONE)
 		return LEDGER_CLAIM_RESULT_EXPIRED;
 	if (attempt == LEDGER_STANDING_FENCED)
@@ -126,7 +146,7 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 	if (is_final(call->state)) {
 		bool same = !c->retryable && c->fencing_token == call->completed_token &&
 			    c->succeeded == (call->state == LEDGER_CALL_SUCCEEDED) &&
-			    result_equal(c->result, c->result_len, call->result, call->result_len);
+			    same_result(c, call);
 		return same ? LEDGER_COMPLETE_REPEATED : LEDGER_COMPLETE_ALREADY_COMPLETED;
 	}
 
@@ -143,6 +163,18 @@ enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completi
 	}
 	/* A final outcome: the effect happened, whoever reports it. */
 	return current ? LEDGER_COMPLETE_STORED : LEDGER_COMPLETE_LATE;
+}
+
+bool ledger_decide_complete_wants_digest(const struct ledger_completion *c,
+					 const struct ledger_call *call)
+{
+	if (!is_final(call->state) || c->retryable || c->result_not_kept == call->result_not_kept)
+		return false;
+	if (c->result_not_kept)
+		return call->result_digest.sha256[0] == '\0' &&
+		       (int64_t)call->result_len == c->result_digest.bytes;
+	return c->result_digest.sha256[0] == '\0' &&
+	       (int64_t)c->result_len == call->result_digest.bytes;
 }
 
 enum ledger_renew_outcome ledger_decide_renew(int64_t fencing_token, const struct ledger_call *call,
@@ -192,8 +224,9 @@ enum ledger_resolve_outcome ledger_decide_resolve(enum ledger_resolution resolut
 	if (call->state == LEDGER_CALL_TOMBSTONE)
 		return LEDGER_RESOLVE_RESULT_EXPIRED;
 	if (is_final(call->state)) {
+		/* A resolution stores its result whole, whatever its size. */
 		bool same = call->completed_by == LEDGER_COMPLETED_RESOLVE &&
-			    resolution != LEDGER_RESOLVE_NOT_EXECUTED &&
+			    !call->result_not_kept && resolution != LEDGER_RESOLVE_NOT_EXECUTED &&
 			    (resolution == LEDGER_RESOLVE_SUCCEEDED) ==
 				    (call->state == LEDGER_CALL_SUCCEEDED) &&
 			    result_equal(result, result_len, call->result, call->result_len);
@@ -213,6 +246,8 @@ const char *ledger_decide_claim_code(enum ledger_claim_outcome o)
 		return "attempt_required";
 	case LEDGER_CLAIM_ARGS_MISMATCH:
 		return "args_mismatch";
+	case LEDGER_CLAIM_RESULT_NOT_KEPT:
+		return "result_not_kept";
 	case LEDGER_CLAIM_RESULT_EXPIRED:
 		return "result_expired";
 	case LEDGER_CLAIM_ATTEMPT_FENCED:

@@ -40,6 +40,7 @@ enum ledger_claim_outcome {
 	LEDGER_CLAIM_ATTEMPT_REQUIRED,  /* 409 attempt_required */
 	LEDGER_CLAIM_ARGS_MISMATCH,     /* 422 args_mismatch */
 	LEDGER_CLAIM_REPLAY,            /* 200 completed, replayed */
+	LEDGER_CLAIM_RESULT_NOT_KEPT,   /* 409 result_not_kept: finished, its result not kept */
 	LEDGER_CLAIM_RESULT_EXPIRED,    /* 410 result_expired */
 	LEDGER_CLAIM_ATTEMPT_FENCED,    /* 409 attempt_fenced */
 	LEDGER_CLAIM_HELD,              /* 200 claimed: the same holder again */
@@ -67,8 +68,11 @@ struct ledger_completion {
 	int64_t fencing_token;
 	bool succeeded;     /* outcome "succeeded"; false: "failed" */
 	bool retryable;     /* a failure that may be retried: release, store nothing */
-	const char *result; /* exact JSON text; borrowed */
+	const char *result; /* exact JSON text; borrowed; NULL when result_not_kept */
 	size_t result_len;
+	bool result_not_kept; /* a final outcome whose result is stored as its digest only */
+	struct ledger_result_digest result_digest; /* result_not_kept: the result's; else filled
+						      only where a comparison needs it */
 };
 
 enum ledger_complete_outcome {
@@ -82,8 +86,24 @@ enum ledger_complete_outcome {
 	LEDGER_COMPLETE_RELEASED,          /* 200 released: holder's retryable failure */
 };
 
+/**
+ * Decides a completion. A final call is completed again only by the same
+ * completion: the same token, outcome and result text, or, where either
+ * side's result is kept as its digest only, the same length and SHA-256.
+ * The caller fills the digest of a side that is kept whole when the other
+ * is not (ledger_decide_complete_wants_digest()); an empty one never matches.
+ */
 enum ledger_complete_outcome ledger_decide_complete(const struct ledger_completion *c,
 						    const struct ledger_call *call);
+
+/**
+ * Whether deciding @p c against @p call compares digests whose kept side
+ * has none yet and whose lengths agree (when they differ, no digest is
+ * needed to tell the completions apart). Pure.
+ * @return true: fill the kept side's result_digest first
+ */
+bool ledger_decide_complete_wants_digest(const struct ledger_completion *c,
+					 const struct ledger_call *call);
 
 enum ledger_renew_outcome {
 	LEDGER_RENEW_NOT_FOUND,       /* 404 not_found */

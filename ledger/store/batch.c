@@ -125,7 +125,8 @@ static const struct store_stmt claim_many = {
 
 /*
  * complete_fast for many keys: $1 tenants, $2 request ids, $3 tool call
- * ids, $4 tokens, $5 outcomes, $6 retryable, $7 results, $8 event details.
+ * ids, $4 tokens, $5 outcomes, $6 retryable, $7 results, $8 event details,
+ * $9 and $10 the lengths and SHA-256 of results not kept (else NULL).
  * Answers complete_fast's columns for each key (NULLs where the holder's
  * fast path did not apply) and whether it applied.
  */
@@ -133,8 +134,9 @@ static const struct store_stmt complete_many = {
 	"complete_many",
 	"WITH k AS MATERIALIZED ("
 	"  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[],"
-	"    $6::boolean[], $7::text[], $8::text[])"
-	"    WITH ORDINALITY AS k(tenant, rid, cid, token, outcome, retryable, result, detail, ord)"
+	"    $6::boolean[], $7::text[], $8::text[], $9::bigint[], $10::text[])"
+	"    WITH ORDINALITY AS k(tenant, rid, cid, token, outcome, retryable, result, detail,"
+	"      result_bytes, result_sha256, ord)"
 	"), req AS MATERIALIZED ("
 	"  SELECT r.tenant, r.request_id, r.attempt_count FROM requests r"
 	"  WHERE (r.tenant, r.request_id) IN (SELECT tenant, rid FROM k)"
@@ -145,6 +147,8 @@ static const struct store_stmt complete_many = {
 	"    state = CASE WHEN k.retryable THEN 'released' ELSE k.outcome END,"
 	"    outcome = CASE WHEN k.retryable THEN NULL ELSE k.outcome END,"
 	"    result = CASE WHEN k.retryable THEN NULL ELSE k.result END,"
+	"    result_bytes = CASE WHEN k.retryable THEN NULL ELSE k.result_bytes END,"
+	"    result_sha256 = CASE WHEN k.retryable THEN NULL ELSE k.result_sha256 END,"
 	"    completed_token = CASE WHEN k.retryable THEN NULL ELSE k.token END,"
 	"    completed_by = CASE WHEN k.retryable THEN NULL ELSE 'holder' END,"
 	"    completed_at = CASE WHEN k.retryable THEN NULL ELSE clk.now END,"
@@ -167,7 +171,7 @@ static const struct store_stmt complete_many = {
 	"   ON upd.tenant = k.tenant AND upd.request_id = k.rid AND upd.tool_call_id = k.cid"
 	" LEFT JOIN req ON req.tenant = k.tenant AND req.request_id = k.rid"
 	" ORDER BY k.ord",
-	8,
+	10,
 };
 /* clang-format on */
 
@@ -301,14 +305,21 @@ static void plan_completes(struct batch_plan *p)
 	for (size_t i = 0; i < p->ncompletes; i++) {
 		struct ledger_batch_op *op = p->completes[i];
 		const struct ledger_completion *c = op->completion;
+		bool digest = !c->retryable && c->result_not_kept; /* a result not kept */
 
 		params_key(&p->complete, &op->key);
 		params_int(&p->complete.a[3], c->fencing_token);
 		store_step_array_add(&p->complete.a[4], c->succeeded ? "succeeded" : "failed");
 		store_step_array_add(&p->complete.a[5], c->retryable ? "true" : "false");
-		store_step_array_add(&p->complete.a[6], c->retryable ? NULL : c->result);
+		store_step_array_add(&p->complete.a[6],
+				     c->retryable || c->result_not_kept ? NULL : c->result);
 		store_step_array_add(&p->complete.a[7],
 				     store_fast_complete_detail(&p->ev[op - p->base], c));
+		if (digest)
+			params_int(&p->complete.a[8], c->result_digest.bytes);
+		else
+			store_step_array_add(&p->complete.a[8], NULL);
+		store_step_array_add(&p->complete.a[9], digest ? c->result_digest.sha256 : NULL);
 	}
 }
 
@@ -352,7 +363,7 @@ static enum ledger_err plan_batch(struct batch_plan *p, struct ledger_batch_op *
 	}
 	plan_claims(p);
 	plan_completes(p);
-	return params_end(&p->lock, 2) && params_end(&p->claim, 11) && params_end(&p->complete, 8)
+	return params_end(&p->lock, 2) && params_end(&p->claim, 11) && params_end(&p->complete, 10)
 		       ? LEDGER_OK
 		       : LEDGER_ERR_NOMEM;
 }
@@ -462,7 +473,7 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 	if (plan.nclaims > 0)
 		store_step_add(&st, &claim_many, params_of(&plan.claim, params, 11));
 	if (plan.ncompletes > 0)
-		store_step_add(&st, &complete_many, params_of(&plan.complete, params, 8));
+		store_step_add(&st, &complete_many, params_of(&plan.complete, params, 10));
 	for (size_t i = 0; i < plan.nsingles; i++)
 		store_fast_add(&st, plan.singles[i], &plan.ev[plan.singles[i] - plan.base]);
 	/* One commit, one flush, for every call of the batch; none answers before it. */

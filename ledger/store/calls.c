@@ -47,14 +47,18 @@ static const struct store_stmt call_renew = {
 	5,
 };
 
-/* $4 token read, $5 outcome, $6 result, $7 completed_token, $8 by, $9 new token */
+/*
+ * $4 token read, $5 outcome, $6 result, $7 completed_token, $8 by, $9 new
+ * token; a result not kept: $6 NULL, $10 its length, $11 its SHA-256.
+ */
 static const struct store_stmt call_settle = {
 	"call_settle",
 	"UPDATE tool_calls SET state = $5, outcome = $5, result = $6, completed_token = $7,"
-	"  completed_by = $8, completed_at = clock_timestamp(), fencing_token = $9"
+	"  completed_by = $8, completed_at = clock_timestamp(), fencing_token = $9,"
+	"  result_bytes = $10::bigint, result_sha256 = $11"
 	" WHERE tenant = $1 AND request_id = $2 AND tool_call_id = $3 AND fencing_token = $4"
 	" RETURNING " STORE_TS("completed_at"),
-	9,
+	11,
 };
 
 /* $4 token read, $5 new token */
@@ -235,6 +239,7 @@ static enum ledger_err claim_locked(struct ledger_store_conn *conn,
 		break;
 	case LEDGER_CLAIM_HELD:
 	case LEDGER_CLAIM_REPLAY:
+	case LEDGER_CLAIM_RESULT_NOT_KEPT: /* a replay's answer: nothing to record */
 	case LEDGER_CLAIM_RESULT_EXPIRED:
 		rc = store_step_rollback(conn);
 		break;
@@ -351,18 +356,21 @@ static enum ledger_err settle(struct store_step *st, const struct ledger_call_ke
 {
 	enum ledger_completed_by by =
 		o == LEDGER_COMPLETE_STORED ? LEDGER_COMPLETED_HOLDER : LEDGER_COMPLETED_LATE;
-	char read_token[24], given[24];
-	const char *params[9] = {key->tenant,
-				 key->request_id,
-				 key->tool_call_id,
-				 read_token,
-				 c->succeeded ? "succeeded" : "failed",
-				 c->result,
-				 given,
-				 store_rows_completed_by_name(by),
-				 read_token};
+	char read_token[24], given[24], nbytes[24];
+	const char *params[11] = {key->tenant,
+				  key->request_id,
+				  key->tool_call_id,
+				  read_token,
+				  c->succeeded ? "succeeded" : "failed",
+				  c->result_not_kept ? NULL : c->result,
+				  given,
+				  store_rows_completed_by_name(by),
+				  read_token,
+				  c->result_not_kept ? nbytes : NULL,
+				  c->result_not_kept ? c->result_digest.sha256 : NULL};
 	enum ledger_err rc;
 
+	store_step_fmt_int(nbytes, c->result_digest.bytes);
 	store_step_fmt_int(read_token, out->call.fencing_token);
 	store_step_fmt_int(given, c->fencing_token);
 	store_event_start(ev, o == LEDGER_COMPLETE_STORED ? "completed" : "late_completion",
@@ -382,11 +390,35 @@ static enum ledger_err settle(struct store_step *st, const struct ledger_call_ke
 	return rc;
 }
 
+/*
+ * The completion @p c as decided against @p call, in @p given: with the
+ * digest of its result filled in when the stored one is kept as its digest
+ * only, or the stored result's digest filled in when @p c is (the same
+ * completion may arrive whole at one ledgerd and as a digest at another).
+ */
+static enum ledger_err fill_digests(const struct ledger_completion *c, struct ledger_call *call,
+				    struct ledger_completion *given)
+{
+	*given = *c;
+	if (!ledger_decide_complete_wants_digest(c, call))
+		return LEDGER_OK;
+	if (c->result_not_kept)
+		return ledger_call_digest_result(call->result, call->result_len,
+						 &call->result_digest)
+			       ? LEDGER_OK
+			       : LEDGER_ERR_NOMEM;
+	return ledger_call_digest_result(c->result, c->result_len, &given->result_digest)
+		       ? LEDGER_OK
+		       : LEDGER_ERR_NOMEM;
+}
+
 static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 				       const struct ledger_call_key *key,
-				       const struct ledger_completion *c,
+				       const struct ledger_completion *asked,
 				       struct ledger_call_result *out)
 {
+	struct ledger_completion completion;
+	const struct ledger_completion *c = &completion;
 	enum ledger_complete_outcome o;
 	struct store_locked lk;
 	const struct store_lookup look = {.tool_call_id = key->tool_call_id};
@@ -403,6 +435,11 @@ static enum ledger_err complete_locked(struct ledger_store_conn *conn,
 				      &out->call);
 	if (rc != LEDGER_OK)
 		goto out;
+	rc = fill_digests(asked, &out->call, &completion);
+	if (rc != LEDGER_OK) {
+		store_step_abort(conn);
+		goto out;
+	}
 	o = ledger_decide_complete(c, &out->call);
 	out->outcome.complete = o;
 	store_step_fmt_int(read_token, out->call.fencing_token);
@@ -719,15 +756,18 @@ static enum ledger_err resolve_op(struct ledger_store_conn *conn, const struct l
 						 read_token, next_token};
 			store_step_add(&st, &call_release, params);
 		} else {
-			const char *params[9] = {key->tenant,
-						 key->request_id,
-						 key->tool_call_id,
-						 read_token,
-						 resolution_name(resolution),
-						 result != NULL ? result : "null",
-						 next_token,
-						 "resolve",
-						 next_token};
+			/* A resolution keeps its result whole, whatever its size. */
+			const char *params[11] = {key->tenant,
+						  key->request_id,
+						  key->tool_call_id,
+						  read_token,
+						  resolution_name(resolution),
+						  result != NULL ? result : "null",
+						  next_token,
+						  "resolve",
+						  next_token,
+						  NULL,
+						  NULL};
 			store_step_add(&st, &call_settle, params);
 		}
 		store_event_add(&st, key, &ev);

@@ -106,6 +106,12 @@ void store_event_completion(struct store_event *ev, const struct ledger_completi
 		ledger_jsonw_bool(&ev->w, true);
 	}
 	store_event_int(ev, "fencing_token", c->fencing_token);
+	/* As the events view says it of a holder's completion kept in its row (sql/008). */
+	if (c->result_not_kept) {
+		store_event_bool(ev, "result_kept", false);
+		store_event_int(ev, "result_bytes", c->result_digest.bytes);
+		store_event_str(ev, "result_sha256", c->result_digest.sha256);
+	}
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

@@ -39,7 +39,10 @@ void store_event_free(struct store_event *ev);
 void store_event_claimed(struct store_event *ev, const struct ledger_claim *c, int64_t token,
 			 const char *from);
 
-/* The history's detail of a completion: its outcome, retryable, token. */
+/*
+ * The history's detail of a completion: its outcome, retryable, token, and
+ * for a result not kept whole "result_kept": false, its length and SHA-256.
+ */
 void store_event_completion(struct store_event *ev, const struct ledger_completion *c);
 
 #endif

@@ -82,8 +82,9 @@ static const struct store_stmt claim_fast = {
 
 /*
  * The current holder's completion ($4 token, $5 outcome, $6 retryable,
- * $7 result, $8 event detail): within its lease, a final outcome is stored
- * and a retryable failure releases the key.
+ * $7 result, $8 event detail; a result not kept: $7 NULL, $9 its length,
+ * $10 its SHA-256): within its lease, a final outcome is stored and a
+ * retryable failure releases the key.
  */
 static const struct store_stmt complete_fast = {
 	"complete_fast",
@@ -95,6 +96,8 @@ static const struct store_stmt complete_fast = {
 	"    state = CASE WHEN $6::boolean THEN 'released' ELSE $5 END,"
 	"    outcome = CASE WHEN $6::boolean THEN NULL ELSE $5 END,"
 	"    result = CASE WHEN $6::boolean THEN NULL ELSE $7 END,"
+	"    result_bytes = CASE WHEN $6::boolean THEN NULL ELSE $9::bigint END,"
+	"    result_sha256 = CASE WHEN $6::boolean THEN NULL ELSE $10 END,"
 	"    completed_token = CASE WHEN $6::boolean THEN NULL ELSE $4::bigint END,"
 	"    completed_by = CASE WHEN $6::boolean THEN NULL ELSE 'holder' END,"
 	"    completed_at = CASE WHEN $6::boolean THEN NULL ELSE clk.now END,"
@@ -109,7 +112,7 @@ static const struct store_stmt complete_fast = {
 	"  SELECT $1, $2, clk.now, 'released', upd.attempt_id, $3, $8::jsonb FROM upd, clk"
 	"  WHERE $6::boolean"
 	") SELECT upd.*, req.attempt_count FROM upd, req",
-	8,
+	10,
 };
 
 /* The holder's renewal ($4 token, $5 lease_ms), not under an attempt. */
@@ -209,7 +212,8 @@ enum ledger_err store_fast_claim_read(const PGresult *res, int row, const struct
 		bool has_attempts = store_step_get_int(res, row, 1) > 0;
 		enum ledger_claim_outcome o = ledger_decide_claim(
 			c, &out->call, has_attempts, LEDGER_STANDING_NOT_GIVEN, &out->mismatch);
-		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_EXPIRED) {
+		if (o == LEDGER_CLAIM_REPLAY || o == LEDGER_CLAIM_RESULT_NOT_KEPT ||
+		    o == LEDGER_CLAIM_RESULT_EXPIRED) {
 			out->outcome.claim = o;
 			out->no_attempts = !has_attempts;
 			*done = true;
@@ -238,15 +242,18 @@ static void complete_add(struct store_step *st, const struct ledger_call_key *ke
 			 const struct ledger_completion *c, struct store_event *ev)
 {
 	const char *detail = store_fast_complete_detail(ev, c);
-	const char *params[8] = {
+	bool digest = !c->retryable && c->result_not_kept;
+	const char *params[10] = {
 		key->tenant,
 		key->request_id,
 		key->tool_call_id,
 		store_step_int(st, c->fencing_token),
 		c->succeeded ? "succeeded" : "failed",
 		c->retryable ? "true" : "false",
-		c->retryable ? NULL : c->result,
+		c->retryable || c->result_not_kept ? NULL : c->result,
 		detail,
+		digest ? store_step_int(st, c->result_digest.bytes) : NULL,
+		digest ? c->result_digest.sha256 : NULL,
 	};
 	store_step_add(st, &complete_fast, params);
 }

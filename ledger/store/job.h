@@ -164,7 +164,8 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 /**
  * Answers a claim from the replay cache, without the database, when the
  * stored call is a replay for it (settled, same arguments, outside
- * attempts). Thread-safe; for the HTTP threads.
+ * attempts), or, its result not kept, a result_not_kept. Thread-safe; for
+ * the HTTP threads.
  * @return true with @p job->res filled as the store would; false: queue it
  */
 bool ledger_store_replay(struct ledger_job *job);

@@ -181,6 +181,7 @@ static void check_fast_answer(const struct ledger_batch_op *bop)
 	case LEDGER_BATCH_CLAIM:
 		LEDGER_ASSERT(r->outcome.claim == LEDGER_CLAIM_NEW ||
 			      r->outcome.claim == LEDGER_CLAIM_REPLAY ||
+			      r->outcome.claim == LEDGER_CLAIM_RESULT_NOT_KEPT ||
 			      r->outcome.claim == LEDGER_CLAIM_RESULT_EXPIRED);
 		LEDGER_ASSERT(
 			r->outcome.claim != LEDGER_CLAIM_NEW ||
@@ -275,8 +276,10 @@ bool ledger_store_replay(struct ledger_job *job)
 
 	/*
 	 * Only outside attempts: under one, whether the attempt exists decides
-	 * first, and only the database knows. Only a replay: anything else (args
-	 * that differ: a refusal the history records) goes to the database.
+	 * first, and only the database knows. Only a replay, or a finished
+	 * call's result_not_kept (which, as a replay, records nothing): anything
+	 * else (args that differ: a refusal the history records) goes to the
+	 * database.
 	 */
 	if (op->kind != LEDGER_STORE_CLAIM || op->in.claim->claim.attempt_id != NULL ||
 	    !ledger_store_fast_paths())
@@ -288,7 +291,8 @@ bool ledger_store_replay(struct ledger_job *job)
 		return false;
 	r->outcome.claim = ledger_decide_claim(&op->in.claim->claim, &r->call, false,
 					       LEDGER_STANDING_NOT_GIVEN, &r->mismatch);
-	if (r->outcome.claim != LEDGER_CLAIM_REPLAY) {
+	if (r->outcome.claim != LEDGER_CLAIM_REPLAY &&
+	    r->outcome.claim != LEDGER_CLAIM_RESULT_NOT_KEPT) {
 		ledger_store_result_clear(job);
 		return false;
 	}

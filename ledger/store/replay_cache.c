@@ -32,8 +32,10 @@ struct entry {
 	char args_sha256[LEDGER_SHA256_HEX + 1];
 	char completed_at[LEDGER_TIMESTAMP_MAX];
 	const char *tenant, *rid, *cid, *tool; /* into text[] */
-	const char *result;                    /* into text[] */
+	const char *result;                    /* into text[]; "" when not kept */
 	size_t result_len;
+	bool result_not_kept;                      /* only its digest was stored */
+	struct ledger_result_digest result_digest; /* result_not_kept: its length and SHA-256 */
 	char text[];
 };
 
@@ -197,6 +199,8 @@ static struct entry *entry_new(const char *tenant, const char *rid, const char *
 	e->tool = place(&at, call->tool, lo);
 	e->result = place(&at, call->result != NULL ? call->result : "", call->result_len);
 	e->result_len = call->result_len;
+	e->result_not_kept = call->result_not_kept;
+	e->result_digest = call->result_digest;
 	return e;
 }
 
@@ -209,7 +213,8 @@ void ledger_replay_cache_put(const char *tenant, const char *rid, const char *ci
 	struct set *s = NULL;
 	unsigned free_way = WAYS;
 
-	if (sets == NULL || call->result == NULL ||
+	/* A settled call: its result, or (not kept) the digest a claim is told. */
+	if (sets == NULL || (call->result == NULL && !call->result_not_kept) ||
 	    (call->state != LEDGER_CALL_SUCCEEDED && call->state != LEDGER_CALL_FAILED))
 		return;
 	/* Keep nothing that retention could remove while it is held. */
@@ -279,11 +284,16 @@ bool ledger_replay_cache_get(const char *tenant, const char *rid, const char *ci
 			drop(s, w);
 			break;
 		}
-		call->result = malloc(e->result_len + 1);
-		if (call->result == NULL)
-			break;
-		memcpy(call->result, e->result, e->result_len + 1);
-		call->result_len = e->result_len;
+		if (e->result_not_kept) {
+			call->result_not_kept = true;
+			call->result_digest = e->result_digest;
+		} else {
+			call->result = malloc(e->result_len + 1);
+			if (call->result == NULL)
+				break;
+			memcpy(call->result, e->result, e->result_len + 1);
+			call->result_len = e->result_len;
+		}
 		call->state = e->state;
 		call->tool_dedupes = e->tool_dedupes;
 		snprintf(call->tool, sizeof(call->tool), "%s", e->tool);

@@ -48,7 +48,8 @@ void ledger_replay_cache_invalidate(const char *tenant, const char *rid);
 /**
  * Remembers the settled call @p call (SUCCEEDED or FAILED) of key
  * (@p tenant, @p rid, @p cid), read from a request without attempts under
- * @p stamp. Thread-safe; a call too large for the budget is not kept.
+ * @p stamp, with its result or, not kept, its digest. Thread-safe; a call
+ * too large for the budget is not kept.
  */
 void ledger_replay_cache_put(const char *tenant, const char *rid, const char *cid,
 			     const struct ledger_call *call, uint32_t stamp);
@@ -56,8 +57,9 @@ void ledger_replay_cache_put(const char *tenant, const char *rid, const char *ci
 /**
  * Looks the key up. Thread-safe.
  * @param call on a hit, filled as the store would for a replay: state, tool,
- *        args_sha256, tool_dedupes, result (owned: ledger_call_clear()) and
- *        completed_at; left ABSENT on a miss
+ *        args_sha256, tool_dedupes, result (owned: ledger_call_clear()) or
+ *        result_not_kept and result_digest, and completed_at; left ABSENT
+ *        on a miss
  * @return true on a hit
  */
 bool ledger_replay_cache_get(const char *tenant, const char *rid, const char *cid,

@@ -256,6 +256,16 @@ enum ledger_err store_rows_parse_call(const PGresult *res, int row, int base,
 		if (call->result == NULL)
 			return LEDGER_ERR_NOMEM;
 	}
+	if (!PQgetisnull(res, row, base + STORE_COL_RESULT_SHA256)) {
+		/* The table's checks: a final row, with its length, and no result. */
+		LEDGER_ASSERT(call->result == NULL && (call->state == LEDGER_CALL_SUCCEEDED ||
+						       call->state == LEDGER_CALL_FAILED));
+		call->result_not_kept = true;
+		call->result_digest.bytes =
+			store_step_get_int(res, row, base + STORE_COL_RESULT_BYTES);
+		store_step_get_text(res, row, base + STORE_COL_RESULT_SHA256,
+				    call->result_digest.sha256, sizeof(call->result_digest.sha256));
+	}
 	if (!PQgetisnull(res, row, base + STORE_COL_ARGS)) {
 		call->args = store_step_get_dup(res, row, base + STORE_COL_ARGS, &call->args_len);
 		if (call->args == NULL)
@@ -288,6 +298,12 @@ enum ledger_err store_rows_set_completed(struct ledger_call *call,
 	call->lease_ms_left = 0;
 	store_step_get_text(res, row, col, call->completed_at, sizeof(call->completed_at));
 	free(call->result);
+	call->result = NULL;
+	call->result_len = 0;
+	call->result_not_kept = c->result_not_kept;
+	call->result_digest = c->result_digest;
+	if (c->result_not_kept)
+		return LEDGER_OK;
 	call->result = malloc(c->result_len + 1);
 	if (call->result == NULL)
 		return LEDGER_ERR_NOMEM;

@@ -45,7 +45,8 @@
 	"c.tool_dedupes, "                                                                        \
 	"CASE WHEN c.state = 'in_progress' AND c.lease_until > now_.t "                           \
 	"     THEN ceil(extract(epoch FROM c.lease_until - now_.t) * 1000)::bigint ELSE 0 END, "  \
-	"c.completed_token, c.completed_by, c.result, c.args, " STORE_TS("c.created_at") ", "           \
+	"c.completed_token, c.completed_by, c.result, c.result_bytes, c.result_sha256, c.args, "  \
+	STORE_TS("c.created_at") ", "                                                             \
 	STORE_TS("c.completed_at") ", t.args_sha256, t.outcome, " STORE_TS("t.completed_at")
 
 enum store_call_col {
@@ -61,6 +62,8 @@ enum store_call_col {
 	STORE_COL_COMPLETED_TOKEN,
 	STORE_COL_COMPLETED_BY,
 	STORE_COL_RESULT,
+	STORE_COL_RESULT_BYTES,  /* with STORE_COL_RESULT_SHA256: a result not kept */
+	STORE_COL_RESULT_SHA256,
 	STORE_COL_ARGS,
 	STORE_COL_CREATED_AT,
 	STORE_COL_COMPLETED_AT,

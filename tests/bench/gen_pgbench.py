@@ -22,7 +22,7 @@ TOOL_CALL = [
     [("claim_fast", [":tenant", ":rid", ":cid", ":tool", ":sha", "NULL", ":dedupes", ":claim",
                      "NULL", ":lease", ":claimdetail"])],
     [("complete_fast", [":tenant", ":rid", ":cid", ":token", ":outcome", ":retryable",
-                        ":result", ":completedetail"])],
+                        ":result", ":completedetail", "NULL", "NULL"])],
 ]
 
 # A full batch as a store worker sends it: BATCH claims and BATCH
@@ -50,7 +50,8 @@ TOOL_CALL_BATCH = [
                      "NULL", array(":lease", "bigint[]"), array(":claimdetail", "text[]")]),
      ("complete_many", [TENANTS, RIDS, CIDS, array(":token", "bigint[]"),
                         array(":outcome", "text[]"), array(":retryable", "boolean[]"),
-                        array(":result", "text[]"), array(":completedetail", "text[]")]),
+                        array(":result", "text[]"), array(":completedetail", "text[]"),
+                        array("NULL", "bigint[]"), array("NULL", "text[]")]),
      ("COMMIT", [])],
 ]
 

@@ -31,8 +31,10 @@ import pytest
 from conftest import PGBIN, Ledgerd, new_id
 
 # The module's ledgerd has the fast paths: one worker, so that it can be
-# held, and room for every case in one batch.
-LEDGERD_ARGS = ("--workers", "1", "--batch-max", "1024")
+# held, and room for every case in one batch. Both ledgerds keep results of
+# up to 100 bytes whole (RESULT and every other result below fit; BIG does not).
+KEEP = ("--max-result-bytes", "100")
+LEDGERD_ARGS = ("--workers", "1", "--batch-max", "1024") + KEEP
 
 TENANT = "t1"
 CID = "call_01"
@@ -43,6 +45,13 @@ RENEW_LEASE = 70000  # the lease a renewal asks for (not a claim's: told apart)
 LIVE = 600  # seconds left of a seeded lease that runs
 GONE = -100  # seconds since a seeded lease ran out
 RESULT = '{"id": "msg-1",  "n": 1.50, "text": "h\\u00e9llo"}'  # stored text, not canonical
+BIG = '{"report" :  "%s"}' % ("r" * 150)  # over --max-result-bytes: kept as its digest
+
+
+def digest(text):
+    """A result not kept: its length and SHA-256, as stored."""
+    raw = text.encode()
+    return len(raw), hashlib.sha256(raw).hexdigest()
 
 
 def fingerprint(args):
@@ -92,25 +101,27 @@ def attempt(aid="a1", epoch=1, state="live", lease=LIVE):
 
 def call(state="in_progress", token=1, claim=HOLDER, attempt_id=None, owner="agent-1",
          tool="mail", sha=SHA, dedupes=False, lease=LIVE, args=None, outcome=None,
-         result=None, completed_token=None, completed_by=None, cid=CID):
-    """A tool_calls row; a final state gets its outcome, RESULT and completion by default."""
+         result=None, completed_token=None, completed_by=None, cid=CID, not_kept=None):
+    """A tool_calls row; a final state gets its outcome, RESULT and completion by default,
+    or with @not_kept (bytes, sha256) no result but that digest."""
     final = state in ("succeeded", "failed")
+    nbytes, digest_hex = not_kept or (None, None)
     if final:
         outcome = outcome or state
-        result = result or RESULT
+        result = None if not_kept else (result or RESULT)
         completed_token = completed_token or token
         completed_by = completed_by or "holder"
         lease = GONE if lease == LIVE else lease
     return lambda rid: (
         "INSERT INTO tool_calls (tenant, request_id, tool_call_id, tool, args_sha256, args, "
         "tool_dedupes, state, fencing_token, claim_id, attempt_id, owner, lease_until, "
-        "renewed_at, outcome, result, completed_token, completed_by, completed_at, "
-        "created_at) VALUES (%s)" % ", ".join([
+        "renewed_at, outcome, result, result_bytes, result_sha256, completed_token, "
+        "completed_by, completed_at, created_at) VALUES (%s)" % ", ".join([
             lit(TENANT), lit(rid), lit(cid), lit(tool), lit(sha), lit(args), lit(dedupes),
             lit(state), lit(token), lit(claim), lit(attempt_id), lit(owner), at(lease),
             at(-1800) if lease is not None else "NULL", lit(outcome), lit(result),
-            lit(completed_token), lit(completed_by), at(-1200) if final else "NULL",
-            at(-2400)]))
+            lit(nbytes), lit(digest_hex), lit(completed_token), lit(completed_by),
+            at(-1200) if final else "NULL", at(-2400)]))
 
 
 def tombstone(sha=SHA, outcome="succeeded", expires=86400):
@@ -163,6 +174,14 @@ def completion(token=1, outcome="succeeded", result=None, retryable=None):
     if retryable is not None:
         text += ', "retryable": %s' % ("true" if retryable else "false")
     return text + "}"
+
+
+def completion_not_kept(token=1, outcome="succeeded", of=BIG, nbytes=None):
+    """A completion that sends the digest of @of instead of the result."""
+    n, hexdigest = digest(of)
+    return ('{"fencing_token": %d, "outcome": "%s", "result_not_kept": '
+            '{"bytes": %d, "sha256": "%s"}}' % (token, outcome, n if nbytes is None else nbytes,
+                                                hexdigest))
 
 
 def renewal(token=1):
@@ -241,6 +260,28 @@ CLAIMS = [
     claim("replay to a fenced attempt",
           [request(attempts=1), attempt(state="cancelled"), call("failed", attempt_id="a1")],
           claim_body(attempt_id="a1"), (200, "completed")),
+    # 4: result_not_kept, where the replay would be
+    claim("result_not_kept of a success", [request(), call("succeeded", not_kept=digest(BIG))],
+          claim_body(), (409, "result_not_kept")),
+    claim("result_not_kept of a failure, anonymous claim",
+          [request(), call("failed", not_kept=digest(BIG))], claim_body(claim_id=None),
+          (409, "result_not_kept")),
+    claim("result_not_kept to the holder's own claim_id",
+          [request(), call("succeeded", not_kept=digest(BIG))], claim_body(claim_id=HOLDER),
+          (409, "result_not_kept")),
+    claim("result_not_kept under the live attempt",
+          live_attempt + [call("succeeded", attempt_id="a1", not_kept=digest(BIG))],
+          claim_body(attempt_id="a1"), (409, "result_not_kept")),
+    claim("result_not_kept to a fenced attempt",
+          [request(attempts=1), attempt(state="cancelled"),
+           call("succeeded", attempt_id="a1", not_kept=digest(BIG))],
+          claim_body(attempt_id="a1"), (409, "result_not_kept")),
+    claim("args_mismatch before result_not_kept",
+          [request(), call("succeeded", sha=SHA_B, not_kept=digest(BIG))], claim_body(),
+          (422, "args_mismatch")),
+    claim("attempt_required before result_not_kept",
+          live_attempt + [call("succeeded", attempt_id="a1", not_kept=digest(BIG))],
+          claim_body(), (409, "attempt_required")),
     # 5: result_expired
     claim("result_expired: a tombstone, its request removed", [tombstone()], claim_body(),
           (410, "result_expired")),
@@ -373,6 +414,37 @@ COMPLETES = [
              completion(token=2), (409, "already_completed")),
     complete("conflict: retryable after a final one", [request(), call("failed")],
              completion(outcome="failed", retryable=True), (409, "already_completed")),
+    # results not kept: over --max-result-bytes, or sent as their digest
+    complete("current holder, a result over the bound", [request(), call()],
+             completion(result=BIG), (200, "completed"), fast="complete"),
+    complete("current holder, result_not_kept", [request(), call()], completion_not_kept(),
+             (200, "completed"), fast="complete"),
+    complete("current holder failed, result_not_kept", [request(), call(token=2)],
+             completion_not_kept(token=2, outcome="failed"), (200, "completed"),
+             fast="complete"),
+    complete("current holder under the live attempt, a result over the bound",
+             live_attempt + [call(attempt_id="a1")], completion(result=BIG),
+             (200, "completed"), fast="complete"),
+    complete("older holder, late result_not_kept", [request(), call(token=2)],
+             completion_not_kept(token=1), (200, "completed")),
+    complete("the same not-kept completion again",
+             [request(), call("succeeded", not_kept=digest(BIG))], completion_not_kept(),
+             (200, "completed")),
+    complete("the whole text of a not-kept result again",
+             [request(), call("succeeded", not_kept=digest(BIG))], completion(result=BIG),
+             (200, "completed")),
+    complete("the digest of a result kept whole", [request(), call("succeeded")],
+             completion_not_kept(of=RESULT), (200, "completed")),
+    complete("conflict: another digest", [request(), call("succeeded", not_kept=digest(BIG))],
+             completion_not_kept(of=BIG + " "), (409, "already_completed")),
+    complete("conflict: another length", [request(), call("succeeded", not_kept=digest(BIG))],
+             completion_not_kept(nbytes=len(BIG) + 1), (409, "already_completed")),
+    complete("conflict: another text over the bound",
+             [request(), call("succeeded", not_kept=digest(BIG))],
+             completion(result=BIG.replace("r", "s")), (409, "already_completed")),
+    complete("conflict: a digest of another text",
+             [request(), call("succeeded")], completion_not_kept(of=RESULT + " "),
+             (409, "already_completed")),
 ]
 
 RENEWS = [
@@ -427,6 +499,15 @@ SEQUENCES = [
     Case("sequence", "claim, the same claim again, another claim", [],
          [("claim", claim_body(claim_id=HOLDER)), ("claim", claim_body(claim_id=HOLDER)),
           ("claim", claim_body())], (409, "in_progress")),
+    Case("sequence", "complete over the bound, then the claims (the replay cache)",
+         [request(), call()],
+         [("complete", completion(result=BIG)), ("claim", claim_body()),
+          ("claim", claim_body(claim_id=None))], (409, "result_not_kept")),
+    Case("sequence", "complete with result_not_kept, twice, then the whole text, then claim",
+         [request(), call()],
+         [("complete", completion_not_kept()), ("complete", completion_not_kept()),
+          ("complete", completion(result=BIG)), ("claim", claim_body())],
+         (409, "result_not_kept")),
     Case("sequence", "claim, renew, release by a retryable failure, reclaim, complete", [],
          [("claim", claim_body(claim_id=HOLDER)), ("renew", renewal()),
           ("complete", completion(outcome="failed", result="null", retryable=True)),
@@ -660,7 +741,7 @@ def general(service, tmp_path_factory):
     """The same database through a ledgerd where every call decides in C, under the lock."""
     led = Ledgerd(service.database_url,
                   tmp_path_factory.mktemp("general") / "ledgerd.log",
-                  extra_args=["--fast-paths", "off"])
+                  extra_args=["--fast-paths", "off"] + list(KEEP))
     yield led
     led.stop()
 

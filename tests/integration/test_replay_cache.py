@@ -59,6 +59,34 @@ def test_a_completion_is_replayed_from_memory_as_the_database_would(service, unc
     assert metric(led, "ledger_replay_cache_bytes") > 0
 
 
+def test_a_result_not_kept_is_answered_from_memory_as_the_database_would(service, uncached):
+    """A call whose result was kept as its digest only is cached like any settled
+    one: its claims are told 409 result_not_kept, from memory, with the same bytes."""
+    led = service.ledgerd
+    token = service.token("agent")
+    rid = new_id()
+    r = led.post(path(rid, "call_01", "claim"), dict(BODY, claim_id=claim_id()), token=token)
+    assert r.status == 201, r
+    r = led.post(path(rid, "call_01", "complete"),
+                 {"fencing_token": 1, "outcome": "succeeded",
+                  "result_not_kept": {"bytes": 3 << 20, "sha256": "0f" * 32}}, token=token)
+    assert r.status == 200 and r.json["result_kept"] is False, r
+    hits = metric(led, "ledger_replay_cache_hits_total")
+
+    cached = replay(led, token, rid)
+    stored = replay(uncached, token, rid)
+    assert cached.status == stored.status == 409
+    assert cached.json["error"]["code"] == "result_not_kept"
+    assert cached.body == stored.body
+    assert cached.header("Idempotent-Replayed") is stored.header("Idempotent-Replayed") is None
+    assert metric(led, "ledger_replay_cache_hits_total") == hits + 1
+    # Other args still go to the database, which refuses them.
+    other = led.post(path(rid, "call_01", "claim"),
+                     dict(BODY, claim_id=claim_id(), args={"to": "b@example.com", "n": 1}),
+                     token=token)
+    assert other.status == 422 and other.code == "args_mismatch", other
+
+
 def test_a_replay_from_the_database_is_kept_for_the_next(service, uncached):
     led = service.ledgerd
     token = service.token("agent")

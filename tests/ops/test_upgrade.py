@@ -4,10 +4,12 @@ The previous release (the commit in tests/ops/previous_release) is built from
 git history into build/previous-release/<commit>/ once and reused. Its
 ledgerd migrates a database and fills it with keys in every state; this
 tree's ledgerd migrates that database in place and must answer every key
-as before; then the previous ledgerd serves the database this one
-migrated. Last, the rule for schemas that differ, on this tree's ledgerd:
-a newer schema whose migrations are additive is served, one that names a
-newer oldest binary is refused at start, by /readyz and by migrate.
+as before. Migration 8 (results not kept) is not additive: the previous
+ledgerd refuses the database this one migrated, at start, by /readyz (while
+it runs) and by migrate, and never serves it. Last, the rule for schemas
+that differ, on this tree's ledgerd: a newer schema whose migrations are
+additive is served, one that names a newer oldest binary is refused at
+start, by /readyz and by migrate.
 
 A first run builds the previous release's ledgerd (5 to 10 s on 2 cores)
 and takes about 20 s; later runs take about 10 s.
@@ -20,7 +22,7 @@ import subprocess
 
 import pytest
 
-from conftest import LEDGERD, ROOT, Ledgerd, claim_id, ledgerd_cmd, new_id
+from conftest import LEDGERD, ROOT, Ledgerd, ledgerd_cmd, new_id
 from ops_helpers import Keys
 from pgcluster import wait_for
 
@@ -169,6 +171,19 @@ def upgrade_in_place(cluster, release, tmp_path):
                         token=agent)
         assert done.status == 200, done
         keys.completed.append((rid, cid, "mail", {"t": 2}, '{"id": 10}', "succeeded"))
+        # And a result kept as its digest only: what no older ledgerd may read.
+        rid, cid = new_id("r"), "call_digest"
+        c = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
+                     keys.claim_body("mail", {"t": 3}), token=agent)
+        assert c.status == 201, c
+        digest = {"bytes": 2 << 20, "sha256": "cd" * 32}
+        done = new.post("/v1/requests/%s/tool-calls/%s/complete" % (rid, cid),
+                        {"fencing_token": 1, "outcome": "succeeded", "result_not_kept": digest},
+                        token=agent)
+        assert done.status == 200 and done.json["result_kept"] is False, done
+        again = new.post("/v1/requests/%s/tool-calls/%s/claim" % (rid, cid),
+                         keys.claim_body("mail", {"t": 3}), token=agent)
+        assert again.status == 409 and again.json["error"]["code"] == "result_not_kept", again
         after = keys.snapshot(new)
     finally:
         new.stop()
@@ -179,86 +194,53 @@ def test_older_release_upgrades_in_place(cluster, older, tmp_path):
     upgrade_in_place(cluster, older, tmp_path)
 
 
-def test_upgrade_in_place_then_back(cluster, previous, tmp_path):
+def refused(binary, url):
+    """@binary (a release before migration 8) refuses the database at @url, at
+    start and on migrate, naming the schema it needs."""
+    line = ("the database is at schema %d, which a ledgerd of schema 8 or newer must serve"
+            % mine())
+    started = subprocess.run([str(binary), "serve", "--database-url", url, "--listen",
+                              "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
+    assert started.returncode == 1 and line in started.stderr, started
+    assert "listening" not in started.stderr
+    again = run(binary, "migrate", "--database-url", url, check=False)
+    assert again.returncode == 1 and line in again.stderr, again
+
+
+def test_upgrade_in_place_then_the_previous_release_refuses_it(cluster, previous, tmp_path):
+    """Migration 8 is not additive: a rollback of the binaries alone is not
+    possible past it, and the previous release says so instead of serving
+    rows it would misread (a final call with no result)."""
     url, keys, after = upgrade_in_place(cluster, previous, tmp_path)
-
-    # The reverse: the previous binary on the schema the new one migrated.
-    again = run(previous, "migrate", "--database-url", url)
-    assert "(0 migrations applied)" in again.stdout, again
-    old = Ledgerd(url, tmp_path / "previous-again.log", binary=previous)
-    try:
-        r = old.get("/readyz")
-        assert r.status == 200, r
-        assert keys.snapshot(old) == after
-        keys.check(old)
-    finally:
-        old.stop()
-
-
-def test_previous_release_serves_what_api_1_1_wrote(cluster, previous, tmp_path):
-    """The rollback of a rolling upgrade to API 1.1: the previous release serves a
-    database in which this tree wrote 1.1's columns and answers, reads what it
-    needs and writes rows this tree reads; its retention removes a request with
-    its kept answer (the foreign key of sql/006)."""
-    db = "api11_" + new_id("a").replace("-", "_")
-    url = cluster.create_db(db)
-    ledgerd_cmd("migrate", "--database-url", url)
-    agent, router = tokens(LEDGERD, url)
-    sha = "ab" * 32
-    kept = {"status": 200, "content_type": "text/event-stream", "body_b64": "ZGF0YTogaGkKCg=="}
-    done, failed = new_id("r"), new_id("r")
-    new = Ledgerd(url, tmp_path / "new.log")
-    try:
-        r = new.post("/v1/requests/%s/attempts" % done,
-                     {"attempt_id": "a1", "gateway": "gw-1", "input_sha256": sha,
-                      "identity": {"model": "m"}}, token=router)
-        assert r.status == 201, r
-        assert new.post("/v1/requests/%s/tool-calls/call_01/claim" % done,
-                        {"claim_id": claim_id(), "attempt_id": "a1"}, token=agent).status == 201
-        assert new.post("/v1/requests/%s/tool-calls/call_01/complete" % done,
-                        {"fencing_token": 1, "outcome": "succeeded", "result": 1},
-                        token=agent).status == 200
-        assert new.post("/v1/requests/%s/attempts/a1/finish" % done,
-                        {"outcome": "completed", "answer": kept}, token=router).status == 200
-        assert new.post("/v1/requests/%s/attempts" % failed, {"attempt_id": "a1"},
-                        token=router).status == 201
-        assert new.post("/v1/requests/%s/attempts/a1/finish" % failed,
-                        {"outcome": "failed", "client_error": {"error": {"code": "bad"}}},
-                        token=router).status == 200
-    finally:
-        new.stop()
-
-    old = Ledgerd(url, tmp_path / "previous.log", binary=previous)
-    fresh = new_id("r")
-    try:
-        assert old.get("/readyz").status == 200
-        v = old.get("/v1/requests/%s" % done, token=router)
-        assert v.status == 200 and v.json["request"]["status"] == "completed", v
-        assert [a["attempt_id"] for a in v.json["attempts"]] == ["a1"]
-        err = old.post("/v1/requests/%s/attempts" % failed, {"attempt_id": "a2"}, token=router)
-        assert err.status == 409 and err.json["error"]["client_error"] == \
-            {"error": {"code": "bad"}}, err
-        assert old.post("/v1/requests/%s/attempts" % fresh, {"attempt_id": "a1"},
-                        token=router).status == 201
-    finally:
-        old.stop()
-
+    refused(previous, url)
+    # Nothing of the database changed by being refused.
     new = Ledgerd(url, tmp_path / "new-again.log")
     try:
-        v = new.get("/v1/requests/%s" % fresh, token=router).json
-        assert v["attempts"][0]["gateway"] is None and v["request"]["input_sha256"] is None
-        assert new.get("/v1/requests/%s/answer" % done, token=router).json["body_b64"] == \
-            kept["body_b64"]
+        assert keys.snapshot(new) == after
     finally:
         new.stop()
 
-    cluster.psql("UPDATE requests SET created_at = created_at - interval '8 days',"
-                 " closed_at = closed_at - interval '8 days' WHERE request_id = '%s'" % done, db)
-    assert "removed" in run(previous, "gc", "--database-url", url, "--retention", "7d").stdout
-    left = cluster.psql("SELECT (SELECT count(*) FROM requests WHERE request_id = '%s'),"
-                        " (SELECT count(*) FROM answers WHERE request_id = '%s')" % (done, done),
-                        db)
-    assert left == [["0", "0"]], left
+
+def test_a_previous_release_still_running_is_unready_once_migrated(cluster, previous,
+                                                                   tmp_path):
+    """The previous release, left running while this tree migrates (which the
+    release notes of migration 8 say not to do), leaves readiness at the next
+    probe, so that its load balancer stops sending it calls; started again,
+    it exits."""
+    url = cluster.create_db("running_" + new_id("u").replace("-", "_"))
+    run(previous, "migrate", "--database-url", url)
+    old = Ledgerd(url, tmp_path / "previous.log", binary=previous)
+    try:
+        assert old.get("/readyz").status == 200
+        assert ledgerd_cmd("migrate", "--database-url", url).returncode == 0
+        r = wait_for(lambda: (lambda x: x if x.status == 503 else None)(old.get("/readyz")),
+                     5, "/readyz to see schema 8")
+        err = r.json["error"]
+        assert (err["code"], err["schema_version"], err["oldest_binary_schema"]) == (
+            "schema_mismatch", mine(), 8), r
+    finally:
+        old.stop()
+    refused(previous, url)
 
 
 def test_token_made_by_one_release_works_in_the_other(cluster, previous, tmp_path):

@@ -233,6 +233,8 @@ static void test_decide_claim_codes(void **state)
 	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_RECLAIM));
 	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_HELD));
 	assert_null(ledger_decide_claim_code(LEDGER_CLAIM_REPLAY));
+	assert_string_equal(ledger_decide_claim_code(LEDGER_CLAIM_RESULT_NOT_KEPT),
+			    "result_not_kept");
 	assert_string_equal(ledger_decide_complete_code(LEDGER_COMPLETE_STALE_TOKEN), "stale_token");
 	assert_string_equal(ledger_decide_complete_code(LEDGER_COMPLETE_ALREADY_COMPLETED),
 			    "already_completed");
@@ -480,6 +482,173 @@ static void test_decide_fast_paths_agree(void **state)
 	assert_int_equal(ledger_decide_renew(3, &held, NG), LEDGER_RENEW_RENEWED);
 }
 
+/* --- results not kept (docs/api.md, "Results not kept") --- */
+
+#define SHA_ABC "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+/* A final call of make_call() whose result "R" was stored as its digest only. */
+static struct ledger_call make_not_kept(int state)
+{
+	struct ledger_call c = make_call(state, false, false);
+
+	c.result = NULL;
+	c.result_len = 0;
+	c.result_not_kept = true;
+	c.result_digest.bytes = 3;
+	strcpy(c.result_digest.sha256, SHA_ABC);
+	return c;
+}
+
+static void test_decide_result_digest_of_is_the_texts_sha256(void **state)
+{
+	struct ledger_result_digest d;
+
+	(void)state;
+	assert_true(ledger_call_digest_result("abc", 3, &d));
+	assert_int_equal(d.bytes, 3);
+	assert_string_equal(d.sha256, SHA_ABC);
+}
+
+/* Row 4 of the claim table, where the replay would be; the rows before it still come first. */
+static const struct claim_row not_kept_rows[] = {
+	{"unknown attempt", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true, NF,
+	 LEDGER_CLAIM_ATTEMPT_NOT_FOUND, NULL},
+	{"no attempt on an attempted request", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true,
+	 NG, LEDGER_CLAIM_ATTEMPT_REQUIRED, NULL},
+	{"other args", SUCCEEDED, false, OTHER, "mail", SHA_B, false, false, NG,
+	 LEDGER_CLAIM_ARGS_MISMATCH, "args"},
+	{"other tool", FAILED, false, OTHER, "sms", SHA_A, false, false, NG,
+	 LEDGER_CLAIM_ARGS_MISMATCH, "tool"},
+	{"succeeded", SUCCEEDED, false, OTHER, "mail", SHA_A, false, false, NG,
+	 LEDGER_CLAIM_RESULT_NOT_KEPT, NULL},
+	{"failed, anonymous", FAILED, false, NULL, "mail", SHA_A, false, false, NG,
+	 LEDGER_CLAIM_RESULT_NOT_KEPT, NULL},
+	{"the holder's own claim_id", SUCCEEDED, false, HOLDER, "mail", SHA_A, false, false, NG,
+	 LEDGER_CLAIM_RESULT_NOT_KEPT, NULL},
+	{"live attempt", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true, LIVE,
+	 LEDGER_CLAIM_RESULT_NOT_KEPT, NULL},
+	{"fenced attempt: told, not fenced", SUCCEEDED, false, OTHER, "mail", SHA_A, false, true,
+	 FENCED, LEDGER_CLAIM_RESULT_NOT_KEPT, NULL},
+};
+
+static void test_decide_claim_of_a_result_not_kept(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(not_kept_rows) / sizeof(not_kept_rows[0]); i++) {
+		const struct claim_row *r = &not_kept_rows[i];
+		struct ledger_call call = make_not_kept(r->state);
+		struct ledger_claim claim = {
+			.claim_id = r->claim_id,
+			.tool = r->tool,
+			.args_sha256 = r->sha,
+			.attempt_id = r->attempt == NG ? NULL : "att-1",
+			.lease_ms = 30000,
+		};
+		const char *field = NULL;
+		enum ledger_claim_outcome got =
+			ledger_decide_claim(&claim, &call, r->has_attempts, r->attempt, &field);
+
+		if (got != r->want)
+			fail_msg("not-kept claim row %zu (%s): got %d, want %d", i, r->what, got,
+				 r->want);
+	}
+}
+
+struct digest_row {
+	const char *what;
+	bool stored_kept; /* the stored result "R" is kept whole; else its digest only */
+	bool given_kept;  /* the completion sends its text; else result_not_kept */
+	const char *text; /* the text sent, or whose digest is sent */
+	int64_t bytes;    /* the length sent with result_not_kept (-1: the text's) */
+	bool fill;        /* the caller filled the digest of the side kept whole */
+	bool succeeded;
+	bool retryable;
+	bool wants_digest; /* ledger_decide_complete_wants_digest() */
+	enum ledger_complete_outcome want;
+};
+
+static const struct digest_row digest_rows[] = {
+	{"the same digest again", false, false, "abc", -1, false, true, false, false,
+	 LEDGER_COMPLETE_REPEATED},
+	{"another SHA-256", false, false, "abd", -1, false, true, false, false,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"another length", false, false, "abc", 4, false, true, false, false,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"another outcome", false, false, "abc", -1, false, false, false, false,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"retryable", false, true, "abc", -1, false, false, true, false,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"the text of the stored digest", false, true, "abc", -1, true, true, false, true,
+	 LEDGER_COMPLETE_REPEATED},
+	{"the text, its digest not filled", false, true, "abc", -1, false, true, false, true,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"another text of the same length", false, true, "abd", -1, true, true, false, true,
+	 LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"a text of another length: no digest needed", false, true, "abcd", -1, false, true, false,
+	 false, LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"the digest of the stored text", true, false, "\"R\"", -1, true, true, false, true,
+	 LEDGER_COMPLETE_REPEATED},
+	{"another digest of the stored text's length", true, false, "abc", -1, true, true, false,
+	 true, LEDGER_COMPLETE_ALREADY_COMPLETED},
+	{"both kept: no digest", true, true, "\"R\"", -1, false, true, false, false,
+	 LEDGER_COMPLETE_REPEATED},
+};
+
+static void test_decide_complete_compares_digests(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(digest_rows) / sizeof(digest_rows[0]); i++) {
+		const struct digest_row *r = &digest_rows[i];
+		struct ledger_call call = r->stored_kept ? make_call(SUCCEEDED, false, false)
+							 : make_not_kept(SUCCEEDED);
+		struct ledger_completion c = {
+			.fencing_token = 3,
+			.succeeded = r->succeeded,
+			.retryable = r->retryable,
+		};
+		enum ledger_complete_outcome got;
+
+		if (r->given_kept) {
+			c.result = r->text;
+			c.result_len = strlen(r->text);
+		} else {
+			c.result_not_kept = true;
+			assert_true(ledger_call_digest_result(r->text, strlen(r->text),
+							      &c.result_digest));
+			if (r->bytes >= 0)
+				c.result_digest.bytes = r->bytes;
+		}
+		if (ledger_decide_complete_wants_digest(&c, &call) != r->wants_digest)
+			fail_msg("digest row %zu (%s): wants_digest %d", i, r->what,
+				 !r->wants_digest);
+		if (r->fill && r->given_kept)
+			assert_true(ledger_call_digest_result(c.result, c.result_len,
+							      &c.result_digest));
+		if (r->fill && !r->given_kept)
+			assert_true(ledger_call_digest_result(call.result, call.result_len,
+							      &call.result_digest));
+		got = ledger_decide_complete(&c, &call);
+		if (got != r->want)
+			fail_msg("digest row %zu (%s): got %d, want %d", i, r->what, got, r->want);
+	}
+}
+
+/* A completion of a call not yet final stores its digest as any result: no comparison. */
+static void test_decide_complete_not_kept_before_final(void **state)
+{
+	struct ledger_call held = make_call(IN_PROGRESS, false, false);
+	struct ledger_completion c = {
+		.fencing_token = 3, .succeeded = true, .result_not_kept = true};
+
+	(void)state;
+	c.result_digest.bytes = 3;
+	strcpy(c.result_digest.sha256, SHA_ABC);
+	assert_false(ledger_decide_complete_wants_digest(&c, &held));
+	assert_int_equal(ledger_decide_complete(&c, &held), LEDGER_COMPLETE_STORED);
+	c.fencing_token = 2;
+	assert_int_equal(ledger_decide_complete(&c, &held), LEDGER_COMPLETE_LATE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -492,6 +661,10 @@ int main(void)
 		cmocka_unit_test(test_decide_resolve_table),
 		cmocka_unit_test(test_decide_resolve_null_result),
 		cmocka_unit_test(test_decide_fast_paths_agree),
+		cmocka_unit_test(test_decide_result_digest_of_is_the_texts_sha256),
+		cmocka_unit_test(test_decide_claim_of_a_result_not_kept),
+		cmocka_unit_test(test_decide_complete_compares_digests),
+		cmocka_unit_test(test_decide_complete_not_kept_before_final),
 	};
 
 	return cmocka_run_group_tests_name("decide", tests, NULL, NULL);

@@ -132,6 +132,40 @@ static void test_only_settled_calls_are_kept(void **state)
 	ledger_call_clear(&out);
 }
 
+/*
+ * A call whose result was not kept is kept with its digest, and served as
+ * such: the claim it answers is told result_not_kept, never given a result.
+ */
+static void test_a_result_not_kept_is_served_as_its_digest(void **state)
+{
+	struct ledger_call in, out;
+
+	(void)state;
+	assert_true(ledger_replay_cache_init(1 << 20, WEEK_MS));
+	settled(&in, "", 0);
+	in.result = NULL;
+	in.result_not_kept = true;
+	in.result_digest.bytes = 2097152;
+	memset(in.result_digest.sha256, 'b', LEDGER_SHA256_HEX);
+	ledger_replay_cache_put("t1", "r1", "c1", &in, ledger_replay_cache_stamp("t1", "r1"));
+	assert_true(ledger_replay_cache_get("t1", "r1", "c1", &out));
+	assert_int_equal(out.state, LEDGER_CALL_SUCCEEDED);
+	assert_true(out.result_not_kept);
+	assert_null(out.result);
+	assert_int_equal(out.result_len, 0);
+	assert_int_equal(out.result_digest.bytes, 2097152);
+	assert_string_equal(out.result_digest.sha256, in.result_digest.sha256);
+	assert_string_equal(out.completed_at, in.completed_at);
+	ledger_call_clear(&out);
+	/* A kept result put over it is served whole again, with no digest. */
+	settled(&in, "[1]", 0);
+	ledger_replay_cache_put("t1", "r1", "c1", &in, ledger_replay_cache_stamp("t1", "r1"));
+	assert_true(ledger_replay_cache_get("t1", "r1", "c1", &out));
+	assert_false(out.result_not_kept);
+	assert_memory_equal(out.result, "[1]", 3);
+	ledger_call_clear(&out);
+}
+
 static void test_off_keeps_nothing(void **state)
 {
 	struct ledger_call in, out;
@@ -250,6 +284,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_an_invalidated_request_is_not_served, teardown),
 		cmocka_unit_test_teardown(test_nothing_near_retention_is_kept, teardown),
 		cmocka_unit_test_teardown(test_only_settled_calls_are_kept, teardown),
+		cmocka_unit_test_teardown(test_a_result_not_kept_is_served_as_its_digest, teardown),
 		cmocka_unit_test_teardown(test_off_keeps_nothing, teardown),
 		cmocka_unit_test_teardown(test_the_budget_holds, teardown),
 		cmocka_unit_test_teardown(test_concurrent_use, teardown),

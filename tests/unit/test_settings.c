@@ -58,6 +58,7 @@ static const struct known {
 	{"max-body", "LEDGER_MAX_BODY", "1MiB", AT(max_body_bytes), T_INT, MIB},
 	{"max-kept-answer-bytes", "LEDGER_MAX_KEPT_ANSWER_BYTES", "1MiB", AT(max_kept_answer_bytes),
 	 T_INT, MIB},
+	{"max-result-bytes", "LEDGER_MAX_RESULT_BYTES", "1MiB", AT(max_result_bytes), T_INT, MIB},
 	{"min-lease", "LEDGER_MIN_LEASE", "100ms", AT(min_lease_ms), T_INT, 100},
 	{"max-lease", "LEDGER_MAX_LEASE", "1h", AT(max_lease_ms), T_INT, 3600 * 1000},
 	{"unavailable-retry", "LEDGER_UNAVAILABLE_RETRY", "1s", AT(unavailable_retry_ms), T_INT,
@@ -322,6 +323,9 @@ static const struct value_row source_rows[] = {
 	 "max-kept-answer-bytes",
 	 64 * MIB,
 	 NULL},
+	{{ENV("LEDGER_MAX_RESULT_BYTES", "0"), {NULL}}, "max-result-bytes", 0, NULL},
+	{{NO_ENV, ARGS("--max-result-bytes", "64MiB")}, "max-result-bytes", 64 * MIB, NULL},
+	{{NO_ENV, ARGS("--max-result-bytes=512B")}, "max-result-bytes", 512, NULL},
 	{{ENV("LEDGER_MIN_LEASE", "1s"), {NULL}}, "min-lease", 1000, NULL},
 	{{NO_ENV, ARGS("--min-lease", "250ms")}, "min-lease", 250, NULL},
 	{{ENV("LEDGER_MAX_LEASE", "2h"), {NULL}}, "max-lease", 2 * 3600 * 1000LL, NULL},
@@ -599,6 +603,12 @@ static const struct error_row variable_error_rows[] = {
 	{{ENV("LEDGER_MAX_KEPT_ANSWER_BYTES", "65MiB"), {NULL}},
 	 "LEDGER_MAX_KEPT_ANSWER_BYTES: must be a size in bytes, KiB or MiB between 0 and 67108864 "
 	 "(got \"65MiB\")"},
+	{{ENV("LEDGER_MAX_RESULT_BYTES", "65MiB"), {NULL}},
+	 "LEDGER_MAX_RESULT_BYTES: must be a size in bytes, KiB or MiB between 0 and 67108864 "
+	 "(got \"65MiB\")"},
+	{{NO_ENV, ARGS("--max-result-bytes", "1GB")},
+	 "--max-result-bytes: must be a size in bytes, KiB or MiB between 0 and 67108864 "
+	 "(got \"1GB\")"},
 	{{ENV("LEDGER_LOG_LEVEL", "trace"), {NULL}},
 	 "LEDGER_LOG_LEVEL: must be one of debug, info, warn, error (got \"trace\")"},
 	{{ENV("LEDGER_FAST_PATHS", "true"), {NULL}},
@@ -756,11 +766,11 @@ static void test_settings_command_words(void **state)
 	}
 }
 
-/* What the service runs with comes from the settings: the kept answers' bound among them. */
+/* What the service runs with comes from the settings: the bounds of kept answers and results. */
 static void test_settings_config_carries_the_service_settings(void **state)
 {
-	const struct input in = {NO_ENV,
-				 ARGS("--max-body", "4KiB", "--max-kept-answer-bytes", "8KiB")};
+	const struct input in = {NO_ENV, ARGS("--max-body", "4KiB", "--max-kept-answer-bytes",
+					      "8KiB", "--max-result-bytes", "2KiB")};
 	struct api_config c;
 	struct loaded l;
 
@@ -770,6 +780,7 @@ static void test_settings_config_carries_the_service_settings(void **state)
 	api_settings_config(&l.cfg, &c);
 	assert_int_equal(c.max_body_bytes, 4096);
 	assert_int_equal(c.max_kept_answer_bytes, 8192);
+	assert_int_equal(c.max_result_bytes, 2048);
 	assert_int_equal(c.min_lease_ms, 100);
 	api_settings_free(&l.cfg);
 }

@@ -6,7 +6,9 @@ import {
   type Attempt, beginAttempt, type BeginAttemptOptions, failover, type FailoverDecision,
   type FailoverOptions, type FailoverSignal,
 } from "./router.js";
-import { ToolCall, type ToolCallOptions, type ToolCallResult, type ToolFunction } from "./toolcall.js";
+import {
+  checkMaxResultBytes, MAX_RESULT_BYTES, ToolCall, type ToolCallOptions, type ToolCallResult, type ToolFunction,
+} from "./toolcall.js";
 
 export interface LedgerOptions {
   /** ledgerd's base URL, e.g. `http://127.0.0.1:8080`. */
@@ -23,6 +25,14 @@ export interface LedgerOptions {
    * leave the key outcome_unknown.
    */
   completeRetryMs?: number;
+  /**
+   * The longest result, in bytes of its JSON text (UTF-8), that a completion
+   * sends whole (default 1048576, ledgerd's default --max-result-bytes). A
+   * longer one is recorded as the text's length and SHA-256 only, and so is
+   * one ledgerd refuses as too large a body: the completion is never lost to
+   * its size, and a rerun of the key throws ResultNotKeptError.
+   */
+  maxResultBytes?: number;
   userAgent?: string;
 }
 
@@ -31,12 +41,14 @@ export class Ledger {
   readonly url: string;
   readonly retryMs: number;
   readonly completeRetryMs: number;
+  readonly maxResultBytes: number;
   private readonly transport: Transport;
 
   constructor(options: LedgerOptions) {
     this.url = options.url;
     this.retryMs = options.retryMs ?? 30_000;
     this.completeRetryMs = options.completeRetryMs ?? 300_000;
+    this.maxResultBytes = checkMaxResultBytes(options.maxResultBytes ?? MAX_RESULT_BYTES);
     this.transport = new Transport(options.url, options.token, {
       timeoutMs: options.timeoutMs ?? 10_000, userAgent: options.userAgent,
     });
@@ -48,7 +60,9 @@ export class Ledger {
    *
    * - Already finished: the recorded result, `fn` not called (`replayed`).
    * - Claimed: `fn` runs while its claim is renewed every third of the
-   *   lease, then: a value is recorded as `succeeded` (if ledgerd cannot
+   *   lease, then: a value is recorded as `succeeded` (one too large to
+   *   keep, over maxResultBytes or refused as too large a body, as its
+   *   length and SHA-256: `resultKept` false; if ledgerd cannot
    *   record it within completeRetryMs, `outcome` is `unrecorded`); a thrown
    *   Retryable is recorded as a retryable failure (the key is claimable
    *   again) and rethrown; a thrown NotExecuted releases the key and is
@@ -59,12 +73,15 @@ export class Ledger {
    *   never past the holder's lease) for up to waitMs; `signal` stops that.
    *
    * @throws InProgress, OutcomeUnknown, ArgsMismatch, AttemptFenced,
-   *   ResultExpired, LedgerUnavailable (fn not called), LedgerError for
-   *   any other refusal (`attempt_required`...).
+   *   ResultExpired, ResultNotKeptError (finished, its result not kept: fn
+   *   not called, never again), LedgerUnavailable (fn not called),
+   *   LedgerError for any other refusal (`attempt_required`...).
    */
   toolCall<T>(options: ToolCallOptions, fn: ToolFunction<T>): Promise<ToolCallResult<T>> {
-    const budgets = { retryMs: this.retryMs, completeRetryMs: this.completeRetryMs };
-    return new ToolCall<T>(this.transport, options, budgets).run(fn);
+    const defaults = {
+      retryMs: this.retryMs, completeRetryMs: this.completeRetryMs, maxResultBytes: this.maxResultBytes,
+    };
+    return new ToolCall<T>(this.transport, options, defaults).run(fn);
   }
 
   /**

@@ -5,7 +5,7 @@
  * `{"error": {"code", "message", ...details}}`; it becomes a LedgerError, or
  * the subclass for the codes a caller branches on. The names are the Python
  * client's (sdk/python/ledger_client/errors.py), so code and runbooks read
- * the same in both languages.
+ * the same in both languages; ResultNotKeptError is Python's ResultNotKept.
  *
  * Retryable and NotExecuted go the other way: a tool function throws them to
  * tell the client what its failure means for the idempotency key.
@@ -85,6 +85,32 @@ export class ArgsMismatch extends LedgerError {}
 export class ResultExpired extends LedgerError {}
 
 /**
+ * `409 result_not_kept`: the call finished, and its result was too large to
+ * keep: ledgerd holds only the length and SHA-256 of its JSON text. It must
+ * not run again, and its result cannot be replayed; only the run that
+ * executed it had the result.
+ */
+export class ResultNotKeptError extends LedgerError {
+  /** How the call ended: `succeeded` or `failed`. */
+  get outcome(): string | null {
+    const value = this.details.outcome;
+    return typeof value === "string" ? value : null;
+  }
+
+  /** The length in bytes of the result's exact JSON text. */
+  get resultBytes(): number | null {
+    const value = this.details.result_bytes;
+    return typeof value === "number" && Number.isSafeInteger(value) ? value : null;
+  }
+
+  /** The SHA-256 of that text, 64 lowercase hex digits. */
+  get resultSha256(): string | null {
+    const value = this.details.result_sha256;
+    return typeof value === "string" ? value : null;
+  }
+}
+
+/**
  * The logical request is over for the router: `409 request_closed` or, when
  * creating an attempt, `409 first_delta_sent`. No new attempt, ever.
  */
@@ -117,6 +143,7 @@ const BY_CODE: Record<string, typeof LedgerError> = {
   attempt_fenced: AttemptFenced,
   args_mismatch: ArgsMismatch,
   result_expired: ResultExpired,
+  result_not_kept: ResultNotKeptError,
   request_closed: RequestClosed,
   first_delta_sent: RequestClosed,
 };

@@ -14,8 +14,8 @@
 export { Ledger, type LedgerOptions } from "./client.js";
 export {
   ArgsMismatch, AttemptFenced, type ErrorEnvelope, InProgress, type JsonObject, LedgerError,
-  LedgerUnavailable, NotExecuted, OutcomeUnknown, RequestClosed, ResultExpired, Retryable,
-  TLSVerificationFailed,
+  LedgerUnavailable, NotExecuted, OutcomeUnknown, RequestClosed, ResultExpired, ResultNotKeptError,
+  Retryable, TLSVerificationFailed,
 } from "./errors.js";
 export { VERSION } from "./http.js";
 export { argsSha256, canonicalize, canonicalizeText, type JsonValue } from "./jcs.js";

@@ -5,11 +5,14 @@
  * effect, runs the tool while a timer renews the claim, and records the
  * outcome; a later invocation of the same key (a rerun on another replica, a
  * retried request) gets the recorded result back instead of running the
- * tool again. The contract is the Python client's ToolCall
- * (sdk/python/ledger_client/toolcall.py).
+ * tool again. A result too large to keep (over maxResultBytes, or refused
+ * by ledgerd as too large a body) is recorded as the length and SHA-256 of
+ * its JSON text: the completion is never lost to its size, and a rerun gets
+ * ResultNotKeptError instead of the result. The contract is the Python
+ * client's ToolCall (sdk/python/ledger_client/toolcall.py).
  */
 
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 
 import {
   ArgsMismatch, AttemptFenced, InProgress, isObject, LedgerError, NotExecuted, Retryable,
@@ -45,6 +48,12 @@ export interface ToolCallOptions {
   waitMs?: number;
   /** Stops waiting (for another holder, for ledgerd); never a running tool or its record. */
   signal?: AbortSignal;
+  /**
+   * This call's longest result sent whole, in bytes of its JSON text (UTF-8);
+   * a longer one is recorded as its length and SHA-256 only (default: the
+   * client's maxResultBytes).
+   */
+  maxResultBytes?: number;
 }
 
 export interface ToolCallResult<T> {
@@ -71,17 +80,42 @@ export interface ToolCallResult<T> {
   recorded: boolean;
   /** Why the outcome is unrecorded, else null. */
   completionError: LedgerError | null;
+  /**
+   * False when ledgerd recorded the result as the length and SHA-256 of
+   * resultJson only (it was too large to keep): a rerun of the key throws
+   * ResultNotKeptError. True otherwise.
+   */
+  resultKept: boolean;
 }
 
-export interface RetryBudgets {
+/** What the client gives every call: its retry budgets and its bound of a result sent whole. */
+export interface ToolCallDefaults {
   retryMs: number;
   completeRetryMs: number;
+  maxResultBytes: number;
 }
 
 // Polling a key another holder has: its completion may come at any moment,
 // so the wait between two claims never grows past this.
 const IN_PROGRESS_POLL_CAP_MS = 1000;
 const REASON_MAX_BYTES = 256;
+
+/** The default bound of a result sent whole: ledgerd's default --max-result-bytes. */
+export const MAX_RESULT_BYTES = 1 << 20;
+
+/** `value` as a bound of the result sent whole; a RangeError unless an integer >= 0. */
+export function checkMaxResultBytes(value: unknown): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`maxResultBytes is an integer >= 0, not ${String(value)}`);
+  }
+  return value;
+}
+
+/** What a completion sends instead of `resultJson`: the length and SHA-256 of its UTF-8 bytes. */
+function notKept(resultJson: string): { bytes: number; sha256: string } {
+  const data = Buffer.from(resultJson, "utf8");
+  return { bytes: data.length, sha256: createHash("sha256").update(data).digest("hex") };
+}
 
 /**
  * The id of the k-th tool call (from 0) of a logical request: `call_00`,
@@ -188,9 +222,10 @@ function unexpected(answer: Answer): LedgerError {
 export class ToolCall<T> {
   private readonly path: string;
   private readonly claimBody: string;
+  private readonly maxResultBytes: number;
 
   constructor(private readonly transport: Transport, private readonly options: ToolCallOptions,
-              private readonly budgets: RetryBudgets) {
+              private readonly defaults: ToolCallDefaults) {
     const { requestId, toolCallId, args, attempt } = options;
     let attemptId = options.attemptId;
     if (attempt !== undefined) {
@@ -199,6 +234,7 @@ export class ToolCall<T> {
       }
       attemptId = attempt.attemptId;
     }
+    this.maxResultBytes = checkMaxResultBytes(options.maxResultBytes ?? defaults.maxResultBytes);
     this.path = `/v1/requests/${quoteId(requestId)}/tool-calls/${quoteId(toolCallId)}/`;
     const raw: Record<string, string> = {};
     let fingerprint: string | undefined;
@@ -255,7 +291,7 @@ export class ToolCall<T> {
         executed: false, replayed: true, outcome: body.outcome === "failed" ? "failed" : "succeeded",
         result: JSON.parse(resultJson), resultJson, idempotencyKey: String(body.idempotency_key),
         fencingToken: null, completedAt: typeof body.completed_at === "string" ? body.completed_at : null,
-        recorded: true, completionError: null,
+        recorded: true, completionError: null, resultKept: true,
       };
     }
     if (body.status !== "claimed") throw unexpected(answer);
@@ -265,7 +301,7 @@ export class ToolCall<T> {
       // Aborted while the claim was in flight: the tool has not run, so
       // saying so frees the key now rather than leaving it to run out unknown.
       await this.post("release", jsonBody({ fencing_token: token, reason: "aborted before the tool ran" }),
-                      this.budgets.completeRetryMs);
+                      this.defaults.completeRetryMs);
       throw signal.reason;
     }
     return this.execute(fn, key, token, this.options.lease ?? Number(body.lease_ms));
@@ -278,7 +314,7 @@ export class ToolCall<T> {
     const backoff = new Backoff(50, IN_PROGRESS_POLL_CAP_MS);
     for (;;) {
       try {
-        return await this.post("claim", this.claimBody, this.budgets.retryMs, signal);
+        return await this.post("claim", this.claimBody, this.defaults.retryMs, signal);
       } catch (e) {
         const left = deadline - performance.now();
         if (!(e instanceof InProgress) || left <= 0) throw e;
@@ -311,32 +347,61 @@ export class ToolCall<T> {
 
   /** Records what the tool's error means for the key; says so on the console if that failed. */
   private async recordFailure(key: string, token: number, e: unknown): Promise<void> {
-    const [action, body] = e instanceof NotExecuted
-      ? ["release", jsonBody({ fencing_token: token, reason: releaseReason(e) })]
-      : ["complete", jsonBody({ fencing_token: token, outcome: "failed", retryable: e instanceof Retryable },
-                              { result: failureResult(e) })];
     try {
-      await this.post(action, body, this.budgets.completeRetryMs);
+      if (e instanceof NotExecuted) {
+        await this.post("release", jsonBody({ fencing_token: token, reason: releaseReason(e) }),
+                        this.defaults.completeRetryMs);
+      } else {
+        await this.complete(key, { fencing_token: token, outcome: "failed", retryable: e instanceof Retryable },
+                            failureResult(e));
+      }
     } catch (failure) {
       console.warn(`ledgerd: ${key}: the tool's failure was not recorded: ${String(failure)}`);
     }
   }
 
   private async recordSuccess(key: string, token: number, resultJson: string): Promise<ToolCallResult<T>> {
-    const body = jsonBody({ fencing_token: token, outcome: "succeeded" }, { result: resultJson });
     const done: ToolCallResult<T> = {
       executed: true, replayed: false, outcome: "succeeded", result: JSON.parse(resultJson), resultJson,
       idempotencyKey: key, fencingToken: token, completedAt: null, recorded: true, completionError: null,
+      resultKept: true,
     };
     try {
-      const answer = await this.post("complete", body, this.budgets.completeRetryMs);
-      const completed = isObject(answer.body) ? answer.body.completed_at : undefined;
-      done.completedAt = typeof completed === "string" ? completed : null;
+      const answer = await this.complete(key, { fencing_token: token, outcome: "succeeded" }, resultJson);
+      const body = isObject(answer.body) ? answer.body : {};
+      done.completedAt = typeof body.completed_at === "string" ? body.completed_at : null;
+      done.resultKept = body.result_kept !== false;
     } catch (e) {
       if (!(e instanceof LedgerError)) throw e;
       console.error(`ledgerd: ${key}: the tool ran but its result was not recorded: ${e.message}`);
       Object.assign(done, { outcome: "unrecorded", recorded: false, completionError: e });
     }
     return done;
+  }
+
+  /**
+   * Records a completion whose result is `resultJson`, whatever its size.
+   * Within maxResultBytes the text goes out whole; over it, or refused whole
+   * as too large a body (413: a ledgerd whose --max-body is below the
+   * client's bound), the completion sends the text's length and SHA-256
+   * instead, which ledgerd records as a result not kept. A completion lost
+   * to its size would leave the key in_progress, then outcome_unknown,
+   * though the effect happened. A retryable failure keeps no result, so it
+   * goes without one.
+   */
+  private async complete(key: string, fields: Record<string, unknown>, resultJson: string): Promise<Answer> {
+    const size = Buffer.byteLength(resultJson, "utf8");
+    if (size <= this.maxResultBytes) {
+      try {
+        return await this.post("complete", jsonBody(fields, { result: resultJson }), this.defaults.completeRetryMs);
+      } catch (e) {
+        if (!(e instanceof LedgerError) || e.status !== 413) throw e;
+        console.warn(`ledgerd: ${key}: a result of ${size} bytes is too large a body for ledgerd; `
+                     + "completing with its length and SHA-256");
+      }
+    }
+    const body = fields.retryable === true ? jsonBody(fields)
+      : jsonBody({ ...fields, result_not_kept: notKept(resultJson) });
+    return this.post("complete", body, this.defaults.completeRetryMs);
   }
 }

@@ -239,6 +239,19 @@ static void say_claimed(struct detail *d, const struct ledger_json_value *x, con
 		say(d, true, ", ", "by %s", owner);
 }
 
+/*
+ * A completion whose result was kept as its length and SHA-256 only: its
+ * later claims were told result_not_kept, which a reviewer must not miss.
+ */
+static void say_not_kept(struct detail *d, const struct ledger_json_value *x)
+{
+	const struct ledger_json_value *kept = ledger_json_get(x, "result_kept");
+	char n[24];
+
+	if (kept != NULL && kept->type == LEDGER_JSON_FALSE)
+		say(d, false, ", ", "result not kept (%s bytes)", num(x, "result_bytes", n));
+}
+
 static void say_late(struct detail *d, const struct ledger_json_value *x, const char *call)
 {
 	const char *previous = ledgerctl_field_str(x, "previous_state");
@@ -248,6 +261,7 @@ static void say_late(struct detail *d, const struct ledger_json_value *x, const 
 	    or_q(ledgerctl_field_str(x, "outcome")), num(x, "fencing_token", t),
 	    num(x, "current_token", c));
 	say(d, false, ": ", "late, accepted");
+	say_not_kept(d, x);
 	if (previous != NULL)
 		say(d, true, ", ", "was %s", previous);
 }
@@ -404,6 +418,7 @@ void ledgerctl_timeline_detail(const struct ledger_json_value *event,
 	} else if (strcmp(type, "completed") == 0) {
 		say(&d, false, "", "%s %s, token %s", call, or_q(ledgerctl_field_str(x, "outcome")),
 		    num(x, "fencing_token", t));
+		say_not_kept(&d, x);
 	} else if (strcmp(type, "late_completion") == 0) {
 		say_late(&d, x, call);
 	} else if (strcmp(type, "duplicate_execution") == 0 ||

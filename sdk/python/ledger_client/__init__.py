@@ -29,6 +29,7 @@ from .errors import (
     OutcomeUnknown,
     RequestClosed,
     ResultExpired,
+    ResultNotKept,
     Retryable,
     TLSVerificationFailed,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "OutcomeUnknown",
     "RequestClosed",
     "ResultExpired",
+    "ResultNotKept",
     "Retryable",
     "TLSVerificationFailed",
     "ToolCallCounter",

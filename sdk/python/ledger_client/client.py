@@ -12,7 +12,8 @@ from . import router
 from ._http import Transport, quote_id
 from .errors import ArgsMismatch, AttemptFenced
 from .router import Attempt, FailoverDecision
-from .toolcall import ToolCall, ToolCallResult, ToolFunction
+from .toolcall import (MAX_RESULT_BYTES, ToolCall, ToolCallResult, ToolFunction,
+                       check_max_result_bytes)
 
 __all__ = ["Ledger"]
 
@@ -38,19 +39,27 @@ class Ledger:
             ledgerd's certificate, and only those; None: the system's trust
             store. The certificate and its host name are always verified;
             one that fails raises :class:`TLSVerificationFailed`.
+        max_result_bytes: the largest result, in bytes of its JSON text,
+            that a completion sends whole (default 1 MiB, ledgerd's default
+            ``--max-result-bytes``). A longer one is recorded as the text's
+            length and SHA-256 only, and so is one ledgerd refuses as too
+            large a body: the completion is never lost to its size, and a
+            rerun of the key raises :class:`ResultNotKept`.
 
     Raises:
-        ValueError: a URL that is not http(s), or a ``ca_file`` that cannot
+        ValueError: a URL that is not http(s), a ``ca_file`` that cannot
             be read or holds no PEM certificate (checked for an ``http``
-            URL too).
+            URL too), or a ``max_result_bytes`` that is not an int >= 0.
     """
 
     def __init__(self, url: str, token: str, *, timeout_s: float = 10.0,
                  retry_s: float = 30.0, complete_retry_s: float = 300.0,
-                 ca_file: str | os.PathLike[str] | None = None) -> None:
+                 ca_file: str | os.PathLike[str] | None = None,
+                 max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         self.url = url
         self.retry_s = retry_s
         self.complete_retry_s = complete_retry_s
+        self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self._transport = Transport(url, token, timeout_s=timeout_s, ca_file=ca_file)
 
     def __repr__(self) -> str:
@@ -62,7 +71,8 @@ class Ledger:
                   args: Any = None, tool: str | None = None, attempt_id: str | None = None,
                   attempt: Attempt | None = None, owner: str | None = None,
                   lease_ms: int | None = None, tool_dedupes: bool = False,
-                  store_args: bool = False, wait_s: float = 0) -> ToolCallResult:
+                  store_args: bool = False, wait_s: float = 0,
+                  max_result_bytes: int | None = None) -> ToolCallResult:
         """Runs ``fn(idempotency_key, fencing_token)`` at most once for this key.
 
         The key is ``"{request_id}:{tool_call_id}"``. Each invocation claims
@@ -75,7 +85,10 @@ class Ledger:
           while it runs, then records the outcome:
 
           * ``fn`` returns a JSON value: recorded as ``succeeded`` and
-            returned (``executed=True``). If ledgerd cannot be reached to
+            returned (``executed=True``). A result too large to keep (over
+            ``max_result_bytes``, or refused as too large a body) is
+            recorded as its length and SHA-256 (``result_kept=False``).
+            If ledgerd cannot be reached to
             record it within ``complete_retry_s``, the result is returned
             all the same with ``outcome="unrecorded"``, ``recorded=False``.
           * ``fn`` raises :class:`Retryable`: recorded as a retryable
@@ -114,6 +127,8 @@ class Ledger:
             store_args: also send ``args`` themselves (their canonical
                 text), kept for incident review.
             wait_s: how long to wait for another holder.
+            max_result_bytes: this call's bound of a result sent whole
+                (None: the client's).
 
         Raises:
             InProgress: another holder still has the key after ``wait_s``.
@@ -122,6 +137,8 @@ class Ledger:
             ArgsMismatch: the key was claimed for another call.
             AttemptFenced: the attempt has no rights: start nothing.
             ResultExpired: settled long ago; it must not run again.
+            ResultNotKept: finished, its result too large to have been
+                kept: it must not run again, and cannot be replayed.
             LedgerUnavailable: no answer to the claim within ``retry_s``
                 (``fn`` was not called).
             LedgerError: any other refusal (``attempt_required``, ...).
@@ -133,7 +150,9 @@ class Ledger:
         call = ToolCall(self._transport, request_id, tool_call_id, args=args, tool=tool,
                         attempt_id=attempt_id, owner=owner, lease_ms=lease_ms,
                         tool_dedupes=tool_dedupes, store_args=store_args,
-                        retry_s=self.retry_s, complete_retry_s=self.complete_retry_s)
+                        retry_s=self.retry_s, complete_retry_s=self.complete_retry_s,
+                        max_result_bytes=(self.max_result_bytes if max_result_bytes is None
+                                          else max_result_bytes))
         try:
             return call.run(fn, wait_s)
         except (ArgsMismatch, AttemptFenced):
@@ -143,7 +162,8 @@ class Ledger:
 
     def idempotent(self, tool: str | None = None, *, owner: str | None = None,
                    lease_ms: int | None = None, tool_dedupes: bool = False,
-                   store_args: bool = False, wait_s: float = 0
+                   store_args: bool = False, wait_s: float = 0,
+                   max_result_bytes: int | None = None
                    ) -> Callable[[Callable[..., Any]], Callable[..., ToolCallResult]]:
         """Decorates a tool function so that each of its calls goes through :meth:`tool_call`.
 
@@ -167,8 +187,9 @@ class Ledger:
 
         Args:
             tool: the tool's name (default: the function's name).
-            owner, lease_ms, tool_dedupes, store_args, wait_s: as for
-                :meth:`tool_call`, for every call of the function.
+            owner, lease_ms, tool_dedupes, store_args, wait_s,
+                max_result_bytes: as for :meth:`tool_call`, for every call
+                of the function.
         """
 
         def decorate(func: Callable[..., Any]) -> Callable[..., ToolCallResult]:
@@ -187,7 +208,8 @@ class Ledger:
                 return self.tool_call(request_id, tool_call_id, run, args=kwargs, tool=name,
                                       attempt=attempt, attempt_id=attempt_id, owner=owner,
                                       lease_ms=lease_ms, tool_dedupes=tool_dedupes,
-                                      store_args=store_args, wait_s=wait_s)
+                                      store_args=store_args, wait_s=wait_s,
+                                      max_result_bytes=max_result_bytes)
 
             return wrapper
 

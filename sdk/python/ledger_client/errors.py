@@ -24,6 +24,7 @@ __all__ = [
     "OutcomeUnknown",
     "RequestClosed",
     "ResultExpired",
+    "ResultNotKept",
     "Retryable",
     "TLSVerificationFailed",
     "error_from_answer",
@@ -108,6 +109,33 @@ class ResultExpired(LedgerError):
     """
 
 
+class ResultNotKept(LedgerError):
+    """``409 result_not_kept``: the call finished, and its result was too large to keep.
+
+    ledgerd kept only the length and SHA-256 of the result's JSON text, so
+    it cannot be replayed; the call must not run again either. Nothing
+    but the caller's own copy (the run that executed it) has the result.
+    """
+
+    @property
+    def outcome(self) -> str | None:
+        """How the call ended: ``"succeeded"`` or ``"failed"``."""
+        value = self.details.get("outcome")
+        return value if isinstance(value, str) else None
+
+    @property
+    def result_bytes(self) -> int | None:
+        """The length in bytes of the result's exact JSON text."""
+        value = self.details.get("result_bytes")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def result_sha256(self) -> str | None:
+        """The SHA-256 of that text, 64 lowercase hex digits."""
+        value = self.details.get("result_sha256")
+        return value if isinstance(value, str) else None
+
+
 class RequestClosed(LedgerError):
     """The logical request is over for the router: no new attempt, ever.
 
@@ -149,6 +177,7 @@ _BY_CODE: dict[str, type[LedgerError]] = {
     "attempt_fenced": AttemptFenced,
     "args_mismatch": ArgsMismatch,
     "result_expired": ResultExpired,
+    "result_not_kept": ResultNotKept,
     "request_closed": RequestClosed,
     "first_delta_sent": RequestClosed,
 }

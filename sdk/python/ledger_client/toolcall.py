@@ -5,6 +5,11 @@ effect, runs the tool while a background thread renews the claim, and
 records the outcome; a later invocation of the same key (a rerun on
 another replica, a retried request) gets the recorded result back instead
 of running the tool again.
+
+A result too large to keep (over ``max_result_bytes``, or refused by
+ledgerd as too large a body) is recorded as the length and SHA-256 of its
+JSON text: the completion is never lost to its size, and a rerun is told
+:class:`ResultNotKept` instead of getting the result back.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from ._http import Answer, Backoff, Transport, json_body, quote_id
 from .errors import InProgress, LedgerError, NotExecuted, Retryable
 from .jcs import args_sha256, canonicalize
 
-__all__ = ["ToolCall", "ToolCallCounter", "ToolCallResult", "ToolFunction",
-           "stable_tool_call_id"]
+__all__ = ["MAX_RESULT_BYTES", "ToolCall", "ToolCallCounter", "ToolCallResult",
+           "ToolFunction", "check_max_result_bytes", "stable_tool_call_id"]
 
 log = logging.getLogger("ledger_client")
 
@@ -37,6 +42,9 @@ Outcome = Literal["succeeded", "failed", "unrecorded"]
 # so the wait between two claims never grows past this.
 _IN_PROGRESS_POLL_CAP_S = 1.0
 _REASON_MAX_BYTES = 256
+
+MAX_RESULT_BYTES = 1 << 20
+"""The default bound of a result sent whole: ledgerd's default ``--max-result-bytes``."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class ToolCallResult:
         fencing_token: the token the tool received; None on a replay.
         recorded: ledgerd holds this outcome (False only when unrecorded).
         completion_error: why the outcome is unrecorded, else None.
+        result_kept: False when ledgerd recorded the result as the length
+            and SHA-256 of ``result_json`` only (it was too large to keep):
+            a rerun of the key raises :class:`ResultNotKept`. True otherwise.
     """
 
     executed: bool
@@ -71,6 +82,7 @@ class ToolCallResult:
     fencing_token: int | None
     recorded: bool
     completion_error: LedgerError | None = None
+    result_kept: bool = True
 
 
 def stable_tool_call_id(k: int) -> str:
@@ -104,6 +116,19 @@ class ToolCallCounter:
 
 def _dump_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def check_max_result_bytes(value: Any) -> int:
+    """``value`` as a bound of the result sent whole; ValueError unless an int >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("max_result_bytes is an int >= 0, not %r" % (value,))
+    return value
+
+
+def _not_kept(result_json: str) -> dict[str, Any]:
+    """What a completion sends instead of ``result_json``: the length and SHA-256 of its bytes."""
+    data = result_json.encode("utf-8")
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _failure_result(e: BaseException) -> str:
@@ -150,13 +175,14 @@ class ToolCall:
     def __init__(self, transport: Transport, request_id: str, tool_call_id: str, *,
                  args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
                  lease_ms: int | None, tool_dedupes: bool, store_args: bool,
-                 retry_s: float, complete_retry_s: float) -> None:
+                 retry_s: float, complete_retry_s: float, max_result_bytes: int) -> None:
         self._transport = transport
         self._path = "/v1/requests/%s/tool-calls/%s/" % (quote_id(request_id),
                                                         quote_id(tool_call_id))
         self._lease_ms = lease_ms
         self._retry_s = retry_s
         self._complete_retry_s = complete_retry_s
+        self._max_result_bytes = check_max_result_bytes(max_result_bytes)
         # The identity of this invocation, in every claim it sends: when the
         # answer to a claim is lost and the transport sends it again,
         # ledgerd recognises the holder it already made (200, same token).
@@ -240,35 +266,61 @@ class ToolCall:
                 heartbeat.stop()
             result_json = _dump_json(value)
         except Exception as e:
-            self._record_failure(token, e)
+            self._record_failure(key, token, e)
             raise
         return self._record_success(key, token, result_json)
 
-    def _record_failure(self, token: int, e: Exception) -> None:
+    def _record_failure(self, key: str, token: int, e: Exception) -> None:
         """Records what the tool's exception means for the key; a note on it says if that failed."""
-        if isinstance(e, NotExecuted):
-            action, body = "release", json_body({"fencing_token": token, **_release_reason(e)})
-        else:
-            action = "complete"
-            body = json_body({"fencing_token": token, "outcome": "failed",
-                              "retryable": isinstance(e, Retryable)},
-                             raw={"result": _failure_result(e)})
         try:
-            self._post(action, body, self._complete_retry_s)
+            if isinstance(e, NotExecuted):
+                self._post("release", json_body({"fencing_token": token, **_release_reason(e)}),
+                           self._complete_retry_s)
+            else:
+                self._complete(key, {"fencing_token": token, "outcome": "failed",
+                                     "retryable": isinstance(e, Retryable)}, _failure_result(e))
         except LedgerError as failure:
             e.add_note("ledgerd did not record this failure: %s" % failure)
 
     def _record_success(self, key: str, token: int, result_json: str) -> ToolCallResult:
-        body = json_body({"fencing_token": token, "outcome": "succeeded"},
-                         raw={"result": result_json})
         outcome: Outcome = "succeeded"
         error = None
+        kept = True
         try:
-            self._post("complete", body, self._complete_retry_s)
+            answer = self._complete(key, {"fencing_token": token, "outcome": "succeeded"},
+                                    result_json)
+            kept = not (isinstance(answer.body, dict) and answer.body.get("result_kept") is False)
         except LedgerError as e:
             log.error("%s: the tool ran but its result was not recorded: %s", key, e)
             outcome, error = "unrecorded", e
         return ToolCallResult(executed=True, replayed=False, outcome=outcome,
                               result=json.loads(result_json), result_json=result_json,
                               idempotency_key=key, fencing_token=token,
-                              recorded=error is None, completion_error=error)
+                              recorded=error is None, completion_error=error, result_kept=kept)
+
+    def _complete(self, key: str, fields: dict[str, Any], result_json: str) -> Answer:
+        """Records a completion whose result is ``result_json``, whatever its size.
+
+        Within ``max_result_bytes`` the text goes out whole; over it, or
+        refused whole as too large a body (``413``: a ledgerd whose
+        ``--max-body`` is below the client's bound), the completion sends
+        the text's length and SHA-256 instead, which ledgerd records as a
+        result not kept. A completion lost to its size would leave the key
+        ``in_progress``, then ``outcome_unknown``, though the effect happened.
+        A retryable failure keeps no result, so it goes without one.
+        """
+        size = len(result_json.encode("utf-8"))
+        if size <= self._max_result_bytes:
+            try:
+                return self._post("complete", json_body(fields, raw={"result": result_json}),
+                                  self._complete_retry_s)
+            except LedgerError as e:
+                if e.status != 413:
+                    raise
+                log.warning("%s: a result of %d bytes is too large a body for ledgerd; "
+                            "completing with its length and SHA-256", key, size)
+        if fields.get("retryable"):
+            body = json_body(fields)
+        else:
+            body = json_body({**fields, "result_not_kept": _not_kept(result_json)})
+        return self._post("complete", body, self._complete_retry_s)

@@ -399,6 +399,29 @@ def test_show_marks_a_duplicate_execution(service):
     assert len(dup) == 1 and dup[0]["detail"]["resolved_token"] == 2, dup
 
 
+def test_show_says_when_a_result_was_not_kept(service):
+    """A completion kept as its digest only: the timeline says so, and its calls table
+    and --json read as the API's, with no result to print."""
+    inc = Incident(service)
+    led, path = service.ledgerd, inc.path + "/tool-calls/call_04"
+    assert led.post(path + "/claim", {"claim_id": claim_id(), "tool": "export",
+                                      "attempt_id": "att-2"}, token=inc.router).status == 201
+    done = led.post(path + "/complete",
+                    {"fencing_token": 1, "outcome": "succeeded",
+                     "result_not_kept": {"bytes": 2097152, "sha256": "ab" * 32}},
+                    token=inc.router)
+    assert done.status == 200 and done.json["result_kept"] is False, done
+    r = inc.ctl("show", inc.rid)
+    assert r.returncode == 0, r.err
+    find_in_order(rows(r.out), [
+        r"completed +call_04 succeeded, token 1, result not kept \(2097152 bytes\)$",
+    ])
+    assert re.search(r"^call_04 +export +succeeded ", r.out, re.M), r.out
+    r = inc.ctl("--json", "show", inc.rid)
+    call = [c for c in json.loads(r.out)["tool_calls"] if c["tool_call_id"] == "call_04"]
+    assert call[0]["result_kept"] is False and call[0]["result_bytes"] == 2097152, call
+
+
 def test_resolve_sends_the_result_byte_for_byte(service):
     inc = Incident(service)
     result = '{"refund_id": "rf-9",  "amount": 12.50, "tags": ["a" ,"b"]}'

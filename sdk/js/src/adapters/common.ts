@@ -23,6 +23,8 @@ export interface LedgerToolOptions {
   waitMs?: number;
   /** Declare the tool's own dedupe (see the core's toolCall). */
   dedupes?: boolean;
+  /** The longest result sent whole, in bytes (see the core's toolCall; default: the ledger's). */
+  maxResultBytes?: number;
 }
 
 /**
@@ -53,7 +55,8 @@ export function isLedgerError(e: unknown): e is LedgerError {
  * runs @run only when the ledger says so, and returns the tool's result,
  * the stored one on a replay. A replayed failure throws ReplayedToolError;
  * a refusal throws the core's typed error (ArgsMismatch when the rerun
- * diverged) and runs nothing.
+ * diverged, ResultNotKeptError when the call finished but its result was
+ * too large to keep) and runs nothing.
  */
 export async function claimCall(o: LedgerToolOptions, k: number, tool: string, args: unknown,
                                 run: () => unknown, signal?: AbortSignal): Promise<unknown> {
@@ -67,6 +70,7 @@ export async function claimCall(o: LedgerToolOptions, k: number, tool: string, a
   if (o.lease !== undefined) call.lease = o.lease;
   if (o.waitMs !== undefined) call.waitMs = o.waitMs;
   if (o.dedupes !== undefined) call.dedupes = o.dedupes;
+  if (o.maxResultBytes !== undefined) call.maxResultBytes = o.maxResultBytes;
   if (signal !== undefined) call.signal = signal;
   const r = await o.ledger.toolCall(call, async () => await run());
   if (r.replayed && r.outcome === "failed") throw new ReplayedToolError(r.result);
