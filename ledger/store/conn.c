@@ -214,46 +214,168 @@ void store_conn_drop(struct ledger_store_conn *c)
 	c->stuck = false;
 }
 
-/* Opens the connection; on failure leaves it down and fills @p err. */
-static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t errlen)
+/* --- connecting: every host of the URL in turn, within the call's deadline --- */
+
+#define MAX_HOSTS 16
+/* A host's share of what is left is at least this, so a slow but live one can answer. */
+#define MIN_HOST_MS 500
+/* Each host's bound when no deadline applies (the command-line tools). */
+#define UNBOUNDED_HOST_MS 5000
+
+/* The hosts of a multi-host URL, as libpq lists them: host, port and hostaddr by index. */
+struct host_list {
+	PQconninfoOption *opts; /* owns the strings below */
+	char *host[MAX_HOSTS], *port[MAX_HOSTS], *hostaddr[MAX_HOSTS];
+	unsigned nhost, nport, naddr, n;
+};
+
+/* Splits @p value at its commas, in place, into @p out. @return how many */
+static unsigned split_list(char *value, char *out[MAX_HOSTS])
+{
+	unsigned n = 0;
+
+	if (value == NULL || value[0] == '\0')
+		return 0;
+	for (char *p = value; n < MAX_HOSTS; n++) {
+		char *comma = strchr(p, ',');
+
+		out[n] = p;
+		if (comma == NULL)
+			return n + 1;
+		*comma = '\0';
+		p = comma + 1;
+	}
+	return n;
+}
+
+/* Reads the URL's hosts; a URL libpq cannot parse is left to libpq to refuse (n = 1). */
+static void hosts_read(const char *url, struct host_list *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->n = 1;
+	h->opts = PQconninfoParse(url, NULL);
+	if (h->opts == NULL)
+		return;
+	for (PQconninfoOption *o = h->opts; o->keyword != NULL; o++) {
+		if (strcmp(o->keyword, "host") == 0)
+			h->nhost = split_list(o->val, h->host);
+		else if (strcmp(o->keyword, "port") == 0)
+			h->nport = split_list(o->val, h->port);
+		else if (strcmp(o->keyword, "hostaddr") == 0)
+			h->naddr = split_list(o->val, h->hostaddr);
+	}
+	h->n = h->nhost > h->naddr ? h->nhost : h->naddr;
+	if (h->n == 0)
+		h->n = 1;
+}
+
+/*
+ * One attempt on host @p i (of several; all of them when there is one),
+ * driven by PQconnectPoll() and bounded by @p deadline_ms: libpq's own
+ * connect_timeout is per host and at least 2 s, so three silent hosts
+ * held a call for 6 s past its deadline. @return the connection, or NULL
+ * with @p err filled
+ */
+static PGconn *connect_one(const struct ledger_store_conn *c, const struct host_list *h,
+			   unsigned i, int64_t deadline_ms, char *err, size_t errlen)
 {
 	/*
-	 * The URL comes last so that whatever it sets wins over these
-	 * defaults; expand_dbname makes libpq read it as a connection string.
-	 * connect_timeout bounds each host of a multi-host URL on its own
-	 * (libpq counts whole seconds, at least 2), so an address that does
-	 * not answer never keeps the next one from being tried. A call's
-	 * wait is bounded by poll() (store_conn_await()); keepalives only
-	 * let an idle connection notice a database that vanished.
+	 * The URL's own settings win over the defaults before it; the host
+	 * after it picks one of its hosts (expand_dbname reads it as a
+	 * connection string). Keepalives only let an idle connection notice a
+	 * database that vanished; every wait is bounded by poll().
 	 */
-	const char *keys[] = {"application_name",
-			      "connect_timeout",
-			      "keepalives_idle",
-			      "keepalives_interval",
-			      "keepalives_count",
-			      "dbname",
-			      NULL};
-	char connect_s[24];
-	const char *vals[] = {"ledgerd", connect_s, "30", "5", "3", c->database_url, NULL};
-	int64_t bound = atomic_load(&wait_bound_ms);
-	PGconn *pg = NULL;
+	const char *keys[10] = {"application_name", "keepalives_idle", "keepalives_interval",
+				"keepalives_count", "dbname"};
+	const char *vals[10] = {"ledgerd", "30", "5", "3", c->database_url};
+	unsigned k = 5;
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	PGconn *pg;
 
-	snprintf(connect_s, sizeof(connect_s), "%lld",
-		 bound > 0 ? (long long)((bound + 999) / 1000 < 2 ? 2 : (bound + 999) / 1000)
-			   : 5LL);
-	c->last_attempt_ms = monotonic_ms();
-	pg = PQconnectdbParams(keys, vals, 1);
+	if (h->n > 1) {
+		if (i < h->nhost) {
+			keys[k] = "host";
+			vals[k++] = h->host[i];
+		}
+		if (i < h->naddr) {
+			keys[k] = "hostaddr";
+			vals[k++] = h->hostaddr[i];
+		}
+		if (h->nport > 0) {
+			keys[k] = "port";
+			vals[k++] = h->port[h->nport == 1 ? 0 : i < h->nport ? i : h->nport - 1];
+		}
+	}
+	keys[k] = NULL;
+	vals[k] = NULL;
+	pg = PQconnectStartParams(keys, vals, 1);
 	if (pg == NULL) {
 		snprintf(err, errlen, "out of memory");
-		return LEDGER_ERR_NOMEM;
+		return NULL;
+	}
+	while (PQstatus(pg) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
+	       st != PGRES_POLLING_FAILED) {
+		if (!poll_until(pg, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline_ms)) {
+			snprintf(err, errlen, "%s%s%s did not answer in time",
+				 h->n > 1 && i < h->nhost ? h->host[i] : "the database",
+				 h->n > 1 && h->nport > 0 ? ":" : "",
+				 h->n > 1 && h->nport > 0 ? vals[k - 1] : "");
+			PQfinish(pg);
+			return NULL;
+		}
+		st = PQconnectPoll(pg);
 	}
 	if (PQstatus(pg) != CONNECTION_OK) {
 		const char *msg = PQerrorMessage(pg);
-		size_t len = strcspn(msg, "\n");
-		snprintf(err, errlen, "%.*s", (int)len, msg);
+
+		snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
 		PQfinish(pg);
-		return LEDGER_ERR_UNAVAILABLE;
+		return NULL;
 	}
+	return pg;
+}
+
+/*
+ * Opens the connection; on failure leaves it down and fills @p err. The
+ * hosts are tried in turn, from the one that last served (or the first
+ * one not yet tried, after a try that ran out of time), each with a share
+ * of what is left of the call's deadline: a host that does not answer
+ * never keeps the next one from being tried, and the whole attempt never
+ * outlasts the call it is made for.
+ */
+static enum ledger_err conn_open(struct ledger_store_conn *c, char *err, size_t errlen)
+{
+	int64_t deadline = store_conn_deadline(c);
+	struct host_list h;
+	PGconn *pg = NULL;
+	unsigned tried = 0;
+
+	c->last_attempt_ms = monotonic_ms();
+	hosts_read(c->database_url, &h);
+	if (c->next_host >= h.n)
+		c->next_host = 0;
+	snprintf(err, errlen, "no host to connect to");
+	while (pg == NULL && tried < h.n) {
+		unsigned i = (c->next_host + tried) % h.n;
+		int64_t now = monotonic_ms(), share, until;
+
+		if (deadline != INT64_MAX && now >= deadline)
+			break;
+		share = deadline == INT64_MAX ? UNBOUNDED_HOST_MS
+					      : (deadline - now) / (int64_t)(h.n - tried);
+		if (share < MIN_HOST_MS)
+			share = MIN_HOST_MS;
+		until = deadline != INT64_MAX && now + share > deadline ? deadline : now + share;
+		pg = connect_one(c, &h, i, until, err, errlen);
+		tried++;
+		if (pg != NULL)
+			c->next_host = i;
+	}
+	if (pg == NULL && tried < h.n)
+		c->next_host = (c->next_host + tried) % h.n; /* the next try starts where this one stopped */
+	PQconninfoFree(h.opts);
+	if (pg == NULL)
+		return strcmp(err, "out of memory") == 0 ? LEDGER_ERR_NOMEM : LEDGER_ERR_UNAVAILABLE;
 	PQsetNoticeReceiver(pg, notice_receiver, c);
 	if (PQsetnonblocking(pg, 1) != 0) {
 		snprintf(err, errlen, "cannot make the connection non-blocking");

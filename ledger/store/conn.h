@@ -31,6 +31,7 @@ struct ledger_store_conn {
 	bool quiet;        /* a failed step is not logged here: its caller logs it per call */
 	bool stuck;        /* a step outlived its deadline: its results are still to come */
 	int64_t deadline_ms; /* monotonic; the call in hand must be answered by then; 0: none */
+	unsigned next_host;  /* of a multi-host URL, the one to try first when connecting */
 	char failure[300];   /* what the last failed step said */
 };
 

@@ -207,6 +207,64 @@ def test_a_silent_tcp_link_is_answered_503_within_the_bound(db, tmp_path):
         link.close()
 
 
+class CuttableLink(SilentLink):
+    """A SilentLink whose connections can also be cut at once, as when the
+    machine on the other side is gone and its connections reset."""
+
+    def __init__(self, cluster):
+        self.socks = []
+        super().__init__(cluster)
+
+    def _pipe(self, src, dst):
+        self.socks += [src, dst]
+        super()._pipe(src, dst)
+
+    def cut(self):
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.socks = []
+
+
+def test_a_reconnect_to_silent_hosts_ends_at_the_calls_deadline(db, tmp_path):
+    """A worker whose connection broke reconnects before its call, to a
+    multi-host URL whose three hosts accept and then say nothing. libpq's
+    connect_timeout (2 s at least, per host) made that 6 s; the call is
+    answered 503 within --db-timeout, and once the hosts answer again
+    ledgerd serves again."""
+    cluster, url, token = db
+    links = [CuttableLink(cluster) for _ in range(3)]
+    multi = "host=127.0.0.1,127.0.0.1,127.0.0.1 port=%s user=%s dbname=waits" % (
+        ",".join(str(link.port) for link in links), cluster.user)
+    led = start(multi, tmp_path, "--workers", "1", "--unavailable-retry", "100ms")
+    try:
+        assert claim(led, token, new_id(), claim_id())[0].status == 201
+        for link in links:
+            link.silent.set()
+        for link in links:
+            link.cut()
+        time.sleep(0.5)  # past the pause between two attempts to connect
+        took = []
+        for _ in range(3):
+            r, t = claim(led, token, new_id(), claim_id())
+            assert_unavailable_in_time(r, t)
+            took.append(t)
+            time.sleep(0.3)
+        print("answered after", ["%.2f s" % t for t in took])
+        assert max(took) <= BOUND_MS / 1000 + 1.0, took
+        for link in links:
+            link.silent.clear()
+        serves_again(led, token)
+    finally:
+        for link in links:
+            link.silent.clear()
+        led.stop()
+        for link in links:
+            link.close()
+
+
 def set_standby(cluster, names):
     cluster.psql("ALTER SYSTEM SET synchronous_standby_names = '%s'" % names)
     cluster.psql("SELECT pg_reload_conf()")
