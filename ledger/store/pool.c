@@ -159,7 +159,14 @@ static void *worker_main(void *arg)
 				jobs[i]->done(jobs[i]);
 			}
 		}
-		if (ledger_store_stuck(conn)) {
+		if (ledger_store_stuck(conn) && l == &s->lanes[LANE_PROBE]) {
+			/*
+			 * A readiness check is a read: it owes nothing to settle. Its
+			 * connection goes at once, and the next check connects to
+			 * whichever host answers, not after a host that vanished.
+			 */
+			store_conn_drop(conn);
+		} else if (ledger_store_stuck(conn)) {
 			/* Its calls were answered 503; the lane's others take the next ones. */
 			atomic_fetch_add(&l->stalled, 1);
 			ledger_store_settle(conn);

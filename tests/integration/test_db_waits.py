@@ -265,6 +265,35 @@ def test_a_reconnect_to_silent_hosts_ends_at_the_calls_deadline(db, tmp_path):
             link.close()
 
 
+def test_readyz_follows_the_database_past_a_host_that_vanished(db, tmp_path):
+    """The first host of a two-host URL goes silent for good (a machine
+    gone: no reset), while the second still answers. A readiness check
+    stuck on the first owes nothing (a read): its connection is closed at
+    once and the next check connects to the second, rather than waiting up
+    to 30 s to settle what a call may owe."""
+    cluster, url, token = db
+    gone, live = CuttableLink(cluster), CuttableLink(cluster)
+    multi = "host=127.0.0.1,127.0.0.1 port=%d,%d user=%s dbname=waits" % (
+        gone.port, live.port, cluster.user)
+    led = start(multi, tmp_path, "--workers", "2")
+    try:
+        assert claim(led, token, new_id(), claim_id())[0].status == 201
+        assert timed_get(led, "/readyz")[0].status == 200
+        time.sleep(1.1)  # past the second in which a ready check answers the probes
+        gone.silent.set()
+        r, took = timed_get(led, "/readyz")
+        assert r.status == 503 and took <= BOUND_MS / 1000 + SLACK_S, (r, took)
+        t0 = time.monotonic()
+        ready_again(led, within_s=20)
+        print("ready again after %.2f s" % (time.monotonic() - t0))
+        assert time.monotonic() - t0 <= 3 * BOUND_MS / 1000 + SLACK_S
+    finally:
+        gone.silent.clear()
+        led.stop()
+        gone.close()
+        live.close()
+
+
 def set_standby(cluster, names):
     cluster.psql("ALTER SYSTEM SET synchronous_standby_names = '%s'" % names)
     cluster.psql("SELECT pg_reload_conf()")
