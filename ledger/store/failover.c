@@ -375,12 +375,18 @@ static enum ledger_err failover_op(struct ledger_store_conn *conn, const char *t
 		out->replayed = true;
 		out->body = f.recorded;
 		f.recorded = NULL;
-		/* The rerun a retried call names is the attempt the decision made, if any:
-		 * its lease is read now, on the database's clock. */
-		if (lk.second.exists) {
+		/*
+		 * The rerun the decision made, its lease read now on the database's
+		 * clock: the one a retried call names, else the request's newest
+		 * (a router that lost the race named its own). The answer ages the
+		 * body's lease only if the body names the same attempt.
+		 */
+		const struct ledger_attempt *rerun = lk.second.exists ? &lk.second : &lk.newest;
+
+		if (rerun->exists) {
 			snprintf(out->lease_attempt_id, sizeof(out->lease_attempt_id), "%s",
-				 lk.second.attempt_id);
-			out->lease_ms_left = lk.second.lease_ms_left;
+				 rerun->attempt_id);
+			out->lease_ms_left = rerun->lease_ms_left;
 		}
 		rc = store_step_rollback(conn);
 		goto out;
