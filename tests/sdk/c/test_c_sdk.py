@@ -10,6 +10,7 @@ A history longer than a page (the review calls' cursor) is written with
 SQL: a thousand API calls would only make the valgrind run slow.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from answer_thief import AnswerThief
-from conftest import ROOT, LEDGERD, ledgerd_cmd, new_id, claim_id
+from conftest import ROOT, LEDGERD, Ledgerd, ledgerd_cmd, new_id, claim_id
 
 BUILD = LEDGERD.parent
 CLIENT_TEST = BUILD / "tests" / "test_c_client"
@@ -113,7 +114,25 @@ def test_c_client_live_without_leaks(service, env):
                 "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
                 CLIENT_TEST, "live"]
     out = run(argv, e, timeout=300)
-    assert "[  PASSED  ] 24 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "[  PASSED  ] 26 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_c_client_large_results_against_a_small_body_limit(service, env, tmp_path):
+    """Another ledgerd on the same database, whose --max-body is smaller than the
+    client's bound: a completion refused as 413 body_too_large is sent again as
+    the result's digest, and one it keeps as its digest answers without it."""
+    led = Ledgerd(service.database_url, tmp_path / "ledgerd-small.log",
+                  extra_args=LEDGERD_ARGS + ("--max-body", "4KiB", "--max-result-bytes", "1KiB"))
+    try:
+        out = run([CLIENT_TEST, "small"], dict(env, LEDGER_URL="http://%s:%d" % (led.host,
+                                                                                 led.port)))
+    finally:
+        led.stop()
+    assert "[  PASSED  ] 2 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    # The whole result was refused for its size, then sent again as its digest.
+    refused = [json.loads(line) for line in led.log_text().splitlines()
+               if '"tool_call_complete"' in line and '"status":413' in line]
+    assert [(e["tool_call_id"]) for e in refused] == ["call_00", "call_01"], refused
 
 
 def outage(service, env, group, down_s):
