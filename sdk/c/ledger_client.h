@@ -253,8 +253,9 @@ LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kin
  *
  * A result whose JSON text is longer than max_result_bytes is recorded as
  * its length and SHA-256 (result_not_kept), and so is one whose completion
- * ledgerd refused as 413 body_too_large (its --max-body is smaller), sent
- * again at once: a completion is never lost to its size. The tool's caller
+ * was answered 413 (ledgerd's body_too_large under a smaller --max-body, or
+ * a reverse proxy's limit), sent again at once: a completion is never lost
+ * to its size. The tool's caller
  * still gets the result in out->result, and out->result_sha256 says it is
  * not on record; a later claim of the key is RESULT_NOT_KEPT, with the
  * stored outcome (out->call), completed_at, result_bytes and result_sha256

@@ -9,9 +9,10 @@
  *                       (tool not called)
  *
  * A completion sends a result over max_result_bytes as its length and
- * SHA-256 (result_not_kept), and sends it so again at once when ledgerd
- * answers 413 body_too_large: the effect happened, its record must never
- * be lost to the size of its result.
+ * SHA-256 (result_not_kept), and sends it so again at once when a whole
+ * one is answered 413 (ledgerd's body_too_large, or a reverse proxy's
+ * limit): the effect happened, its record must never be lost to the size
+ * of its result.
  *
  * It also holds the fingerprint (the server's own JCS code) and stable ids.
  */
@@ -428,9 +429,13 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 		goto out;
 	}
 	rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
-	if (rc == LEDGER_CLIENT_ERR_REFUSED && form == RESULT_WHOLE && out->error.status == 413 &&
-	    strcmp(out->error.code, "body_too_large") == 0) {
-		/* ledgerd's --max-body is under the client's bound: its digest always fits. */
+	if ((rc == LEDGER_CLIENT_ERR_REFUSED || rc == LEDGER_CLIENT_ERR_PROTOCOL) &&
+	    form == RESULT_WHOLE && out->error.status == 413) {
+		/*
+		 * ledgerd's --max-body (413 body_too_large), or a reverse proxy's own
+		 * limit (a 413 page, no envelope), is under the client's bound: the
+		 * body was refused unread, and the digest always fits.
+		 */
 		ledger_client_error_clear(&out->error);
 		rc = record_body(&body, status, fencing_token, out->result, form_not_whole(status));
 		if (rc != LEDGER_CLIENT_OK) {
