@@ -97,8 +97,8 @@ static void run_once_not_kept(struct ledger_client *c, const struct ledger_call 
 			 o.error.message);
 	assert_true(o.executed);
 	assert_int_equal(t.calls, 1);
-	assert_int_equal(o.call,
-			 status == LEDGER_TOOL_SUCCEEDED ? LEDGER_CALL_SUCCEEDED : LEDGER_CALL_FAILED);
+	assert_int_equal(o.call, status == LEDGER_TOOL_SUCCEEDED ? LEDGER_CALL_SUCCEEDED
+								 : LEDGER_CALL_FAILED);
 	assert_string_equal(o.result, text); /* the caller's result, whole */
 	assert_string_equal(o.result_sha256, sha);
 	assert_int_equal(o.result_bytes, strlen(text));
