@@ -142,12 +142,12 @@ $(BUILD)/ledger_client-uninstalled.pc: scripts/ledger_client.pc.in Makefile
 # The SDK's own test links the static library; the example, like a user's
 # program, the shared one through pkg-config.
 $(SDK_TEST): tests/sdk/c/test_c_client.c tests/sdk/c/test_c_client_review.c \
-		tests/sdk/c/test_c_client_router.c tests/sdk/c/test_c_client_tls.c tests/sdk/c/test_c_client.h \
-		$(BUILD)/libledger_client.a
+		tests/sdk/c/test_c_client_router.c tests/sdk/c/test_c_client_tls.c \
+		tests/sdk/c/test_c_client_results.c tests/sdk/c/test_c_client.h $(BUILD)/libledger_client.a
 	@mkdir -p $(dir $@)
 	$(CC) -D_GNU_SOURCE $(CFLAGS) -I. -Isdk/c $(shell pkg-config --cflags cmocka) -o $@ \
 		tests/sdk/c/test_c_client.c tests/sdk/c/test_c_client_review.c tests/sdk/c/test_c_client_router.c \
-		tests/sdk/c/test_c_client_tls.c $(BUILD)/libledger_client.a $(shell pkg-config --libs cmocka) $(SDK_LIBS) $(LDFLAGS)
+		tests/sdk/c/test_c_client_tls.c tests/sdk/c/test_c_client_results.c $(BUILD)/libledger_client.a $(shell pkg-config --libs cmocka) $(SDK_LIBS) $(LDFLAGS)
 
 $(SDK_EXAMPLE): sdk/c/examples/send_email.c $(BUILD)/libledger_client.so \
 		$(BUILD)/ledger_client-uninstalled.pc

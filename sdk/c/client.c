@@ -255,6 +255,8 @@ enum ledger_client_err ledger_client_open(const struct ledger_client_options *op
 	c->retry_ms = opts->retry_ms != 0 ? opts->retry_ms : DEFAULT_RETRY_MS;
 	c->complete_retry_ms =
 		opts->complete_retry_ms != 0 ? opts->complete_retry_ms : DEFAULT_COMPLETE_RETRY_MS;
+	c->max_result_bytes = opts->max_result_bytes != 0 ? opts->max_result_bytes
+							  : LEDGER_CLIENT_MAX_RESULT_DEFAULT;
 	if (opts->no_retry) {
 		/* A retry budget of 0 sends a call once. */
 		c->retry_ms = 0;

@@ -26,6 +26,7 @@ struct ledger_client {
 	uint32_t timeout_ms;             /* one exchange */
 	uint32_t retry_ms;               /* re-sending a call that got no answer or a 503 */
 	uint32_t complete_retry_ms;      /* the same for recording what a tool did */
+	size_t max_result_bytes;         /* a longer result is completed as its digest */
 	pthread_mutex_t lock;            /* guards idle */
 	struct client_conn *idle;        /* handles not in use, each keeping its connection */
 };

@@ -40,6 +40,9 @@ extern "C" {
 /** The largest answer body read, in bytes: past it a call fails (TOO_LARGE). */
 #define LEDGER_CLIENT_MAX_ANSWER (16u << 20)
 
+/** The default of max_result_bytes: ledgerd's own default --max-result-bytes, 1 MiB. */
+#define LEDGER_CLIENT_MAX_RESULT_DEFAULT (1u << 20)
+
 enum ledger_client_err {
 	LEDGER_CLIENT_OK = 0,
 	LEDGER_CLIENT_ERR_INVALID,     /* a bad argument: nothing was sent */
@@ -98,6 +101,9 @@ struct ledger_client_options {
 	const char *ca_file; /* https: the PEM file of the CAs that may sign ledgerd's certificate,
 	                        and only those; NULL: the system's trust store. Either way the
 	                        certificate and the host name are verified; copied */
+	size_t max_result_bytes; /* the longest result (its JSON text) a completion sends whole;
+	                            a longer one is recorded as its length and SHA-256 only
+	                            (result_not_kept). 0: LEDGER_CLIENT_MAX_RESULT_DEFAULT */
 };
 
 /**
@@ -190,12 +196,14 @@ enum ledger_outcome_kind {
 	LEDGER_OUTCOME_UNRECORDED,  /* the tool ran, ledgerd stayed unreachable: not recorded */
 	LEDGER_OUTCOME_IN_PROGRESS, /* another holder still runs it after wait_ms */
 	LEDGER_OUTCOME_UNKNOWN,     /* a holder's lease ran out: it may have run; resolve it */
-	LEDGER_OUTCOME_ATTEMPT_FENCED, /* the attempt has no rights: do not act */
-	LEDGER_OUTCOME_ARGS_MISMATCH,  /* the key was claimed with other arguments: diverged */
-	LEDGER_OUTCOME_RESULT_EXPIRED, /* settled long ago, result removed: never run again */
-	LEDGER_OUTCOME_REFUSED,        /* any other API error (attempt_required, ...): see error */
-	LEDGER_OUTCOME_ABANDONED,      /* the tool said UNKNOWN: nothing recorded; the key turns
-	                                  outcome_unknown once the lease (lease_ms) runs out */
+	LEDGER_OUTCOME_ATTEMPT_FENCED,  /* the attempt has no rights: do not act */
+	LEDGER_OUTCOME_ARGS_MISMATCH,   /* the key was claimed with other arguments: diverged */
+	LEDGER_OUTCOME_RESULT_EXPIRED,  /* settled long ago, result removed: never run again */
+	LEDGER_OUTCOME_REFUSED,         /* any other API error (attempt_required, ...): see error */
+	LEDGER_OUTCOME_ABANDONED,       /* the tool said UNKNOWN: nothing recorded; the key turns
+	                                   outcome_unknown once the lease (lease_ms) runs out */
+	LEDGER_OUTCOME_RESULT_NOT_KEPT, /* completed before, its result recorded only as its length
+	                                   and SHA-256: it cannot be replayed; never run again */
 };
 
 /* The stored outcome of a completed call. */
@@ -208,12 +216,19 @@ enum ledger_call_outcome {
 struct ledger_outcome {
 	enum ledger_outcome_kind kind;
 	bool executed;                 /* the tool was called by this invocation */
-	enum ledger_call_outcome call; /* EXECUTED, REPLAYED: what is recorded */
+	enum ledger_call_outcome call; /* EXECUTED, REPLAYED, RESULT_NOT_KEPT: what is recorded */
 	char *result;           /* JSON text: the stored result, or the tool's; NULL if none */
 	char *idempotency_key;  /* "request_id:tool_call_id" */
 	uint64_t fencing_token; /* this invocation's claim; 0 if it held none */
 	char *completed_at;     /* RFC 3339, when completed; NULL otherwise */
 	struct ledger_client_error error; /* the refusal, or the last failure when UNRECORDED */
+	/* Fields are only ever added here, at the end: rebuild a program compiled against an
+	 * older header. */
+	char result_sha256[65]; /* "" when the result is on record whole; else it is on record
+	                           only as its length and this SHA-256 of its exact JSON text (64
+	                           lowercase hex): EXECUTED with a result over max_result_bytes
+	                           (or over ledgerd's bounds), and RESULT_NOT_KEPT */
+	uint64_t result_bytes;  /* with result_sha256: the length of that text in bytes; else 0 */
 };
 
 /** Frees what @p o owns and zeroes it. NULL-safe. */
@@ -232,8 +247,19 @@ LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kin
  * recording that fails is retried for complete_retry_ms: the effect
  * happened and must not be lost; past that the outcome is UNRECORDED,
  * with the tool's result. in_progress is waited out for wait_ms with
- * capped, jittered back-off; outcome_unknown, attempt_fenced and
- * args_mismatch come back as their own kinds and never run the tool.
+ * capped, jittered back-off; outcome_unknown, attempt_fenced,
+ * args_mismatch, result_expired and result_not_kept come back as their own
+ * kinds and never run the tool.
+ *
+ * A result whose JSON text is longer than max_result_bytes is recorded as
+ * its length and SHA-256 (result_not_kept), and so is one whose completion
+ * was answered 413 (ledgerd's body_too_large under a smaller --max-body, or
+ * a reverse proxy's limit), sent again at once: a completion is never lost
+ * to its size. The tool's caller
+ * still gets the result in out->result, and out->result_sha256 says it is
+ * not on record; a later claim of the key is RESULT_NOT_KEPT, with the
+ * stored outcome (out->call), completed_at, result_bytes and result_sha256
+ * filled from ledgerd's refusal (out->error has all of it).
  *
  * @param call borrowed for the call
  * @param ctx passed to @p tool_fn untouched

@@ -5,7 +5,14 @@
  *   claim ──201/200 claimed──> run tool (renewing) ──> complete | release | abandon
  *     │ 200 completed ──> REPLAYED (tool not called)
  *     │ 409 in_progress ──> wait (back-off, up to wait_ms) ──> claim again
- *     └ 409/410/422 ──> UNKNOWN, ATTEMPT_FENCED, ARGS_MISMATCH, ... (tool not called)
+ *     └ 409/410/422 ──> UNKNOWN, ATTEMPT_FENCED, ARGS_MISMATCH, RESULT_NOT_KEPT, ...
+ *                       (tool not called)
+ *
+ * A completion sends a result over max_result_bytes as its length and
+ * SHA-256 (result_not_kept), and sends it so again at once when a whole
+ * one is answered 413 (ledgerd's body_too_large, or a reverse proxy's
+ * limit): the effect happened, its record must never be lost to the size
+ * of its result.
  *
  * It also holds the fingerprint (the server's own JCS code) and stable ids.
  */
@@ -16,6 +23,7 @@
 
 #include "ledger/common/jcs.h"
 #include "ledger/common/jsonw.h"
+#include "ledger/common/sha256.h"
 #include "sdk/c/client_int.h"
 
 #define DEFAULT_LEASE_MS 30000u
@@ -98,6 +106,8 @@ const char *ledger_client_outcome_name(enum ledger_outcome_kind kind)
 		return "refused";
 	case LEDGER_OUTCOME_ABANDONED:
 		return "abandoned";
+	case LEDGER_OUTCOME_RESULT_NOT_KEPT:
+		return "result_not_kept";
 	}
 	return "unknown kind";
 }
@@ -114,6 +124,7 @@ static enum ledger_outcome_kind kind_of(const char *code)
 		{"attempt_fenced", LEDGER_OUTCOME_ATTEMPT_FENCED},
 		{"args_mismatch", LEDGER_OUTCOME_ARGS_MISMATCH},
 		{"result_expired", LEDGER_OUTCOME_RESULT_EXPIRED},
+		{"result_not_kept", LEDGER_OUTCOME_RESULT_NOT_KEPT},
 	};
 
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -135,20 +146,85 @@ static enum ledger_call_outcome call_outcome_of(const struct ledger_json_value *
 	return LEDGER_CALL_NONE;
 }
 
-/* Takes a completed answer's stored result, outcome and time into @p out. */
-static enum ledger_client_err take_completed(const struct client_answer *ans,
+/* 64 lowercase hex digits and a NUL: the form of a SHA-256 in the API. */
+static bool is_sha256_hex(const struct ledger_json_value *v)
+{
+	if (v == NULL || v->type != LEDGER_JSON_STRING || v->u.str.len != 64)
+		return false;
+	for (size_t i = 0; i < 64; i++)
+		if (!((v->u.str.s[i] >= '0' && v->u.str.s[i] <= '9') ||
+		      (v->u.str.s[i] >= 'a' && v->u.str.s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/*
+ * Takes the digest of a result not kept (result_bytes and result_sha256 of
+ * @p obj, a completed answer or a result_not_kept error) into @p out.
+ * @return false, with @p out unchanged, when either is missing or malformed
+ */
+static bool take_digest(const struct ledger_json_value *obj, struct ledger_outcome *out)
+{
+	const struct ledger_json_value *sha = ledger_json_get(obj, "result_sha256");
+	uint64_t bytes = 0;
+
+	if (!client_get_u64(obj, "result_bytes", &bytes) || !is_sha256_hex(sha))
+		return false;
+	memcpy(out->result_sha256, sha->u.str.s, 64);
+	out->result_sha256[64] = '\0';
+	out->result_bytes = bytes;
+	return true;
+}
+
+/*
+ * Takes a completed answer's stored result, outcome and time into @p out.
+ * The answer to a completion (@p replay false) may instead say the result
+ * was not kept ("result_kept": false, its digest, no result): then it is
+ * on record as that digest, and out->result stays the tool's own. A claim
+ * is never answered so: a call whose result was not kept is 409.
+ */
+static enum ledger_client_err take_completed(const struct client_answer *ans, bool replay,
 					     struct ledger_outcome *out)
 {
-	free(out->result);
+	const struct ledger_json_value *kept = ledger_json_get(ans->root, "result_kept");
+	bool whole = kept == NULL || kept->type != LEDGER_JSON_FALSE;
+
 	free(out->completed_at);
-	out->result = client_dup_raw(ans->root, "result");
 	out->completed_at = client_dup_string(ans->root, "completed_at");
 	out->call = call_outcome_of(ans->root);
-	if (out->result == NULL || out->completed_at == NULL || out->call == LEDGER_CALL_NONE) {
+	if (whole) {
+		free(out->result);
+		out->result = client_dup_raw(ans->root, "result");
+	}
+	if ((whole ? out->result == NULL : replay || !take_digest(ans->root, out)) ||
+	    out->completed_at == NULL || out->call == LEDGER_CALL_NONE) {
 		client_error_set(&out->error, "", "a completed answer without its result");
 		return LEDGER_CLIENT_ERR_PROTOCOL;
 	}
 	return LEDGER_CLIENT_OK;
+}
+
+/*
+ * The details of a result_not_kept refusal: the stored outcome, its time
+ * and its result's digest. Any that are missing stay unset: the kind is
+ * the code's, whatever else the body holds.
+ */
+static void take_not_kept(struct ledger_outcome *out)
+{
+	struct ledger_json_doc *doc = NULL;
+	const struct ledger_json_value *e = NULL;
+
+	if (out->error.body == NULL || ledger_json_parse(out->error.body, out->error.body_len,
+							 MAX_DEPTH, &doc, NULL) != LEDGER_OK)
+		return;
+	e = ledger_json_get(ledger_json_root(doc), "error");
+	if (e != NULL && e->type == LEDGER_JSON_OBJECT) {
+		out->call = call_outcome_of(e);
+		free(out->completed_at);
+		out->completed_at = client_dup_string(e, "completed_at");
+		(void)take_digest(e, out);
+	}
+	ledger_json_free(doc);
 }
 
 /* A refusal becomes the outcome; the attempt handle learns of a revocation. */
@@ -158,6 +234,8 @@ static enum ledger_client_err refused(const struct ledger_call *call, struct led
 	if (call->attempt != NULL && (out->kind == LEDGER_OUTCOME_ARGS_MISMATCH ||
 				      out->kind == LEDGER_OUTCOME_ATTEMPT_FENCED))
 		client_attempt_revoke(call->attempt);
+	if (out->kind == LEDGER_OUTCOME_RESULT_NOT_KEPT)
+		take_not_kept(out);
 	return out->kind == LEDGER_OUTCOME_REFUSED ? LEDGER_CLIENT_ERR_REFUSED : LEDGER_CLIENT_OK;
 }
 
@@ -176,7 +254,7 @@ enum ledger_client_err client_claim_read(const struct ledger_call *call, enum le
 	state = client_dup_string(ans->root, "status");
 	if (state != NULL && strcmp(state, "completed") == 0) {
 		out->kind = LEDGER_OUTCOME_REPLAYED;
-		rc = take_completed(ans, out);
+		rc = take_completed(ans, true, out);
 	} else if (state == NULL || strcmp(state, "claimed") != 0 ||
 		   !client_get_u64(ans->root, "fencing_token", &token) || token == 0 ||
 		   token > INT64_MAX) {
@@ -269,38 +347,105 @@ static char *result_text(char *raw)
 	return ledger_buf_steal(&b, NULL);
 }
 
+/* What a completion sends of the tool's result. */
+enum result_form {
+	RESULT_WHOLE,  /* "result": its text */
+	RESULT_DIGEST, /* "result_not_kept": its text's length and SHA-256 */
+	RESULT_NONE,   /* nothing: a retryable failure, which stores no result */
+};
+
+/* The form for a result the client has not yet sent whole. */
+static enum result_form form_not_whole(enum ledger_tool_status status)
+{
+	return status == LEDGER_TOOL_RETRYABLE ? RESULT_NONE : RESULT_DIGEST;
+}
+
+/* The body of a complete (or a release) of what the tool reported, its result in @p form. */
+static enum ledger_client_err record_body(struct ledger_buf *b, enum ledger_tool_status status,
+					  int64_t fencing_token, const char *result,
+					  enum result_form form)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[32];
+	char sha[65];
+	size_t len = strlen(result);
+	struct ledger_jsonw w;
+
+	ledger_buf_free(b);
+	ledger_jsonw_init(&w, b);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "fencing_token");
+	ledger_jsonw_int(&w, fencing_token);
+	if (status == LEDGER_TOOL_NOT_EXECUTED) {
+		ledger_jsonw_key(&w, "reason");
+		ledger_jsonw_string(&w, "the tool reported that it did not run");
+	} else {
+		ledger_jsonw_key(&w, "outcome");
+		ledger_jsonw_string(&w, status == LEDGER_TOOL_SUCCEEDED ? "succeeded" : "failed");
+		if (form == RESULT_WHOLE) {
+			ledger_jsonw_key(&w, "result");
+			ledger_jsonw_raw(&w, result, len);
+		} else if (form == RESULT_DIGEST) {
+			if (!ledger_sha256(result, len, md))
+				return LEDGER_CLIENT_ERR_NOMEM;
+			for (size_t i = 0; i < sizeof(md); i++) {
+				sha[2 * i] = hex[md[i] >> 4];
+				sha[2 * i + 1] = hex[md[i] & 0xf];
+			}
+			sha[64] = '\0';
+			ledger_jsonw_key(&w, "result_not_kept");
+			ledger_jsonw_object_begin(&w);
+			ledger_jsonw_key(&w, "bytes");
+			ledger_jsonw_int(&w, (int64_t)len);
+			ledger_jsonw_key(&w, "sha256");
+			ledger_jsonw_string(&w, sha);
+			ledger_jsonw_object_end(&w);
+		}
+		ledger_jsonw_key(&w, "retryable");
+		ledger_jsonw_bool(&w, status == LEDGER_TOOL_RETRYABLE);
+	}
+	ledger_jsonw_object_end(&w);
+	return b->oom ? LEDGER_CLIENT_ERR_NOMEM : LEDGER_CLIENT_OK;
+}
+
 /* Records what the tool reported, retrying for as long as the client allows. */
 static enum ledger_client_err record(struct ledger_client *c, const struct ledger_call *call,
 				     enum ledger_tool_status status, int64_t fencing_token,
 				     struct ledger_outcome *out)
 {
 	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
-	struct ledger_jsonw w;
-	struct client_answer ans;
+	struct client_answer ans = {0};
 	enum ledger_client_err rc;
 	bool release = status == LEDGER_TOOL_NOT_EXECUTED;
+	enum result_form form =
+		strlen(out->result) <= c->max_result_bytes ? RESULT_WHOLE : form_not_whole(status);
 
 	client_path(&path, call->request_id, "tool-calls", call->tool_call_id,
 		    release ? "release" : "complete", (const char *)NULL);
-	ledger_jsonw_init(&w, &body);
-	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "fencing_token");
-	ledger_jsonw_int(&w, fencing_token);
-	if (release) {
-		ledger_jsonw_key(&w, "reason");
-		ledger_jsonw_string(&w, "the tool reported that it did not run");
-	} else {
-		ledger_jsonw_key(&w, "outcome");
-		ledger_jsonw_string(&w, status == LEDGER_TOOL_SUCCEEDED ? "succeeded" : "failed");
-		ledger_jsonw_key(&w, "result");
-		ledger_jsonw_raw(&w, out->result, strlen(out->result));
-		ledger_jsonw_key(&w, "retryable");
-		ledger_jsonw_bool(&w, status == LEDGER_TOOL_RETRYABLE);
+	rc = record_body(&body, status, fencing_token, out->result, form);
+	if (rc != LEDGER_CLIENT_OK || path.oom) {
+		client_error_set(&out->error, "", "no memory for the completion");
+		rc = LEDGER_CLIENT_ERR_NOMEM;
+		goto out;
 	}
-	ledger_jsonw_object_end(&w);
-
 	rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
+	if ((rc == LEDGER_CLIENT_ERR_REFUSED || rc == LEDGER_CLIENT_ERR_PROTOCOL) &&
+	    form == RESULT_WHOLE && out->error.status == 413) {
+		/*
+		 * ledgerd's --max-body (413 body_too_large), or a reverse proxy's own
+		 * limit (a 413 page, no envelope), is under the client's bound: the
+		 * body was refused unread, and the digest always fits.
+		 */
+		ledger_client_error_clear(&out->error);
+		rc = record_body(&body, status, fencing_token, out->result, form_not_whole(status));
+		if (rc != LEDGER_CLIENT_OK) {
+			client_error_set(&out->error, "", "no memory for the completion");
+			goto out;
+		}
+		rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
+	}
 	rc = client_record_read(call, rc, &ans, out);
+out:
 	client_answer_clear(&ans);
 	ledger_buf_free(&path);
 	ledger_buf_free(&body);
@@ -318,7 +463,7 @@ enum ledger_client_err client_record_read(const struct ledger_call *call, enum l
 		state = client_dup_string(ans->root, "status");
 		if (state != NULL && strcmp(state, "completed") == 0) {
 			out->kind = LEDGER_OUTCOME_EXECUTED;
-			rc = take_completed(ans, out);
+			rc = take_completed(ans, false, out);
 		} else if (state != NULL && strcmp(state, "released") == 0) {
 			out->kind = LEDGER_OUTCOME_RELEASED;
 		} else {

@@ -128,6 +128,42 @@ static bool string_member_is(const struct ledger_json_value *obj, const char *ke
 	return v != NULL && v->type == LEDGER_JSON_STRING && strcmp(v->u.str.s, want) == 0;
 }
 
+/* What a record's tool returned before the answer was read, as execute() leaves it. */
+#define TOOL_RESULT "{\"tool\":true}"
+
+/*
+ * A result on record only as its digest: out->result_sha256 is "" or 64
+ * lowercase hex; when set, it and result_bytes are the members of @p obj
+ * (a completed answer, or the error object of a result_not_kept refusal).
+ */
+static void check_digest(const struct ledger_outcome *out, const struct ledger_json_value *obj)
+{
+	uint64_t bytes = 0;
+
+	CHECK(is_str(out->result_sha256, sizeof(out->result_sha256)));
+	if (out->result_sha256[0] == '\0') {
+		CHECK(out->result_bytes == 0);
+		return;
+	}
+	CHECK(strlen(out->result_sha256) == 64);
+	CHECK(strspn(out->result_sha256, "0123456789abcdef") == 64);
+	CHECK(string_member_is(obj, "result_sha256", out->result_sha256));
+	CHECK(ledger_json_number_uint(ledger_json_get(obj, "result_bytes"), UINT64_MAX, &bytes) ==
+	      LEDGER_OK);
+	CHECK(out->result_bytes == bytes);
+}
+
+/* The error object of a refusal's body, which @p doc then owns; NULL if none. */
+static const struct ledger_json_value *error_object(const struct ledger_client_error *e,
+						    struct ledger_json_doc **doc)
+{
+	*doc = NULL;
+	if (e->body == NULL ||
+	    ledger_json_parse(e->body, e->body_len, DEPTH, doc, NULL) != LEDGER_OK)
+		return NULL;
+	return ledger_json_get(ledger_json_root(*doc), "error");
+}
+
 /* A claim's or a record's outcome against the answer it was read from. */
 static void check_outcome(enum call call, enum ledger_client_err in, enum ledger_client_err rc,
 			  const struct client_answer *ans, const struct ledger_outcome *out,
@@ -135,12 +171,29 @@ static void check_outcome(enum call call, enum ledger_client_err in, enum ledger
 {
 	check_error(&out->error);
 	if (in == LEDGER_CLIENT_ERR_REFUSED) {
+		struct ledger_json_doc *doc = NULL;
+		const struct ledger_json_value *e = error_object(&out->error, &doc);
+
 		/* A refusal is its code's kind; only the unknown ones stay refusals. */
 		CHECK(rc == (out->kind == LEDGER_OUTCOME_REFUSED ? LEDGER_CLIENT_ERR_REFUSED
 								 : LEDGER_CLIENT_OK));
 		CHECK(revoked == (out->kind == LEDGER_OUTCOME_ARGS_MISMATCH ||
 				  out->kind == LEDGER_OUTCOME_ATTEMPT_FENCED));
 		CHECK(token == 0);
+		/* Only result_not_kept says what was recorded, and nothing replaces the result. */
+		CHECK((out->kind == LEDGER_OUTCOME_RESULT_NOT_KEPT) ==
+		      (strcmp(out->error.code, "result_not_kept") == 0));
+		if (out->kind == LEDGER_OUTCOME_RESULT_NOT_KEPT) {
+			check_digest(out, e);
+			if (out->completed_at != NULL)
+				CHECK(string_member_is(e, "completed_at", out->completed_at));
+		} else {
+			CHECK(out->result_sha256[0] == '\0' && out->completed_at == NULL);
+			CHECK(out->call == LEDGER_CALL_NONE);
+		}
+		CHECK(call == CALL_CLAIM ? out->result == NULL
+					 : strcmp(out->result, TOOL_RESULT) == 0);
+		ledger_json_free(doc);
 		return;
 	}
 	CHECK(!revoked);
@@ -163,6 +216,19 @@ static void check_outcome(enum call call, enum ledger_client_err in, enum ledger
 		check_json_text(out->result);
 		CHECK(out->completed_at != NULL);
 		CHECK(token == 0);
+		/* A completion's answer may say its result was not kept: the tool's stays. */
+		check_digest(out, ans->root);
+		if (out->result_sha256[0] != '\0') {
+			CHECK(call == CALL_RECORD);
+			CHECK(ledger_json_get(ans->root, "result_kept") != NULL &&
+			      ledger_json_get(ans->root, "result_kept")->type == LEDGER_JSON_FALSE);
+			CHECK(strcmp(out->result, TOOL_RESULT) == 0);
+		} else {
+			CHECK(strlen(out->result) ==
+				      ledger_json_get(ans->root, "result")->raw_len &&
+			      memcmp(out->result, ledger_json_get(ans->root, "result")->raw,
+				     strlen(out->result)) == 0);
+		}
 	} else if (rc == LEDGER_CLIENT_OK && call == CALL_CLAIM) {
 		uint64_t want = 0;
 
@@ -267,6 +333,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	out.kind = LEDGER_OUTCOME_REFUSED; /* as ledger_client_tool_call() starts */
 	if (call == CALL_CLAIM || call == CALL_RECORD)
 		e = &out.error; /* where those calls have their errors written */
+	if (call == CALL_RECORD)
+		CHECK((out.result = strdup(TOOL_RESULT)) != NULL);
 
 	/* A caller may pass no error at all; the review calls' answer is read as is. */
 	rc = client_answer_read(status, body, len, &raw, call == CALL_RAW ? NULL : e);

@@ -4,7 +4,8 @@
  * renew, wait, record); the "tool" it runs here is the transport's forward,
  * and what the server answered decides what is recorded:
  *
- *   result ─────────────────────────────> succeeded (isError: failed)
+ *   result ─────────────────────────────> succeeded (isError: failed); over
+ *                                           --max-result-bytes, as its digest
  *   JSON-RPC -32700/-32600/-32601/-32602 ─> released: the request was never run
  *   refused before delivery ─────────────> released
  *   any other error, death, broken stream > abandoned: the lease turns it unknown
@@ -88,6 +89,10 @@ static const char *action_of(const char *name)
 				   "the call"},
 		{"result_expired", "the call completed long ago and its result was removed by "
 				   "retention: it will not run again"},
+		{"result_not_kept",
+		 "the call completed, but its result was too large to keep, so it cannot be "
+		 "given again: it will not run again; outcome, result_bytes and result_sha256 say "
+		 "what was recorded"},
 		{"ledger_unavailable",
 		 "ledgerd could not be reached, so the server was not called: retry later"},
 		{"key_required",
@@ -125,6 +130,7 @@ struct failure {
 	size_t ledgerd_len;
 	const char *server_error; /* the server's JSON-RPC error object */
 	size_t server_error_len;
+	const struct ledger_outcome *not_kept; /* result_not_kept: what was recorded */
 };
 
 /* Writes @p action with the call's own ids where it says REQUEST_ID TOOL_CALL_ID. */
@@ -188,6 +194,21 @@ static void put_error(struct ledger_buf *out, const struct ledger_json_value *id
 		ledger_jsonw_key(&w, "reason");
 		ledger_jsonw_string(&w, f->reason);
 	}
+	if (f->not_kept != NULL && f->not_kept->call != LEDGER_CALL_NONE) {
+		ledger_jsonw_key(&w, "outcome");
+		ledger_jsonw_string(&w, f->not_kept->call == LEDGER_CALL_SUCCEEDED ? "succeeded"
+										   : "failed");
+	}
+	if (f->not_kept != NULL && f->not_kept->result_sha256[0] != '\0') {
+		ledger_jsonw_key(&w, "result_bytes");
+		ledger_jsonw_int(&w, (int64_t)f->not_kept->result_bytes);
+		ledger_jsonw_key(&w, "result_sha256");
+		ledger_jsonw_string(&w, f->not_kept->result_sha256);
+	}
+	if (f->not_kept != NULL && f->not_kept->completed_at != NULL) {
+		ledger_jsonw_key(&w, "completed_at");
+		ledger_jsonw_string(&w, f->not_kept->completed_at);
+	}
 	if (f->server_error != NULL) {
 		ledger_jsonw_key(&w, "server_error");
 		ledger_jsonw_raw(&w, f->server_error, f->server_error_len);
@@ -230,6 +251,10 @@ static void refusal_of(enum ledger_outcome_kind kind, struct failure *f)
 	case LEDGER_OUTCOME_RESULT_EXPIRED:
 		f->code = MCP_ERR_RESULT_EXPIRED, f->name = "result_expired";
 		f->message = "this tool call was settled and its result has expired";
+		break;
+	case LEDGER_OUTCOME_RESULT_NOT_KEPT:
+		f->code = MCP_ERR_RESULT_NOT_KEPT, f->name = "result_not_kept";
+		f->message = "this tool call completed, and its result was too large to keep";
 		break;
 	default:
 		f->code = MCP_ERR_REFUSED, f->name = NULL; /* ledgerd's own code */
@@ -336,6 +361,8 @@ static void answer_of(const struct run *r, enum ledger_client_err rc,
 		f.message = "the tool call's arguments cannot be fingerprinted";
 	} else if (rc == LEDGER_CLIENT_OK || rc == LEDGER_CLIENT_ERR_REFUSED) {
 		refusal_of(o->kind, &f);
+		if (o->kind == LEDGER_OUTCOME_RESULT_NOT_KEPT)
+			f.not_kept = o;
 		if (f.name == NULL)
 			f.name = o->error.code[0] != '\0' ? o->error.code : "refused";
 		f.retry_after_ms = o->error.retry_after_ms;
@@ -390,6 +417,11 @@ enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message 
 			   rc == LEDGER_CLIENT_OK ? ledger_client_outcome_name(o.kind)
 						  : ledger_client_strerror(rc),
 			   o.error.message);
+	else if (o.kind == LEDGER_OUTCOME_EXECUTED && o.result_sha256[0] != '\0')
+		LEDGER_LOG(LEDGER_LOG_INFO, &ids, NULL,
+			   "tool call %s: executed; its result of %llu bytes kept as its digest",
+			   call.name != NULL ? call.name : "(no name)",
+			   (unsigned long long)o.result_bytes);
 	else
 		LEDGER_LOG(LEDGER_LOG_INFO, &ids, NULL, "tool call %s: %s",
 			   call.name != NULL ? call.name : "(no name)",

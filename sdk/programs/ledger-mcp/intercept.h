@@ -21,7 +21,8 @@
  * carries "data": {"code": <the name below or ledgerd's code>,
  * "idempotency_key", "request_id", "tool_call_id", "server_called": bool,
  * "action": <what to do>, "ledgerd": <ledgerd's error object, when it
- * answered one>}.
+ * answered one>}; result_not_kept adds the stored "outcome",
+ * "result_bytes", "result_sha256" and "completed_at".
  */
 enum mcp_error_code {
 	MCP_ERR_IN_PROGRESS = -32010,     /* another holder still runs it past --wait */
@@ -36,6 +37,7 @@ enum mcp_error_code {
 	MCP_ERR_LEFT_UNKNOWN = -32019,       /* the server was lost mid-call: outcome unknown */
 	MCP_ERR_SERVER_UNREACHABLE = -32020, /* the server could not be reached: nothing ran */
 	MCP_ERR_BATCH = -32021,              /* a batch that holds a tools/call */
+	MCP_ERR_RESULT_NOT_KEPT = -32022,    /* it completed, its result too large to keep */
 };
 
 /* What to do with a message from the client. */
@@ -98,8 +100,10 @@ struct mcp_answer {
  * records what the server answered: a result as succeeded (isError true:
  * failed), a JSON-RPC error that says the request was not run (-32700,
  * -32600, -32601, -32602) by releasing the key, anything else it cannot
- * judge by leaving the claim to run out into outcome_unknown. Thread-safe:
- * one call per thread, any number at once.
+ * judge by leaving the claim to run out into outcome_unknown. A result
+ * over --max-result-bytes is recorded as its length and SHA-256, and the
+ * client still gets it whole. Thread-safe: one call per thread, any
+ * number at once.
  * @param m borrowed for the call
  * @param out filled (zero it first); the caller frees out->text
  * @return LEDGER_OK, or LEDGER_ERR_NOMEM with nothing to answer

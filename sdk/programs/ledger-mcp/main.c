@@ -26,6 +26,7 @@
 enum kind {
 	K_STRING, /* kept as given */
 	K_MS,     /* a whole number of milliseconds within [min, max] */
+	K_BYTES,  /* a whole number of bytes, KiB or MiB, within [min, max] bytes */
 	K_FLAG,   /* present, or the variable is 1/true/on */
 };
 
@@ -47,6 +48,7 @@ enum {
 	S_WAIT,
 	S_CALL_TIMEOUT,
 	S_LEDGER_RETRY,
+	S_MAX_RESULT,
 	S_REQUIRE_KEY,
 	S_TRUST,
 	S_STORE_ARGS,
@@ -79,6 +81,10 @@ static const struct setting settings[S_COUNT] = {
 	[S_LEDGER_RETRY] = {"--ledger-retry-ms", "LEDGER_MCP_LEDGER_RETRY_MS", K_MS, "10000", 0,
 			    3600000,
 			    "how long a claim is re-sent while ledgerd does not answer (0: once)"},
+	[S_MAX_RESULT] = {"--max-result-bytes", "LEDGER_MCP_MAX_RESULT_BYTES", K_BYTES, "1MiB", 1,
+			  64u << 20,
+			  "the largest result recorded whole; a larger one is recorded as its "
+			  "length and SHA-256, and a retry gets -32022"},
 	[S_REQUIRE_KEY] = {"--require-key", "LEDGER_MCP_REQUIRE_KEY", K_FLAG, NULL, 0, 0,
 			   "refuse a tools/call that names no ledger key"},
 	[S_TRUST] = {"--trust-annotations", "LEDGER_MCP_TRUST_ANNOTATIONS", K_FLAG, NULL, 0, 0,
@@ -117,9 +123,10 @@ static void usage(FILE *f)
 		const struct setting *s = &settings[i];
 
 		fprintf(f, "  %s%s\n      %s ($%s%s%s)\n", s->flag,
-			s->kind == K_FLAG ? ""
-			: s->kind == K_MS ? " MS"
-					  : " VALUE",
+			s->kind == K_FLAG    ? ""
+			: s->kind == K_MS    ? " MS"
+			: s->kind == K_BYTES ? " BYTES"
+					     : " VALUE",
 			s->help, s->env, s->def != NULL ? ", default " : "",
 			s->def != NULL ? s->def : "");
 	}
@@ -149,6 +156,29 @@ static uint32_t parse_ms(const struct setting *s, const char *v)
 		bad("%s (or $%s) is a whole number of milliseconds, %u..%u, not \"%s\"", s->flag,
 		    s->env, s->min, s->max, v);
 	return (uint32_t)n;
+}
+
+/* A size: a whole number, then nothing or B (bytes), KiB or MiB. */
+static size_t parse_bytes(const struct setting *s, const char *v)
+{
+	static const struct {
+		const char *unit;
+		unsigned long long scale;
+	} units[] = {{"", 1}, {"B", 1}, {"KiB", 1024}, {"MiB", 1024 * 1024}};
+	char *end = NULL;
+	unsigned long long n;
+	size_t i;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (strcmp(end, units[i].unit) == 0)
+			break;
+	if (v[0] < '0' || v[0] > '9' || errno != 0 || i == sizeof(units) / sizeof(units[0]) ||
+	    n > s->max / units[i].scale || n * units[i].scale < s->min)
+		bad("%s (or $%s) is a size in bytes, KiB or MiB, %u..%u bytes, not \"%s\"", s->flag,
+		    s->env, s->min, s->max, v);
+	return (size_t)(n * units[i].scale);
 }
 
 static bool parse_flag_env(const struct setting *s, const char *v)
@@ -255,6 +285,7 @@ static void read_settings(int argc, char **argv, bool stdio_mode, struct mcp_set
 	set->wait_ms = parse_ms(&settings[S_WAIT], value[S_WAIT]);
 	set->call_timeout_ms = parse_ms(&settings[S_CALL_TIMEOUT], value[S_CALL_TIMEOUT]);
 	set->ledger_retry_ms = parse_ms(&settings[S_LEDGER_RETRY], value[S_LEDGER_RETRY]);
+	set->max_result_bytes = parse_bytes(&settings[S_MAX_RESULT], value[S_MAX_RESULT]);
 	set->require_key = on[S_REQUIRE_KEY];
 	set->trust_annotations = on[S_TRUST];
 	set->store_args = on[S_STORE_ARGS];
@@ -330,6 +361,7 @@ int main(int argc, char **argv)
 	opts.user_agent = "ledger-mcp/" LEDGER_VERSION;
 	opts.no_retry = set.ledger_retry_ms == 0;
 	opts.retry_ms = set.ledger_retry_ms;
+	opts.max_result_bytes = set.max_result_bytes;
 	if (ledger_client_open(&opts, &proxy.client) != LEDGER_CLIENT_OK)
 		bad("cannot use --ledger-url %s with this token", set.ledger_url);
 	explicit_bzero(set.token, strlen(set.token));

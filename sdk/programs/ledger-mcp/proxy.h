@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sdk/c/ledger_client.h"
@@ -23,6 +24,7 @@ struct mcp_settings {
 	uint32_t wait_ms;         /* how long a call waits while another holder runs it */
 	uint32_t call_timeout_ms; /* how long a forwarded call may run; 0: no bound */
 	uint32_t ledger_retry_ms; /* how long a call to ledgerd is re-sent; 0: sent once */
+	size_t max_result_bytes;  /* a longer result is recorded as its length and SHA-256 */
 	bool require_key;         /* refuse a tools/call without the two keys */
 	bool trust_annotations;   /* readOnlyHint skips the claim, idempotentHint dedupes */
 	bool store_args;          /* send the arguments to ledgerd for incident review */

@@ -46,6 +46,15 @@ def bad_settings(env, tmp):
         ("--call-timeout-ms 86400001", ["stdio", "--call-timeout-ms", "86400001"] + tok + server,
          {}),
         ("LEDGER_MCP_LEASE_MS=5", ["stdio"] + tok + server, {"LEDGER_MCP_LEASE_MS": "5"}),
+        ("--max-result-bytes 0", ["stdio", "--max-result-bytes", "0"] + tok + server, {}),
+        ("--max-result-bytes 65MiB", ["stdio", "--max-result-bytes", "65MiB"] + tok + server,
+         {}),
+        ("--max-result-bytes 1GiB", ["stdio", "--max-result-bytes", "1GiB"] + tok + server, {}),
+        ("--max-result-bytes -1", ["stdio", "--max-result-bytes", "-1"] + tok + server, {}),
+        ("--max-result-bytes 1 MiB", ["stdio", "--max-result-bytes", "1 MiB"] + tok + server,
+         {}),
+        ("LEDGER_MCP_MAX_RESULT_BYTES=x", ["stdio"] + tok + server,
+         {"LEDGER_MCP_MAX_RESULT_BYTES": "x"}),
         ("--log-level loud", ["stdio", "--log-level", "loud"] + tok + server, {}),
         ("http without --upstream", ["http", "--listen", "127.0.0.1:0"] + tok, {}),
         ("http without --listen", ["http"] + tok + up, {}),
@@ -87,6 +96,7 @@ def test_help_exits_0_with_usage_on_stdout(flag):
     assert r.returncode == 0, r.stderr
     assert "ledger-mcp stdio" in r.stdout and "ledger-mcp http" in r.stdout, r.stdout
     assert "--lease-ms" in r.stdout
+    assert "--max-result-bytes BYTES" in r.stdout and "default 1MiB" in r.stdout
 
 
 def test_version_exits_0():

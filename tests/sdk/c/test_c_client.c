@@ -6,7 +6,10 @@
  *   live        every outcome kind, the in_progress wait, renewal, the router helper
  *               (tests/sdk/c/test_c_client_router.c), the review calls
  *               (tests/sdk/c/test_c_client_review.c;
- *               $LEDGER_LONG_REQUEST_ID: a history of two pages)
+ *               $LEDGER_LONG_REQUEST_ID: a history of two pages), results too large
+ *               to keep (tests/sdk/c/test_c_client_results.c)
+ *   small       a ledgerd with --max-body 4KiB --max-result-bytes 1KiB: a completion
+ *               refused as 413, an answer without its result
  *   jcs         the vectors of tests/data/jcs (RFC 8785 files, numbers, exact numbers)
  *   restart     a completion retried while ledgerd restarts ($LEDGER_MARK handshake)
  *   unrecorded  ledgerd stays down past complete_retry_ms
@@ -836,6 +839,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_client_resolve_settles_an_unknown_call),
 		cmocka_unit_test(test_client_resolve_refusals_and_escaped_ids),
 		cmocka_unit_test(test_client_no_retry_sends_once),
+		cmocka_unit_test(test_client_result_over_the_bound_is_kept_as_its_digest),
+		cmocka_unit_test(test_client_a_mebibyte_result_is_never_lost),
 	};
 	const struct CMUnitTest jcs[] = {
 		cmocka_unit_test(test_client_jcs_files),
@@ -874,6 +879,8 @@ int main(int argc, char **argv)
 		rc = cmocka_run_group_tests_name("c_client_restart", restart, NULL, NULL);
 	} else if (strcmp(group, "lost") == 0) {
 		rc = cmocka_run_group_tests_name("c_client_lost", lost, NULL, NULL);
+	} else if (strcmp(group, "small") == 0) {
+		rc = test_c_client_small_run();
 	} else if (strcmp(group, "unrecorded") == 0) {
 		rc = cmocka_run_group_tests_name("c_client_unrecorded", unrecorded, NULL, NULL);
 	} else {

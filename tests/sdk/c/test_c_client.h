@@ -1,8 +1,9 @@
 /*
  * tests/sdk/c/test_c_client.h: what the files of the C SDK's live test share:
  * the ledgerd they talk to, helpers that set states up through raw HTTP,
- * and the tests of tests/sdk/c/test_c_client_review.c and
- * tests/sdk/c/test_c_client_router.c that main() runs.
+ * and the tests of tests/sdk/c/test_c_client_review.c,
+ * tests/sdk/c/test_c_client_router.c and tests/sdk/c/test_c_client_results.c
+ * that main() runs.
  */
 #ifndef TEST_C_CLIENT_H
 #define TEST_C_CLIENT_H
@@ -60,6 +61,12 @@ void test_client_tool_calls_list_refusals_and_escaped_cursor(void **state);
 void test_client_resolve_settles_an_unknown_call(void **state);
 void test_client_resolve_refusals_and_escaped_ids(void **state);
 void test_client_no_retry_sends_once(void **state);
+
+/* tests/sdk/c/test_c_client_results.c: results too large to keep */
+void test_client_result_over_the_bound_is_kept_as_its_digest(void **state);
+void test_client_a_mebibyte_result_is_never_lost(void **state);
+/* the small group, against a ledgerd with --max-body 4KiB --max-result-bytes 1KiB */
+int test_c_client_small_run(void);
 
 /* tests/sdk/c/test_c_client_tls.c: the tls group, against a stand-in https server */
 int test_c_client_tls_run(void);

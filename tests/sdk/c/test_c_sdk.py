@@ -10,8 +10,10 @@ A history longer than a page (the review calls' cursor) is written with
 SQL: a thousand API calls would only make the valgrind run slow.
 """
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from answer_thief import AnswerThief
-from conftest import ROOT, LEDGERD, ledgerd_cmd, new_id, claim_id
+from conftest import ROOT, LEDGERD, Ledgerd, ledgerd_cmd, new_id, claim_id
 
 BUILD = LEDGERD.parent
 CLIENT_TEST = BUILD / "tests" / "test_c_client"
@@ -113,7 +115,96 @@ def test_c_client_live_without_leaks(service, env):
                 "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
                 CLIENT_TEST, "live"]
     out = run(argv, e, timeout=300)
-    assert "[  PASSED  ] 24 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "[  PASSED  ] 26 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def small_ledgerd(service, tmp_path):
+    """Another ledgerd on the same database, whose --max-body (4 KiB) is under
+    the client's bound and whose --max-result-bytes is 1 KiB."""
+    return Ledgerd(service.database_url, tmp_path / "ledgerd-small.log",
+                   extra_args=LEDGERD_ARGS + ("--max-body", "4KiB", "--max-result-bytes", "1KiB"))
+
+
+def refused_for_size(led):
+    """The tool_call_ids of the completions @led answered 413 body_too_large."""
+    return [json.loads(line)["tool_call_id"] for line in led.log_text().splitlines()
+            if '"tool_call_complete"' in line and '"status":413' in line]
+
+
+def test_c_client_large_results_against_a_small_body_limit(service, env, tmp_path):
+    """A completion refused as 413 body_too_large is sent again as the
+    result's digest, and one ledgerd keeps as its digest answers without it."""
+    led = small_ledgerd(service, tmp_path)
+    try:
+        out = run([CLIENT_TEST, "small"], dict(env, LEDGER_URL="http://%s:%d" % (led.host,
+                                                                                 led.port)))
+    finally:
+        led.stop()
+    assert "[  PASSED  ] 2 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    # The whole result was refused for its size, then sent again as its digest.
+    assert refused_for_size(led) == ["call_00", "call_01"]
+
+
+class BodyLimit:
+    """A reverse proxy in front of ledgerd that refuses a body over @limit bytes
+    as nginx's client_max_body_size does: 413 with a page of its own, no
+    envelope of ledgerd's."""
+
+    PAGE = (b"<html><head><title>413 Request Entity Too Large</title></head><body>"
+            b"<center><h1>413 Request Entity Too Large</h1></center></body></html>\r\n")
+
+    def __init__(self, led, limit):
+        self.upstream = (led.host, led.port)
+        self.limit = limit
+        self.refused = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        with client, socket.create_connection(self.upstream) as upstream:
+            buffered = b""
+            while True:
+                request, buffered = AnswerThief._read_message(client, buffered)
+                if request is None:
+                    return
+                body = request.partition(b"\r\n\r\n")[2]
+                if len(body) > self.limit:
+                    self.refused.append(request.split(b" ", 2)[1].decode())
+                    client.sendall(b"HTTP/1.1 413 Request Entity Too Large\r\n"
+                                   b"Content-Type: text/html\r\nContent-Length: %d\r\n"
+                                   b"Connection: close\r\n\r\n%s" % (len(self.PAGE), self.PAGE))
+                    return
+                upstream.sendall(request)
+                answer, _ = AnswerThief._read_message(upstream, b"")
+                client.sendall(answer)
+
+
+def test_c_client_large_results_behind_a_proxy_with_a_body_limit(service, env, tmp_path):
+    """A reverse proxy's own 413 (3000 bytes, under ledgerd's 4 KiB) is answered
+    the same way: the digest is sent at once, and ledgerd never saw the body."""
+    led = small_ledgerd(service, tmp_path)
+    proxy = BodyLimit(led, 3000)
+    try:
+        out = run([CLIENT_TEST, "small"], dict(env, LEDGER_URL=proxy.url))
+    finally:
+        proxy.close()
+        led.stop()
+    assert "[  PASSED  ] 2 test(s)." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert [p.rsplit("/", 2)[-2] for p in proxy.refused] == ["call_00", "call_01"], \
+        proxy.refused
+    assert refused_for_size(led) == []
 
 
 def outage(service, env, group, down_s):

@@ -238,4 +238,6 @@ if (recorder) {
   // Bodies still being read when the connections closed are recorded as they ended.
   await Promise.race([Promise.allSettled([...recorder.pending]), sleep(2000)]);
 }
-process.exit(0);
+// process.exit() drops what a pipe has not yet taken, and a step's line may be
+// megabytes long: exit once stdout has taken the last line.
+process.stdout.write("", () => process.exit(0));

@@ -153,6 +153,16 @@ function makeServer() {
     content: [{ type: "text", text: `synced ${args.what}` }],
   })));
 
+  server.registerTool("export", {
+    description: "Exports a report and answers it whole: a side effect with a large result",
+    inputSchema: { report: z.string(), bytes: z.number(), behave: z.string().optional() },
+  }, (args, extra) => run("export", args, extra, () => {
+    // A fresh id per execution, then "x" up to `bytes` characters of text.
+    const head = `report ${args.report} (export ex_${randomUUID()}) `;
+    return { content: [{ type: "text",
+      text: head + "x".repeat(Math.max(0, args.bytes - head.length)) }] };
+  }));
+
   server.registerResource("greeting", "test://greeting",
     { description: "A fixed text", mimeType: "text/plain" },
     async (uri) => ({ contents: [{ uri: uri.href, text: "hello from the test server" }] }));
@@ -169,7 +179,7 @@ function makeServer() {
   const inner = handlers.get("tools/call");
   handlers.set("tools/call", async (request, extra) => {
     const { name, arguments: args } = request.params ?? {};
-    if (process.env.MCP_TEST_STRICT === "1" && !["charge", "read_balance", "sync"].includes(name)) {
+    if (process.env.MCP_TEST_STRICT === "1" && !["charge", "read_balance", "sync", "export"].includes(name)) {
       note("refused", name, args, extra);
       throw new McpError(ErrorCode.InvalidParams, `Tool ${name} not found`);
     }
