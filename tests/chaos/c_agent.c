@@ -157,6 +157,8 @@ static const char *kind_name(enum ledger_client_err rc, const struct ledger_outc
 		return "mismatch";
 	case LEDGER_OUTCOME_RESULT_EXPIRED:
 		return "expired";
+	case LEDGER_OUTCOME_RESULT_NOT_KEPT: /* this agent's results are small */
+		return "result_not_kept";
 	case LEDGER_OUTCOME_REFUSED:
 		return "refused";
 	case LEDGER_OUTCOME_ABANDONED: /* this agent's tool never reports UNKNOWN */
