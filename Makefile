@@ -1,7 +1,8 @@
 # ledgerd: the tool-call ledger. `make run` and `make test` are the two
 # commands a user needs; both install missing Debian packages first.
 
-VERSION   := 0.1.0
+# The one place the version is written: every artifact takes it from VERSION.
+VERSION   := $(shell cat VERSION)
 PYTHON    ?= /usr/bin/python3
 SANITIZE  ?=
 # A sanitizer build lives apart, so switching never mixes objects.

@@ -44,7 +44,7 @@ static void usage(FILE *f)
 		"  gc             run retention once and say what it removed\n"
 		"  sql [NAME]     the names of ledgerd's SQL statements, or one's text (benchmarks, "
 		"reviews)\n"
-		"  version        the version and the schema it expects\n"
+		"  version        the version and the schema it expects (also --version)\n"
 		"  help, --help   this\n\n"
 		"flags (each also an environment variable; the flag wins):\n",
 		API_TOKEN_CACHE_MS / 1000);
@@ -306,10 +306,15 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	/* Asked for help, a command answers with it, whatever else its line holds. */
+	/* Asked for help or the version, a command answers with it, whatever else its line holds. */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
+			return 0;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("ledgerd %s (schema %d)\n", LEDGER_VERSION,
+			       ledger_migrate_expected_version());
 			return 0;
 		}
 	}

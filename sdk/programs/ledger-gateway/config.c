@@ -140,6 +140,7 @@ static void usage(FILE *f)
 			s->help, s->env, s->def != NULL ? ", default " : "",
 			s->def != NULL ? s->def : "");
 	}
+	fprintf(f, "  --version\n      the version, then exit\n");
 }
 
 noreturn void config_usage_exit(const char *why)
@@ -377,6 +378,10 @@ static void read_values(int argc, char **argv, const char *value[S_COUNT], bool 
 
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
+			exit(0);
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("ledger-gateway %s\n", LEDGER_VERSION);
 			exit(0);
 		}
 		while (k < S_COUNT &&

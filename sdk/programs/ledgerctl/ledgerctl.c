@@ -66,6 +66,7 @@ static const char usage_text[] =
 	"                       answer of several pages is printed merged: the first page's\n"
 	"                       object with the events (items) of every page, no next cursor\n"
 	"  -h, --help           this text\n"
+	"  --version            the version\n"
 	"\n"
 	"exit status:\n"
 	"  0  success\n"
@@ -92,6 +93,7 @@ struct options {
 	const char *note;
 	bool json;
 	bool help;
+	bool version;
 };
 
 /* --- messages --- */
@@ -680,12 +682,14 @@ static int parse_args(int argc, char **argv, struct options *o)
 	bool options_done = false;
 
 	memset(o, 0, sizeof(*o));
-	/* help wins over every mistake around it */
+	/* help (then the version) wins over every mistake around it */
 	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			o->help = true;
+		else if (strcmp(argv[i], "--version") == 0)
+			o->version = true;
 	}
-	if (o->help)
+	if (o->help || o->version)
 		return LEDGERCTL_EXIT_OK;
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
@@ -801,6 +805,11 @@ int main(int argc, char **argv)
 		goto out;
 	if (o.help || (o.command != NULL && strcmp(o.command, "help") == 0)) {
 		fputs(usage_text, stdout);
+		rc = fflush(stdout) == 0 ? LEDGERCTL_EXIT_OK : LEDGERCTL_EXIT_FAILED;
+		goto out;
+	}
+	if (o.version) {
+		printf("ledgerctl %s\n", LEDGER_VERSION);
 		rc = fflush(stdout) == 0 ? LEDGERCTL_EXIT_OK : LEDGERCTL_EXIT_FAILED;
 		goto out;
 	}

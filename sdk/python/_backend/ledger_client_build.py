@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The [project] keys this backend writes into the metadata: any other is
 # refused, so pyproject.toml never promises what the wheel does not carry.
-KNOWN_KEYS = {"name", "description", "readme", "requires-python", "dependencies",
+KNOWN_KEYS = {"name", "description", "readme", "requires-python", "license", "dependencies",
               "dynamic", "classifiers"}
 # Zip and tar entries carry this time (or SOURCE_DATE_EPOCH), so a build is
 # byte for byte the same each time: 1980-01-01, the earliest a zip can hold.
@@ -84,6 +84,10 @@ class _Project:
             lines.append("Summary: " + p["description"])
         if "requires-python" in p:
             lines.append("Requires-Python: " + p["requires-python"])
+        if "license" in p:
+            if not isinstance(p["license"], str):
+                raise RuntimeError("pyproject.toml: license must be an SPDX expression")
+            lines.append("License: " + p["license"])
         lines += ["Requires-Dist: " + d for d in p.get("dependencies", [])]
         lines += ["Classifier: " + c for c in p.get("classifiers", [])]
         body = ""
