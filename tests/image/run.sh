@@ -90,7 +90,7 @@ remove_all() {
 # registry: podman load -i (or docker load -i) it, then run the tag.
 keep_image() {
 	local version tag out=$root/build/ledgerd-image.tar
-	version=$(sed -n 's/^VERSION *:= *//p' "$root/Makefile")
+	version=$(cat "$root/VERSION")
 	tag=localhost/ledgerd:$version
 	podman tag "$image" "$tag" &&
 		podman save --format docker-archive -o "$out.tmp" "$tag" >"$work/save.log" 2>&1 &&
@@ -441,6 +441,7 @@ step "podman build docker/Dockerfile (the ledgerd stage)"
 # network serves the build's apt-get; downloaded packages are kept in
 # build/image/apt for the next run, outside the image's layers.
 if ! long "$work/build.log" timeout 1200 podman build --format docker --network host --pull=never \
+	--build-arg "VERSION=$(cat "$root/VERSION")" \
 	--ignorefile "$root/docker/Dockerfile.dockerignore" -f "$root/docker/Dockerfile" \
 	--target ledgerd -v "$state/apt:/var/cache/apt/archives" -t "$image" "$root"; then
 	show_log "$work/build.log" 40
@@ -452,6 +453,18 @@ case $healthcheck in
 *) fail "the image has no HEALTHCHECK running ledgerd-healthcheck: $healthcheck" ;;
 esac
 ok "$(podman image inspect --format '{{.Size}}' "$image" | awk '{ printf "%d MB", $1 / 1000000 }')"
+
+step "the version: ledgerd --version, in a container, and the image's label"
+ledgerd_once "$work/version.out" --version ||
+	{ show_log "$work/version.out.err"; fail "ledgerd --version failed"; }
+want=$(cat "$root/VERSION")
+label=$(podman image inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}}' "$image")
+case $(cat "$work/version.out") in
+"ledgerd $want "*) ;;
+*) fail "ledgerd --version said $(cat "$work/version.out"), VERSION says $want" ;;
+esac
+[ "$label" = "$want" ] || fail "the image's version label is '$label', VERSION says $want"
+ok "$want"
 
 step "ledgerd migrate, in a container"
 ledgerd_once "$work/migrate.out" migrate ||
