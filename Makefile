@@ -44,13 +44,16 @@ GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/programs/ledger-gatewa
 MCP_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/programs/ledger-mcp/*.c))
 CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DOCDIR     ?= $(PREFIX)/share/doc/ledgerd
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
+.PHONY: all sdk install install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -183,6 +186,28 @@ install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_clie
 	install -m 755 $(BUILD)/libledger_client.so $(DESTDIR)$(PREFIX)/lib/
 	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ledger_client.pc
+
+# make install [PREFIX=/usr/local] [DESTDIR=...] [SYSCONFDIR=/etc]: the four programs, the C
+# library (install-sdk), the systemd units of ledgerd and ledger-gateway written for this
+# prefix, their settings files (never over ones already there: they are the operator's),
+# and the operator's docs. docs/operations.md, "Running as a service", says what next.
+install: install-sdk $(BUILD)/ledgerd $(BUILD)/ledgerctl
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/ledgerd
+	install -m 755 $(BUILD)/ledgerd $(BUILD)/ledgerctl $(BUILD)/ledger-gateway \
+		$(DESTDIR)$(PREFIX)/bin/
+	for unit in ledgerd ledger-gateway; do \
+		sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+			-e 's|@DOCDIR@|$(DOCDIR)|g' packaging/systemd/$$unit.service.in \
+			> $(DESTDIR)$(UNITDIR)/$$unit.service && \
+		chmod 644 $(DESTDIR)$(UNITDIR)/$$unit.service || exit 1; \
+	done
+	for env in ledgerd gateway; do \
+		[ -e $(DESTDIR)$(SYSCONFDIR)/ledgerd/$$env.env ] || \
+		install -m 600 packaging/systemd/$$env.env $(DESTDIR)$(SYSCONFDIR)/ledgerd/ || exit 1; \
+	done
+	install -m 644 LICENSE CHANGELOG.md docs/operations.md docs/api.md $(DESTDIR)$(DOCDIR)/
+	install -m 644 sdk/programs/ledger-gateway/README.md $(DESTDIR)$(DOCDIR)/ledger-gateway.md
 
 # The failover rows are data the tests read; they must be what their generator writes.
 unit: $(UNIT_BIN)
