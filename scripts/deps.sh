@@ -22,7 +22,13 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # pgbouncer: tests/ops runs ledgerd behind it, an instance of its own per test.
 # jq: docs/operations.md scripts the token listing with it, and tests/docs runs that.
 FUZZ_PKGS="clang libclang-rt-14-dev"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS"
+# tests/sdk/js/test_js_node18.py runs the TypeScript client on Debian's own
+# Node 18 (downloaded and unpacked by tests/sdk/js/node18.py, not installed,
+# so the nodejs above may be newer): it loads fetch (undici), acorn and
+# cjs-module-lexer from /usr/share/nodejs, and links the shared libraries
+# below; all leave the installed node alone.
+NODE18_PKGS="node-undici node-acorn node-cjs-module-lexer libuv1 libc-ares2 libbrotli1 libicu72 libnghttp2-14"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS $NODE18_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox nodejs"
 # What the built programs need at run time and nothing to build them: the

@@ -125,13 +125,23 @@ def control(service):
     server.close()
 
 
+def node_env(service, control):
+    """What a node test file needs: the live ledgerd, a token, the control channel."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(service.tmp),
+            "LEDGER_URL": "http://%s:%d" % (service.ledgerd.host, service.ledgerd.port),
+            "LEDGER_TOKEN": service.token("agent"),
+            "LEDGER_CONTROL_URL": control.url}
+
+
+def run_node_test(name, env, node="node"):
+    """Runs tests/sdk/js/@name with node's own test runner (the binary @node)."""
+    return run([str(node), "--test", "--test-reporter=spec", str(HERE / name)],
+               timeout=300, cwd=ROOT, env=env)
+
+
 @pytest.mark.parametrize("name", NODE_TESTS)
 def test_node(built, service, control, name):
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(service.tmp),
-           "LEDGER_URL": "http://%s:%d" % (service.ledgerd.host, service.ledgerd.port),
-           "LEDGER_TOKEN": service.token("agent"),
-           "LEDGER_CONTROL_URL": control.url}
-    run(["node", "--test", "--test-reporter=spec", str(HERE / name)], timeout=300, cwd=ROOT, env=env)
+    run_node_test(name, node_env(service, control))
 
 
 def test_npm_pack_ships_only_the_build_the_types_and_the_readme(built):
