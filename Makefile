@@ -53,7 +53,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk install install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
+.PHONY: all sdk dist install install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -208,6 +208,15 @@ install: install-sdk $(BUILD)/ledgerd $(BUILD)/ledgerctl
 	done
 	install -m 644 LICENSE CHANGELOG.md docs/operations.md docs/api.md $(DESTDIR)$(DOCDIR)/
 	install -m 644 sdk/programs/ledger-gateway/README.md $(DESTDIR)$(DOCDIR)/ledger-gateway.md
+
+# make dist: the source of the commit checked out (git archive: what is committed, nothing
+# else), as build/ledgerd-VERSION.tar.gz with its SHA-256 beside it; it builds with make.
+dist:
+	@mkdir -p $(BUILD)
+	git archive --format=tar.gz --prefix=ledgerd-$(VERSION)/ \
+		-o $(BUILD)/ledgerd-$(VERSION).tar.gz HEAD
+	cd $(BUILD) && sha256sum ledgerd-$(VERSION).tar.gz > ledgerd-$(VERSION).tar.gz.sha256
+	@echo "$(BUILD)/ledgerd-$(VERSION).tar.gz: $$(du -h $(BUILD)/ledgerd-$(VERSION).tar.gz | cut -f1)"
 
 # The failover rows are data the tests read; they must be what their generator writes.
 unit: $(UNIT_BIN)
