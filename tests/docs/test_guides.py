@@ -335,6 +335,51 @@ def test_python_agent_stops_when_the_rerun_diverges(reader):
     assert reader.sent() == outbox_of(rid, [0])
 
 
+# --- the agent guide: Python, async ---------------------------------------------------
+
+
+def test_async_agent_sends_once_replays_and_the_blocking_agent_replays_too(reader):
+    done = reader.sh("agent-async.sh")
+    assert done.returncode == 0, done
+    lines = done.stdout.splitlines()
+    assert len(lines) == 9, done.stdout
+    assert_ran_all("\n".join(lines[:3]), "req-aio-1", "executed")
+    assert_ran_all("\n".join(lines[3:6]), "req-aio-1", "replayed")
+    assert_ran_all("\n".join(lines[6:]), "req-aio-1", "replayed")
+    assert sorted(reader.sent()) == outbox_of("req-aio-1")
+    assert_recorded(reader, "req-aio-1")
+
+
+def test_async_agent_stops_on_an_unknown_outcome(reader):
+    rid = new_id("req")
+    reader.abandoned_claim(rid, 0)
+    done = reader.python("agent_async.py", rid)
+    assert done.returncode == 3, done
+    got = calls(done.stdout)
+    assert got["call_00"][0] == "outcome_unknown", done.stdout
+    assert got["call_01"][0] == "executed", done.stdout  # the parallel call is its own key
+    assert "call_02" not in got, done.stdout
+    assert reader.sent() == outbox_of(rid, [1])
+
+
+def test_async_agent_under_a_replaced_attempt_is_fenced(router_reader):
+    reader = router_reader
+    rid = new_id("req")
+    reader.router("/v1/requests/%s/attempts" % rid, {"attempt_id": "a1", "max_attempts": 3})
+    reader.router("/v1/requests/%s/failover" % rid,
+                  {"attempt_id": "a1", "signal": "replica_exited",
+                   "next_attempt": {"attempt_id": "a2"}})
+    done = reader.python("agent_async.py", rid, "a1")
+    assert done.returncode == 3, done
+    assert sorted(done.stdout.splitlines()) == [
+        "call_00 attempt_fenced: this attempt was replaced; stop, publish nothing",
+        "call_01 attempt_fenced: this attempt was replaced; stop, publish nothing"]
+    done = reader.python("agent_async.py", rid, "a2")
+    assert done.returncode == 0, done
+    assert_ran_all(done.stdout, rid, "executed")
+    assert sorted(reader.sent()) == outbox_of(rid)
+
+
 # --- the agent guide: C --------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ given but the system's trust store, and refuses a CA file it cannot use
 before it sends anything.
 """
 
+import asyncio
 import http.server
 import json
 import os
@@ -388,3 +389,58 @@ def test_python_sdk_refuses_a_ca_file_it_cannot_use(tmp_path, url):
         Ledger(url, "t", ca_file=garbage)
     with pytest.raises(ValueError, match="empty"):
         Ledger(url, "t", ca_file="")
+
+
+# --- the Python SDK's asyncio client -------------------------------------------
+
+from ledger_client.aio import AsyncLedger  # noqa: E402
+
+
+def test_python_async_sdk_verifies_https_against_its_ca_file(pki, good):
+    async def two_reads(ca):
+        async with AsyncLedger(good.url, "py-token", ca_file=ca) as ledger:
+            return [await ledger.get_request("r-1"), await ledger.get_request("r-2")]
+
+    before = len(good.requests)
+    for ca in (str(pki.ca), pki.ca):  # a str or a path
+        assert asyncio.run(two_reads(ca)) == [{"items": [], "next_cursor": None}] * 2
+    got = good.requests[before:]
+    assert [(m, path, auth) for m, path, auth in got] == [
+        ("GET", "/v1/requests/r-1", "Bearer py-token"),
+        ("GET", "/v1/requests/r-2", "Bearer py-token")] * 2, got
+
+
+@pytest.mark.parametrize("how", ["another CA", "another name", "system store"])
+def test_python_async_sdk_refuses_a_certificate_its_ca_does_not_vouch_for(
+        pki, good, wrong_name, how):
+    server, ca, words = {
+        "another CA": (good, pki.other_ca, "unable to get local issuer certificate"),
+        "another name": (wrong_name, pki.ca, "not valid for '127.0.0.1'"),
+        "system store": (good, None, "unable to get local issuer certificate"),
+    }[how]
+    ledger = AsyncLedger(server.url, "py-token", ca_file=ca, retry_s=60)
+    ran = []
+
+    async def tool(key, token):
+        ran.append(key)
+
+    before, shakes = len(server.requests), server.handshakes
+    t0 = time.monotonic()
+    with pytest.raises(TLSVerificationFailed) as e:
+        asyncio.run(ledger.tool_call("r-tls", "call_00", tool))
+    assert time.monotonic() - t0 < 30
+    assert settled(lambda: server.handshakes - shakes, 1) == 1, "tried again"
+    assert isinstance(e.value, LedgerUnavailable) and e.value.status is None
+    assert e.value.code == "tls_verification_failed"
+    assert e.value.message.startswith("ledgerd's certificate failed verification: "), e.value
+    assert words in e.value.message, e.value
+    assert ran == [] and server.requests[before:] == []
+
+
+def test_python_async_sdk_refuses_a_ca_file_it_cannot_use(tmp_path):
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="holds no usable PEM certificate"):
+        AsyncLedger("https://127.0.0.1:9", "t", ca_file=garbage)
+    with pytest.raises(ValueError, match="^cannot read the CA file"):
+        AsyncLedger("http://127.0.0.1:9", "t", ca_file=tmp_path / "missing.pem")

@@ -14,7 +14,11 @@ recorded result back instead of sending a second email. A router ties its
 attempts to the logical request with :meth:`Ledger.begin_attempt` and asks
 :meth:`Ledger.failover` what it may do when a replica fails.
 
-Standard library only; every public name is exported here.
+An asyncio agent uses :class:`ledger_client.aio.AsyncLedger`, the same
+surface as coroutines (imported from its module, so that the blocking
+client does not load asyncio).
+
+Standard library only; every public name of the blocking client is exported here.
 """
 
 from ._version import __version__

@@ -89,33 +89,19 @@ class Transport:
 
     def __init__(self, url: str, token: str, *, timeout_s: float,
                  ca_file: str | os.PathLike[str] | None = None) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("ledgerd URL must be http(s)://host[:port][/prefix]: %r" % url)
-        self._https = parts.scheme == "https"
-        # A CA file is read now even for http, so a wrong one is found at once.
-        self._tls = tls_context(ca_file) if self._https or ca_file is not None else None
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
-        self._headers = {
-            "Authorization": "Bearer " + token,
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-            "User-Agent": "ledger-client-python/" + __version__,
-        }
+        self._end = Endpoint.parse(url, token, ca_file)
         self._timeout_s = timeout_s
         self._local = threading.local()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port,
-                                                   timeout=self._timeout_s, context=self._tls)
+            end = self._end
+            if end.https:
+                conn = http.client.HTTPSConnection(end.host, end.port,
+                                                   timeout=self._timeout_s, context=end.tls)
             else:
-                conn = http.client.HTTPConnection(self._host, self._port,
-                                                  timeout=self._timeout_s)
+                conn = http.client.HTTPConnection(end.host, end.port, timeout=self._timeout_s)
             self._local.conn = conn
         return conn
 
@@ -128,18 +114,14 @@ class Transport:
     def _send_once(self, method: str, path: str, body: bytes | None) -> Answer:
         conn = self._connection()
         try:
-            conn.request(method, self._prefix + path, body=body, headers=self._headers)
+            conn.request(method, self._end.prefix + path, body=body, headers=self._end.headers)
             response = conn.getresponse()
             text = response.read().decode("utf-8", "replace")
         except BaseException:
             # Whatever was half sent or half read, this connection is spent.
             self._drop_connection()
             raise
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            parsed = None
-        return Answer(response.status, text, parsed)
+        return read_answer(response.status, text)
 
     def call(self, method: str, path: str, body: bytes | None = None, *,
              retry_s: float) -> Answer:
@@ -158,32 +140,92 @@ class Transport:
         deadline = time.monotonic() + retry_s
         backoff = Backoff()
         while True:
-            hint_s = 0.0
             try:
                 answer = self._send_once(method, path, body)
             except ssl.SSLCertVerificationError as e:
-                raise TLSVerificationFailed(None, {"error": {
-                    "code": "tls_verification_failed",
-                    "message": "ledgerd's certificate failed verification: %s"
-                               % (e.verify_message or str(e))}}) from e
+                raise tls_failure(e) from e
             except (OSError, http.client.HTTPException) as e:
-                failure: LedgerError = LedgerUnavailable(None, {"error": {
-                    "code": "unreachable",
-                    "message": "no answer from ledgerd: %s" % (str(e) or type(e).__name__)}})
+                failure, hint_s = unreachable(e), 0.0
                 cause: BaseException | None = e
             else:
-                if answer.status < 400:
-                    return answer
-                envelope = _envelope(answer)
-                if answer.status not in _UNAVAILABLE:
-                    raise error_from_answer(answer.status, envelope)
-                failure = LedgerUnavailable(answer.status, envelope)
+                judged = judge(answer)
+                if isinstance(judged, Answer):
+                    return judged
+                failure, hint_s = judged
                 cause = None
-                hint_s = (failure.retry_after_ms or 0) / 1000
             left = deadline - time.monotonic()
             if left <= 0:
                 raise failure from cause
             time.sleep(min(left, max(hint_s, backoff.next_delay())))
+
+
+# --- what the blocking and the asyncio transports share (no I/O here) ---------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where calls go and what every one of them carries: parsed once per client."""
+
+    https: bool
+    host: str
+    port: int | None
+    prefix: str
+    tls: ssl.SSLContext | None
+    headers: dict[str, str]
+
+    @classmethod
+    def parse(cls, url: str, token: str,
+              ca_file: str | os.PathLike[str] | None) -> "Endpoint":
+        """Raises ValueError for a URL that is not http(s) or an unusable ``ca_file``."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("ledgerd URL must be http(s)://host[:port][/prefix]: %r" % url)
+        https = parts.scheme == "https"
+        # A CA file is read now even for http, so a wrong one is found at once.
+        tls = tls_context(ca_file) if https or ca_file is not None else None
+        return cls(https=https, host=parts.hostname, port=parts.port,
+                   prefix=parts.path.rstrip("/"), tls=tls, headers={
+                       "Authorization": "Bearer " + token,
+                       "Accept": "application/json",
+                       "Content-Type": "application/json",
+                       "User-Agent": "ledger-client-python/" + __version__,
+                   })
+
+
+def read_answer(status: int, text: str) -> Answer:
+    """An answer with its body parsed (None when it is empty or not JSON)."""
+    try:
+        parsed = json.loads(text) if text else None
+    except ValueError:
+        parsed = None
+    return Answer(status, text, parsed)
+
+
+def judge(answer: Answer) -> Answer | tuple[LedgerError, float]:
+    """The answer itself if it is a success; (the failure, a hint in s) if it is
+    worth sending again; raises the error of any other refusal."""
+    if answer.status < 400:
+        return answer
+    envelope = _envelope(answer)
+    if answer.status not in _UNAVAILABLE:
+        raise error_from_answer(answer.status, envelope)
+    failure = LedgerUnavailable(answer.status, envelope)
+    return failure, (failure.retry_after_ms or 0) / 1000
+
+
+def unreachable(e: BaseException) -> LedgerUnavailable:
+    """The error of an exchange that brought no answer."""
+    return LedgerUnavailable(None, {"error": {
+        "code": "unreachable",
+        "message": "no answer from ledgerd: %s" % (str(e) or type(e).__name__)}})
+
+
+def tls_failure(e: ssl.SSLCertVerificationError) -> TLSVerificationFailed:
+    """The error of a certificate that failed verification (never sent again)."""
+    return TLSVerificationFailed(None, {"error": {
+        "code": "tls_verification_failed",
+        "message": "ledgerd's certificate failed verification: %s"
+                   % (e.verify_message or str(e))}})
 
 
 def tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:

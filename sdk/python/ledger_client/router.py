@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._heartbeat import Heartbeat
-from ._http import Transport, json_body, quote_id
+from ._http import Answer, Transport, json_body, quote_id
 from .errors import AttemptFenced, LedgerError, RequestClosed
 
 # ledgerd's least lease_ms by default: what a renewal asks at least.
@@ -27,7 +27,40 @@ def _fields(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-class Attempt:
+class AttemptState:
+    """What the blocking and the asyncio attempts share: the attempt as ledgerd made it.
+
+    Subclasses add the calls; this holds no transport and does no I/O.
+    """
+
+    def __init__(self, request_id: str, created: dict[str, Any], *,
+                 asked_lease_ms: int | None = None) -> None:
+        self.request_id = request_id
+        self.attempt_id: str = created["attempt_id"]
+        self.epoch: int = created["epoch"]
+        self.attempt_number: int = created["attempt_number"]
+        self.lease_ms_left: int = created["lease_ms"]
+        # A retried creation answers with what is left, possibly 0: never renew with that.
+        self.lease_ms: int = asked_lease_ms or max(created["lease_ms"], MIN_LEASE_MS)
+        self.request: dict[str, Any] = created["request"]
+        self.revoked = False
+        self._path = "/v1/requests/%s/attempts/%s/" % (quote_id(request_id),
+                                                      quote_id(self.attempt_id))
+
+    def __repr__(self) -> str:
+        return "<%s %s/%s epoch=%d%s>" % (type(self).__name__, self.request_id,
+                                          self.attempt_id, self.epoch,
+                                          " revoked" if self.revoked else "")
+
+    def _refuse_if_revoked(self) -> None:
+        """The answer a revoked attempt gives without asking: it has no rights to use."""
+        if self.revoked:
+            raise AttemptFenced(409, {"error": {
+                "code": "attempt_fenced",
+                "message": "the attempt was revoked; it has no rights"}})
+
+
+class Attempt(AttemptState):
     """One attempt of a logical request, as ``POST attempts`` (or a failover) made it.
 
     Every call that needs the attempt's rights raises :class:`AttemptFenced`
@@ -54,36 +87,15 @@ class Attempt:
 
     def __init__(self, transport: Transport, request_id: str, created: dict[str, Any], *,
                  retry_s: float, asked_lease_ms: int | None = None) -> None:
+        super().__init__(request_id, created, asked_lease_ms=asked_lease_ms)
         self._transport = transport
         self._retry_s = retry_s
-        self.request_id = request_id
-        self.attempt_id: str = created["attempt_id"]
-        self.epoch: int = created["epoch"]
-        self.attempt_number: int = created["attempt_number"]
-        self.lease_ms_left: int = created["lease_ms"]
-        # A retried creation answers with what is left, possibly 0: never renew with that.
-        self.lease_ms: int = asked_lease_ms or max(created["lease_ms"], MIN_LEASE_MS)
-        self.request: dict[str, Any] = created["request"]
-        self.revoked = False
-        self._path = "/v1/requests/%s/attempts/%s/" % (quote_id(request_id),
-                                                      quote_id(self.attempt_id))
         self._heartbeat: Heartbeat | None = None
-
-    def __repr__(self) -> str:
-        return "<Attempt %s/%s epoch=%d%s>" % (self.request_id, self.attempt_id, self.epoch,
-                                               " revoked" if self.revoked else "")
 
     def _revoke(self) -> None:
         """Marks the attempt revoked for good and stops its heartbeat."""
         self.revoked = True
         self.stop_heartbeat()
-
-    def _refuse_if_revoked(self) -> None:
-        """The answer a revoked attempt gives without asking: it has no rights to use."""
-        if self.revoked:
-            raise AttemptFenced(409, {"error": {
-                "code": "attempt_fenced",
-                "message": "the attempt was revoked; it has no rights"}})
 
     def _post(self, action: str, fields: dict[str, Any], retry_s: float | None = None
               ) -> dict[str, Any]:
@@ -200,15 +212,58 @@ class FailoverDecision:
     body: dict[str, Any]
 
 
+# --- what the blocking and the asyncio routers share (no I/O here) ------------
+
+
+def begin_request(request_id: str, attempt_id: str, *, replica: str | None,
+                  model_revision: str | None, lease_ms: int | None,
+                  max_attempts: int | None) -> tuple[str, bytes]:
+    """The path and body of ``POST /v1/requests/{rid}/attempts``."""
+    return "/v1/requests/%s/attempts" % quote_id(request_id), json_body(_fields(
+        attempt_id=attempt_id, replica=replica, model_revision=model_revision,
+        lease_ms=lease_ms, max_attempts=max_attempts))
+
+
+def failover_request(request_id: str, attempt: AttemptState | str, signal: str, *,
+                     retry_prefill_tokens: int | None,
+                     next_attempt: dict[str, Any] | None) -> tuple[str, bytes]:
+    """The path and body of ``POST /v1/requests/{rid}/failover``.
+
+    Raises ValueError for an attempt object of another request.
+    """
+    if isinstance(attempt, AttemptState) and attempt.request_id != request_id:
+        raise ValueError("%r is an attempt of another request than %r" % (attempt, request_id))
+    attempt_id = attempt.attempt_id if isinstance(attempt, AttemptState) else attempt
+    return "/v1/requests/%s/failover" % quote_id(request_id), json_body(_fields(
+        attempt_id=attempt_id, signal=signal, retry_prefill_tokens=retry_prefill_tokens,
+        next_attempt=next_attempt))
+
+
+def read_decision(answer: Answer) -> dict[str, Any]:
+    """A failover's decision, checked to be one; the fields of a FailoverDecision but
+    ``attempt`` and ``body`` (``created`` is the new attempt's answer, or None)."""
+    decision = answer.body
+    if not isinstance(decision, dict) or "action" not in decision:
+        raise LedgerError(answer.status, {"error": {
+            "code": "unexpected_answer", "message": answer.text[:200]}})
+    client_error = decision.get("client_error")
+    return {"action": decision["action"],
+            "retry_after_ms": decision.get("retry_after_ms"),
+            "client_error": client_error,
+            "sse_event": (None if client_error is None
+                          else "data: %s\n\n" % json.dumps(client_error)),
+            "settled_tool_calls": decision.get("settled_tool_calls") or [],
+            "created": decision.get("attempt")}
+
+
 def begin_attempt(transport: Transport, request_id: str, attempt_id: str, *,
                   replica: str | None, model_revision: str | None, lease_ms: int | None,
                   max_attempts: int | None, retry_s: float) -> Attempt:
     """``POST /v1/requests/{rid}/attempts``; see :meth:`Ledger.begin_attempt`."""
-    body = json_body(_fields(attempt_id=attempt_id, replica=replica,
-                             model_revision=model_revision, lease_ms=lease_ms,
-                             max_attempts=max_attempts))
-    answer = transport.call("POST", "/v1/requests/%s/attempts" % quote_id(request_id), body,
-                            retry_s=retry_s)
+    path, body = begin_request(request_id, attempt_id, replica=replica,
+                               model_revision=model_revision, lease_ms=lease_ms,
+                               max_attempts=max_attempts)
+    answer = transport.call("POST", path, body, retry_s=retry_s)
     return Attempt(transport, request_id, answer.body, retry_s=retry_s, asked_lease_ms=lease_ms)
 
 
@@ -217,35 +272,23 @@ def failover(transport: Transport, request_id: str, attempt: Attempt | str, sign
              retry_s: float) -> FailoverDecision:
     """``POST /v1/requests/{rid}/failover``; see :meth:`Ledger.failover`."""
     source = attempt if isinstance(attempt, Attempt) else None
-    if source is not None and source.request_id != request_id:
-        raise ValueError("%r is an attempt of another request than %r" % (source, request_id))
-    body = json_body(_fields(attempt_id=source.attempt_id if source is not None else attempt,
-                             signal=signal, retry_prefill_tokens=retry_prefill_tokens,
-                             next_attempt=next_attempt))
+    path, body = failover_request(request_id, attempt, signal,
+                                  retry_prefill_tokens=retry_prefill_tokens,
+                                  next_attempt=next_attempt)
     try:
-        answer = transport.call("POST", "/v1/requests/%s/failover" % quote_id(request_id),
-                                body, retry_s=retry_s)
+        answer = transport.call("POST", path, body, retry_s=retry_s)
     except (AttemptFenced, RequestClosed):
         # Not the newest attempt, or the request is over: it has no rights.
         if source is not None:
             source._revoke()
         raise
-    decision: dict[str, Any] = answer.body
-    if not isinstance(decision, dict) or "action" not in decision:
-        raise LedgerError(answer.status, {"error": {
-            "code": "unexpected_answer", "message": answer.text[:200]}})
-    client_error = decision.get("client_error")
-    created = decision.get("attempt")
+    fields = read_decision(answer)
+    created = fields.pop("created")
     result = FailoverDecision(
-        action=decision["action"],
-        retry_after_ms=decision.get("retry_after_ms"),
-        client_error=client_error,
-        sse_event=None if client_error is None else "data: %s\n\n" % json.dumps(client_error),
+        **fields, body=answer.body,
         attempt=None if created is None else Attempt(
             transport, request_id, created, retry_s=retry_s,
-            asked_lease_ms=(next_attempt or {}).get("lease_ms")),
-        settled_tool_calls=decision.get("settled_tool_calls") or [],
-        body=decision)
+            asked_lease_ms=(next_attempt or {}).get("lease_ms")))
     # Every decision but keep_waiting takes the source's rights (it is
     # cancel_requested, dead, superseded, or its request is over).
     if source is not None and result.action != "keep_waiting":

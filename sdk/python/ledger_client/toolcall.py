@@ -40,8 +40,10 @@ Outcome = Literal["succeeded", "failed", "unrecorded"]
 
 # Polling a key another holder has: its completion may come at any moment,
 # so the wait between two claims never grows past this.
-_IN_PROGRESS_POLL_CAP_S = 1.0
+IN_PROGRESS_POLL_CAP_S = 1.0
 _REASON_MAX_BYTES = 256
+TOO_LARGE_A_BODY = ("%s: a result of %d bytes is too large a body for ledgerd; "
+                    "completing with its length and SHA-256")
 
 MAX_RESULT_BYTES = 1 << 20
 """The default bound of a result sent whole: ledgerd's default ``--max-result-bytes``."""
@@ -166,6 +168,131 @@ def _raw_member(text: str, name: str) -> str:
         i = expect(end, ",")
 
 
+# --- what the blocking and the asyncio tool calls share (no I/O here) --------
+
+
+def tool_call_path(request_id: str, tool_call_id: str) -> str:
+    """The path of the key's calls, to which ``claim``, ``renew``... are appended."""
+    return "/v1/requests/%s/tool-calls/%s/" % (quote_id(request_id), quote_id(tool_call_id))
+
+
+def claim_body(*, args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
+               lease_ms: int | None, tool_dedupes: bool, store_args: bool) -> bytes:
+    """The body of every claim one invocation sends, its ``claim_id`` drawn here.
+
+    The claim_id is the identity of this invocation: when the answer to a
+    claim is lost and the transport sends it again, ledgerd recognises the
+    holder it already made (200, same token). Another invocation of the
+    same key draws its own.
+    """
+    claim: dict[str, Any] = {"claim_id": secrets.token_hex(16), "tool_dedupes": tool_dedupes}
+    if tool is not None:
+        claim["tool"] = tool
+    raw: dict[str, str] = {}
+    if store_args:
+        if args is None:
+            raise ValueError("store_args needs args")
+        # The arguments go out as their canonical text, which ledgerd
+        # fingerprints to the very bytes hashed here (json.dumps could
+        # not send a Decimal); with the fingerprint beside them, a
+        # client and a server that ever disagreed would get a 400, not
+        # two fingerprints for one call.
+        canonical = canonicalize(args)
+        claim["args_sha256"] = hashlib.sha256(canonical).hexdigest()
+        claim["store_args"] = True
+        raw["args"] = canonical.decode("utf-8")
+    elif args is not None:
+        claim["args_sha256"] = args_sha256(args)
+    for name, value in (("attempt_id", attempt_id), ("owner", owner),
+                        ("lease_ms", lease_ms)):
+        if value is not None:
+            claim[name] = value
+    return json_body(claim, raw)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim granted: the tool may run now under this key and token."""
+
+    idempotency_key: str
+    fencing_token: int
+    lease_ms: int
+
+
+def read_claim(answer: Answer, lease_ms: int | None) -> ToolCallResult | Claimed:
+    """What a claim's success answer says: the replay of a finished call, or a grant.
+
+    ``lease_ms`` is the one asked for (None: the one ledgerd granted is renewed).
+    """
+    body = answer.body if isinstance(answer.body, dict) else {}
+    if body.get("status") == "completed":
+        result_json = _raw_member(answer.text, "result")
+        return ToolCallResult(executed=False, replayed=True, outcome=body["outcome"],
+                              result=json.loads(result_json), result_json=result_json,
+                              idempotency_key=body["idempotency_key"],
+                              fencing_token=None, recorded=True)
+    if body.get("status") != "claimed":
+        raise LedgerError(answer.status, {"error": {
+            "code": "unexpected_answer", "message": answer.text[:200]}})
+    return Claimed(body["idempotency_key"], body["fencing_token"], lease_ms or body["lease_ms"])
+
+
+def in_progress_delay(e: InProgress, backoff: Backoff, left_s: float) -> float:
+    """How long to wait before claiming a held key again, ``left_s`` of the wait remaining.
+
+    The holder's completion may come at any moment; its lease ends at
+    retry_after_ms at the latest: never wait past that.
+    """
+    delay = backoff.next_delay()
+    if e.retry_after_ms is not None:
+        delay = min(delay, e.retry_after_ms / 1000)
+    return min(delay, left_s)
+
+
+def renew_body(token: int, lease_ms: int | None) -> bytes:
+    """The body of the claim's renewals."""
+    renew = {"fencing_token": token}
+    if lease_ms is not None:
+        renew["lease_ms"] = lease_ms
+    return json_body(renew)
+
+
+def failure_record(token: int, e: Exception) -> tuple[str, dict[str, Any], str | None]:
+    """What the tool's exception means for the key: (action, fields, result text).
+
+    ``release`` for :class:`NotExecuted` (no result); else ``complete`` as
+    failed, retryable for :class:`Retryable`, with the exception as result.
+    """
+    if isinstance(e, NotExecuted):
+        return "release", {"fencing_token": token, **_release_reason(e)}, None
+    return "complete", {"fencing_token": token, "outcome": "failed",
+                        "retryable": isinstance(e, Retryable)}, _failure_result(e)
+
+
+def completion_whole(fields: dict[str, Any], result_json: str) -> bytes:
+    """A completion that sends ``result_json`` byte for byte."""
+    return json_body(fields, raw={"result": result_json})
+
+
+def completion_digest(fields: dict[str, Any], result_json: str) -> bytes:
+    """A completion that sends the result's length and SHA-256 (none if retryable)."""
+    if fields.get("retryable"):
+        return json_body(fields)
+    return json_body({**fields, "result_not_kept": _not_kept(result_json)})
+
+
+def executed_result(key: str, token: int, result_json: str, answer: Answer | None,
+                    error: LedgerError | None) -> ToolCallResult:
+    """The result of a run: recorded by ``answer``, or left unrecorded by ``error``."""
+    kept = not (answer is not None and isinstance(answer.body, dict)
+                and answer.body.get("result_kept") is False)
+    return ToolCallResult(executed=True, replayed=False,
+                          outcome="succeeded" if error is None else "unrecorded",
+                          result=json.loads(result_json), result_json=result_json,
+                          idempotency_key=key, fencing_token=token,
+                          recorded=error is None, completion_error=error, result_kept=kept)
+
+
 class ToolCall:
     """One invocation of a tool under its idempotency key: claim, run, record.
 
@@ -177,39 +304,14 @@ class ToolCall:
                  lease_ms: int | None, tool_dedupes: bool, store_args: bool,
                  retry_s: float, complete_retry_s: float, max_result_bytes: int) -> None:
         self._transport = transport
-        self._path = "/v1/requests/%s/tool-calls/%s/" % (quote_id(request_id),
-                                                        quote_id(tool_call_id))
+        self._path = tool_call_path(request_id, tool_call_id)
         self._lease_ms = lease_ms
         self._retry_s = retry_s
         self._complete_retry_s = complete_retry_s
         self._max_result_bytes = check_max_result_bytes(max_result_bytes)
-        # The identity of this invocation, in every claim it sends: when the
-        # answer to a claim is lost and the transport sends it again,
-        # ledgerd recognises the holder it already made (200, same token).
-        # Another invocation of the same key draws its own.
-        claim: dict[str, Any] = {"claim_id": secrets.token_hex(16), "tool_dedupes": tool_dedupes}
-        if tool is not None:
-            claim["tool"] = tool
-        raw: dict[str, str] = {}
-        if store_args:
-            if args is None:
-                raise ValueError("store_args needs args")
-            # The arguments go out as their canonical text, which ledgerd
-            # fingerprints to the very bytes hashed here (json.dumps could
-            # not send a Decimal); with the fingerprint beside them, a
-            # client and a server that ever disagreed would get a 400, not
-            # two fingerprints for one call.
-            canonical = canonicalize(args)
-            claim["args_sha256"] = hashlib.sha256(canonical).hexdigest()
-            claim["store_args"] = True
-            raw["args"] = canonical.decode("utf-8")
-        elif args is not None:
-            claim["args_sha256"] = args_sha256(args)
-        for name, value in (("attempt_id", attempt_id), ("owner", owner),
-                            ("lease_ms", lease_ms)):
-            if value is not None:
-                claim[name] = value
-        self._claim_body = json_body(claim, raw)
+        self._claim_body = claim_body(args=args, tool=tool, attempt_id=attempt_id, owner=owner,
+                                      lease_ms=lease_ms, tool_dedupes=tool_dedupes,
+                                      store_args=store_args)
 
     def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
         return self._transport.call("POST", self._path + action, body, retry_s=retry_s)
@@ -219,24 +321,16 @@ class ToolCall:
 
         See :meth:`Ledger.tool_call` for the whole contract.
         """
-        answer = self._claim(wait_s)
-        body = answer.body if isinstance(answer.body, dict) else {}
-        if body.get("status") == "completed":
-            result_json = _raw_member(answer.text, "result")
-            return ToolCallResult(executed=False, replayed=True, outcome=body["outcome"],
-                                  result=json.loads(result_json), result_json=result_json,
-                                  idempotency_key=body["idempotency_key"],
-                                  fencing_token=None, recorded=True)
-        if body.get("status") != "claimed":
-            raise LedgerError(answer.status, {"error": {
-                "code": "unexpected_answer", "message": answer.text[:200]}})
-        return self._execute(fn, body["idempotency_key"], body["fencing_token"],
-                             self._lease_ms or body["lease_ms"])
+        claimed = read_claim(self._claim(wait_s), self._lease_ms)
+        if isinstance(claimed, ToolCallResult):
+            return claimed
+        return self._execute(fn, claimed.idempotency_key, claimed.fencing_token,
+                             claimed.lease_ms)
 
     def _claim(self, wait_s: float) -> Answer:
         """Claims, waiting up to ``wait_s`` seconds while another holder has the key."""
         deadline = time.monotonic() + wait_s
-        backoff = Backoff(cap_s=_IN_PROGRESS_POLL_CAP_S)
+        backoff = Backoff(cap_s=IN_PROGRESS_POLL_CAP_S)
         while True:
             try:
                 return self._post("claim", self._claim_body, self._retry_s)
@@ -244,20 +338,12 @@ class ToolCall:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
-                # The holder's completion may come at any moment; its lease
-                # ends at retry_after_ms at the latest: never wait past that.
-                delay = backoff.next_delay()
-                if e.retry_after_ms is not None:
-                    delay = min(delay, e.retry_after_ms / 1000)
-                time.sleep(min(delay, left))
+                time.sleep(in_progress_delay(e, backoff, left))
 
     def _execute(self, fn: ToolFunction, key: str, token: int, lease_ms: int) -> ToolCallResult:
-        renew = {"fencing_token": token}
-        if self._lease_ms is not None:
-            renew["lease_ms"] = self._lease_ms
-        renew_body = json_body(renew)
+        body = renew_body(token, self._lease_ms)
         heartbeat = Heartbeat("renew %s" % key, lease_ms / 3000,
-                              beat=lambda: self._post("renew", renew_body, 0))
+                              beat=lambda: self._post("renew", body, 0))
         heartbeat.start()
         try:
             try:
@@ -272,31 +358,23 @@ class ToolCall:
 
     def _record_failure(self, key: str, token: int, e: Exception) -> None:
         """Records what the tool's exception means for the key; a note on it says if that failed."""
+        action, fields, result_json = failure_record(token, e)
         try:
-            if isinstance(e, NotExecuted):
-                self._post("release", json_body({"fencing_token": token, **_release_reason(e)}),
-                           self._complete_retry_s)
+            if result_json is None:
+                self._post(action, json_body(fields), self._complete_retry_s)
             else:
-                self._complete(key, {"fencing_token": token, "outcome": "failed",
-                                     "retryable": isinstance(e, Retryable)}, _failure_result(e))
+                self._complete(key, fields, result_json)
         except LedgerError as failure:
             e.add_note("ledgerd did not record this failure: %s" % failure)
 
     def _record_success(self, key: str, token: int, result_json: str) -> ToolCallResult:
-        outcome: Outcome = "succeeded"
-        error = None
-        kept = True
         try:
             answer = self._complete(key, {"fencing_token": token, "outcome": "succeeded"},
                                     result_json)
-            kept = not (isinstance(answer.body, dict) and answer.body.get("result_kept") is False)
         except LedgerError as e:
             log.error("%s: the tool ran but its result was not recorded: %s", key, e)
-            outcome, error = "unrecorded", e
-        return ToolCallResult(executed=True, replayed=False, outcome=outcome,
-                              result=json.loads(result_json), result_json=result_json,
-                              idempotency_key=key, fencing_token=token,
-                              recorded=error is None, completion_error=error, result_kept=kept)
+            return executed_result(key, token, result_json, None, e)
+        return executed_result(key, token, result_json, answer, None)
 
     def _complete(self, key: str, fields: dict[str, Any], result_json: str) -> Answer:
         """Records a completion whose result is ``result_json``, whatever its size.
@@ -312,15 +390,11 @@ class ToolCall:
         size = len(result_json.encode("utf-8"))
         if size <= self._max_result_bytes:
             try:
-                return self._post("complete", json_body(fields, raw={"result": result_json}),
+                return self._post("complete", completion_whole(fields, result_json),
                                   self._complete_retry_s)
             except LedgerError as e:
                 if e.status != 413:
                     raise
-                log.warning("%s: a result of %d bytes is too large a body for ledgerd; "
-                            "completing with its length and SHA-256", key, size)
-        if fields.get("retryable"):
-            body = json_body(fields)
-        else:
-            body = json_body({**fields, "result_not_kept": _not_kept(result_json)})
-        return self._post("complete", body, self._complete_retry_s)
+                log.warning(TOO_LARGE_A_BODY, key, size)
+        return self._post("complete", completion_digest(fields, result_json),
+                          self._complete_retry_s)
