@@ -286,7 +286,7 @@ def test_c_example_sends_once_then_replays(service, env):
 
 def test_c_example_is_built_against_the_shared_library():
     out = subprocess.run(["ldd", str(EXAMPLE)], capture_output=True, text=True).stdout
-    assert "libledger_client.so => %s" % (BUILD / "libledger_client.so") in out, out
+    assert "libledger_client.so.1 => %s" % (BUILD / "libledger_client.so.1") in out, out
 
 
 def test_c_libraries_export_only_the_public_api():
@@ -343,4 +343,4 @@ def test_install_sdk_follows_prefix_and_the_example_builds_against_it(tmp_path):
     assert pc.startswith("prefix=%s\n" % prefix), pc
     program = build_and_start_example(tmp_path, prefix / "lib" / "pkgconfig")
     ldd = subprocess.run(["ldd", str(program)], capture_output=True, text=True).stdout
-    assert "libledger_client.so => %s" % (prefix / "lib" / "libledger_client.so") in ldd, ldd
+    assert "libledger_client.so.1 => %s" % (prefix / "lib" / "libledger_client.so.1") in ldd, ldd
