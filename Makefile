@@ -125,9 +125,12 @@ $(BUILD)/pic/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
 # The file is named for VERSION; the loader looks for the soname's link, the
-# linker (-lledger_client) for the unversioned one.
-$(BUILD)/$(SDK_SO): $(SDK_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SDK_SONAME) -o $@ $^ $(SDK_LIBS)
+# linker (-lledger_client) for the unversioned one. The version script exports
+# the public header's functions alone, versioned LEDGER_CLIENT_1.
+SDK_MAP    := sdk/c/ledger_client.map
+$(BUILD)/$(SDK_SO): $(SDK_OBJ) $(SDK_MAP)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SDK_SONAME) -Wl,--version-script=$(SDK_MAP) \
+		-o $@ $(SDK_OBJ) $(SDK_LIBS)
 
 $(BUILD)/$(SDK_SONAME): $(BUILD)/$(SDK_SO)
 	ln -sf $(SDK_SO) $@
