@@ -138,6 +138,9 @@ $(BUILD)/$(SDK_SONAME): $(BUILD)/$(SDK_SO)
 $(BUILD)/libledger_client.so: $(BUILD)/$(SDK_SONAME)
 	ln -sf $(SDK_SONAME) $@
 
+# ledger_client_version() is LEDGER_VERSION, which the Makefile sets.
+$(BUILD)/pic/sdk/c/client.o: Makefile
+
 # One relocatable object whose hidden symbols are made local, so the static
 # library's copy of the JSON code never clashes with a program's own.
 $(BUILD)/libledger_client.a: $(SDK_OBJ)
