@@ -3,6 +3,10 @@
 
 # The one place the version is written: every artifact takes it from VERSION.
 VERSION   := $(shell cat VERSION)
+# The shared library's ABI major, the soname's number (libledger_client.so.1):
+# raised only when a program linked against an older libledger_client.so.N
+# could break, never with VERSION alone.
+SOVERSION := 1
 PYTHON    ?= /usr/bin/python3
 SANITIZE  ?=
 # A sanitizer build lives apart, so switching never mixes objects.
@@ -38,6 +42,8 @@ COMMON_SRC := $(wildcard ledger/common/*.c)
 SDK_SRC    := $(wildcard sdk/c/*.c) $(COMMON_SRC)
 SDK_OBJ    := $(SDK_SRC:%.c=$(BUILD)/pic/%.o)
 SDK_LIBS    = $(shell pkg-config --libs libcurl libcrypto) -pthread -lm
+SDK_SO     := libledger_client.so.$(VERSION)
+SDK_SONAME := libledger_client.so.$(SOVERSION)
 SDK_TEST   := $(BUILD)/tests/test_c_client
 SDK_EXAMPLE := $(BUILD)/examples/send_email
 GATEWAY_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard sdk/programs/ledger-gateway/*.c))
@@ -122,8 +128,22 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libledger_client.so: $(SDK_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libledger_client.so -o $@ $^ $(SDK_LIBS)
+# The file is named for VERSION; the loader looks for the soname's link, the
+# linker (-lledger_client) for the unversioned one. The version script exports
+# the public header's functions alone, versioned LEDGER_CLIENT_1.
+SDK_MAP    := sdk/c/ledger_client.map
+$(BUILD)/$(SDK_SO): $(SDK_OBJ) $(SDK_MAP)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SDK_SONAME) -Wl,--version-script=$(SDK_MAP) \
+		-o $@ $(SDK_OBJ) $(SDK_LIBS)
+
+$(BUILD)/$(SDK_SONAME): $(BUILD)/$(SDK_SO)
+	ln -sf $(SDK_SO) $@
+
+$(BUILD)/libledger_client.so: $(BUILD)/$(SDK_SONAME)
+	ln -sf $(SDK_SONAME) $@
+
+# ledger_client_version() is LEDGER_VERSION, which the Makefile sets.
+$(BUILD)/pic/sdk/c/client.o: Makefile
 
 # One relocatable object whose hidden symbols are made local, so the static
 # library's copy of the JSON code never clashes with a program's own.
@@ -183,7 +203,9 @@ install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_clie
 	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libledger_client.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/$(SDK_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SDK_SO) $(DESTDIR)$(PREFIX)/lib/$(SDK_SONAME)
+	ln -sf $(SDK_SONAME) $(DESTDIR)$(PREFIX)/lib/libledger_client.so
 	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ledger_client.pc
 

@@ -59,6 +59,11 @@ static void init_curl(void)
 	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+const char *ledger_client_version(void)
+{
+	return LEDGER_VERSION;
+}
+
 const char *ledger_client_strerror(enum ledger_client_err err)
 {
 	switch (err) {

@@ -57,6 +57,11 @@ enum ledger_client_err {
 /** A short English name of @p err ("refused", ...); never NULL, static. */
 LEDGER_CLIENT_API const char *ledger_client_strerror(enum ledger_client_err err);
 
+/** The version of the library that is running ("0.1.0", the release it was built
+ *  from), which may be newer than the header a program was compiled with; never
+ *  NULL, static. Thread-safe. */
+LEDGER_CLIENT_API const char *ledger_client_version(void);
+
 /* Why no answer came, when none did. */
 enum ledger_client_failure {
 	LEDGER_CLIENT_FAILURE_NONE = 0,    /* an answer came, or nothing was sent */

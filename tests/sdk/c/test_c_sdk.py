@@ -286,7 +286,7 @@ def test_c_example_sends_once_then_replays(service, env):
 
 def test_c_example_is_built_against_the_shared_library():
     out = subprocess.run(["ldd", str(EXAMPLE)], capture_output=True, text=True).stdout
-    assert "libledger_client.so => %s" % (BUILD / "libledger_client.so") in out, out
+    assert "libledger_client.so.1 => %s" % (BUILD / "libledger_client.so.1") in out, out
 
 
 def test_c_libraries_export_only_the_public_api():
@@ -295,7 +295,8 @@ def test_c_libraries_export_only_the_public_api():
                       (BUILD / "libledger_client.a", ["nm", "-g", "--defined-only"])):
         out = subprocess.run(argv + [str(lib)], capture_output=True, text=True,
                              check=True).stdout
-        names = {line.split()[-1] for line in out.splitlines()
+        # The shared library's names carry their version node: name@@LEDGER_CLIENT_1.
+        names = {line.split()[-1].split("@")[0] for line in out.splitlines()
                  if len(line.split()) == 3 and line.split()[1] in "TDBR"}
         assert names, lib
         stray = sorted(n for n in names if not n.startswith("ledger_client_"))
@@ -343,4 +344,4 @@ def test_install_sdk_follows_prefix_and_the_example_builds_against_it(tmp_path):
     assert pc.startswith("prefix=%s\n" % prefix), pc
     program = build_and_start_example(tmp_path, prefix / "lib" / "pkgconfig")
     ldd = subprocess.run(["ldd", str(program)], capture_output=True, text=True).stdout
-    assert "libledger_client.so => %s" % (prefix / "lib" / "libledger_client.so") in ldd, ldd
+    assert "libledger_client.so.1 => %s" % (prefix / "lib" / "libledger_client.so.1") in ldd, ldd
