@@ -142,8 +142,11 @@ $(BUILD)/$(SDK_SONAME): $(BUILD)/$(SDK_SO)
 $(BUILD)/libledger_client.so: $(BUILD)/$(SDK_SONAME)
 	ln -sf $(SDK_SONAME) $@
 
-# ledger_client_version() is LEDGER_VERSION, which the Makefile sets.
-$(BUILD)/pic/sdk/c/client.o: Makefile
+# The objects that say LEDGER_VERSION (--version, ledger_client_version(), the
+# user agent) are built again when VERSION changes.
+$(BUILD)/pic/sdk/c/client.o $(BUILD)/api/cli/main.o $(BUILD)/api/service/server.o \
+$(BUILD)/sdk/programs/ledger-gateway/config.o $(BUILD)/sdk/programs/ledger-mcp/main.o \
+$(BUILD)/sdk/programs/ledgerctl/ledgerctl.o: VERSION
 
 # One relocatable object whose hidden symbols are made local, so the static
 # library's copy of the JSON code never clashes with a program's own.
