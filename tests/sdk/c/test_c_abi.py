@@ -2,7 +2,7 @@
 its own, then the shared library's soname and links, the example built
 through that prefix's pkg-config and run against a live ledgerd, the
 dynamic exports against the installed header's declarations, and
-ledger_client_version() against the Makefile's VERSION.
+ledger_client_version() against VERSION, the one place the version is written.
 
 Nothing here reads build/: what is checked is what a user's program sees.
 """
@@ -24,7 +24,7 @@ def makefile_var(name):
     return m.group(1)
 
 
-VERSION = makefile_var("VERSION")
+VERSION = (ROOT / "VERSION").read_text().strip()
 SOVERSION = makefile_var("SOVERSION")
 SONAME = "libledger_client.so.%s" % SOVERSION
 NODE = "LEDGER_CLIENT_%s" % SOVERSION
