@@ -753,6 +753,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply_json(200, {"requests": fake.settled_requests()})
         if method == "POST" and path == "/_fake/reset":
             with fake.lock:
+                # A request answered but not yet recorded would land in the emptied log.
+                fake.recorded.wait_for(lambda: fake.in_flight == 0, 2.0)
                 fake.state = initial_state(fake.args)
                 fake.requests = []
             return self.reply_json(200, fake.snapshot())
