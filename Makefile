@@ -52,6 +52,9 @@ CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# The C library's directory; Debian's packages give the multiarch one
+# (/usr/lib/x86_64-linux-gnu), the .pc file then says it.
+LIBDIR     ?= $(PREFIX)/lib
 DOCDIR     ?= $(PREFIX)/share/doc/ledgerd
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
@@ -202,15 +205,15 @@ $(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_wire.a $(BUILD)/libledger_cli
 
 # The .pc is written here, for the PREFIX of this install (build/'s is for make's own).
 install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/$(SDK_SO) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf $(SDK_SO) $(DESTDIR)$(PREFIX)/lib/$(SDK_SONAME)
-	ln -sf $(SDK_SONAME) $(DESTDIR)$(PREFIX)/lib/libledger_client.so
-	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) \
-		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ledger_client.pc
+	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/$(SDK_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SDK_SO) $(DESTDIR)$(LIBDIR)/$(SDK_SONAME)
+	ln -sf $(SDK_SONAME) $(DESTDIR)$(LIBDIR)/libledger_client.so
+	$(call write_pc,$(PREFIX),$${prefix}/include,$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))) \
+		> $(DESTDIR)$(LIBDIR)/pkgconfig/ledger_client.pc
 
 # make install [PREFIX=/usr/local] [DESTDIR=...] [SYSCONFDIR=/etc]: the four programs, the C
 # library (install-sdk), the systemd units of ledgerd and ledger-gateway written for this
