@@ -52,6 +52,9 @@ CHAOS_AGENT := $(BUILD)/tests/chaos_agent
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# The C library's directory; Debian's packages give the multiarch one
+# (/usr/lib/x86_64-linux-gnu), the .pc file then says it.
+LIBDIR     ?= $(PREFIX)/lib
 DOCDIR     ?= $(PREFIX)/share/doc/ledgerd
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
@@ -59,7 +62,7 @@ API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
 CTL_OBJ    := $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all sdk dist install install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
+.PHONY: all sdk dist deb install install-sdk deps run demo test unit fuzz fuzz-smoke bench chaos image-test format lint clean
 all: $(BUILD)/ledgerd $(if $(CTL_SRC),$(BUILD)/ledgerctl) sdk
 
 # The SDK test needs cmocka, a test package: `make test` builds it, not `all`.
@@ -202,15 +205,15 @@ $(BUILD)/ledger-mcp: $(MCP_OBJ) $(BUILD)/libledger_wire.a $(BUILD)/libledger_cli
 
 # The .pc is written here, for the PREFIX of this install (build/'s is for make's own).
 install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_client.a $(BUILD)/libledger_client.so
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 755 $(BUILD)/ledger-mcp $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 sdk/c/ledger_client.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/$(SDK_SO) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf $(SDK_SO) $(DESTDIR)$(PREFIX)/lib/$(SDK_SONAME)
-	ln -sf $(SDK_SONAME) $(DESTDIR)$(PREFIX)/lib/libledger_client.so
-	$(call write_pc,$(PREFIX),$${prefix}/include,$${prefix}/lib) \
-		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ledger_client.pc
+	install -m 644 $(BUILD)/libledger_client.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/$(SDK_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SDK_SO) $(DESTDIR)$(LIBDIR)/$(SDK_SONAME)
+	ln -sf $(SDK_SONAME) $(DESTDIR)$(LIBDIR)/libledger_client.so
+	$(call write_pc,$(PREFIX),$${prefix}/include,$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))) \
+		> $(DESTDIR)$(LIBDIR)/pkgconfig/ledger_client.pc
 
 # make install [PREFIX=/usr/local] [DESTDIR=...] [SYSCONFDIR=/etc]: the four programs, the C
 # library (install-sdk), the systemd units of ledgerd and ledger-gateway written for this
@@ -242,6 +245,31 @@ dist:
 		-o $(BUILD)/ledgerd-$(VERSION).tar.gz HEAD
 	cd $(BUILD) && sha256sum ledgerd-$(VERSION).tar.gz > ledgerd-$(VERSION).tar.gz.sha256
 	@echo "$(BUILD)/ledgerd-$(VERSION).tar.gz: $$(du -h $(BUILD)/ledgerd-$(VERSION).tar.gz | cut -f1)"
+
+# make deb: Debian 12's packages of the commit, from its `make dist` tarball (so
+# from what is committed alone) and its packaging/debian/: ledgerd (with
+# ledgerctl), ledger-gateway, ledger-mcp, libledger-client1 and
+# libledger-client-dev, in build/deb/. debian/changelog is written here from
+# VERSION, so the two never disagree. lintian checks them; an error fails
+# the build, warnings are listed (build/deb/lintian.txt).
+DEB_DIR := build/deb
+DEB_SRC := $(DEB_DIR)/ledgerd-$(VERSION)
+deb: dist
+	@scripts/deps.sh deb
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)
+	tar -xzf $(BUILD)/ledgerd-$(VERSION).tar.gz -C $(DEB_DIR)
+	cp -r $(DEB_SRC)/packaging/debian $(DEB_SRC)/debian
+	{ printf 'ledgerd (%s) bookworm; urgency=medium\n\n' '$(VERSION)'; \
+	  printf '  * Built from commit %s; CHANGELOG.md says what changed.\n\n' "$$(git rev-parse --short HEAD)"; \
+	  printf ' -- %s  %s\n' "$$(sed -n 's/^Maintainer: //p' packaging/debian/control)" \
+		"$$(git log -1 --format=%cD HEAD)"; } > $(DEB_SRC)/debian/changelog
+	cd $(DEB_SRC) && dpkg-buildpackage -b -us -uc -J$(BUILD_JOBS) > ../build.log 2>&1 || \
+		{ tail -n 40 ../build.log; exit 1; }
+	rm -rf $(DEB_SRC)
+	lintian --fail-on error --tag-display-limit 0 $(DEB_DIR)/*.deb > $(DEB_DIR)/lintian.txt 2>&1; \
+		status=$$?; cat $(DEB_DIR)/lintian.txt; exit $$status
+	@for d in $(DEB_DIR)/*.deb; do \
+		echo "$$d: $$(dpkg-deb -f $$d Version), $$(du -h $$d | cut -f1)"; done
 
 # The failover rows are data the tests read; they must be what their generator writes.
 unit: $(UNIT_BIN)

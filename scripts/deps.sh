@@ -39,6 +39,8 @@ RUNTIME_PKGS="libpq5 libssl3 libyaml-0-2 libcurl4 libjansson4 curl ca-certificat
 # runc runs its containers, debootstrap makes the Debian base image (its
 # archive keyring checks what it fetches), catatonit is podman's --init.
 IMAGE_PKGS="podman runc debootstrap debian-archive-keyring catatonit curl"
+# make deb: debhelper builds the Debian packages, lintian checks them.
+DEB_PKGS="debhelper dpkg-dev lintian"
 
 want="$BUILD_PKGS $RUN_PKGS"
 case "${1:-run}" in
@@ -52,7 +54,8 @@ case "${1:-run}" in
 	runtime) want="$RUNTIME_PKGS" ;;
 	patroni) want="$RUN_PKGS $HA_PKGS" ;;
 	image) want="$RUN_PKGS $IMAGE_PKGS" ;;
-	*) echo "usage: $0 [build|run|demo|test|fuzz|dev|bench|runtime|patroni|image]" >&2; exit 2 ;;
+	deb) want="$BUILD_PKGS $DEB_PKGS" ;;
+	*) echo "usage: $0 [build|run|demo|test|fuzz|dev|bench|runtime|patroni|image|deb]" >&2; exit 2 ;;
 esac
 
 # The tests check /metrics with promtool, fetched (not installed) on first use.

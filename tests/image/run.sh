@@ -31,6 +31,9 @@ run_id=$$
 image=localhost/ledgerd-image-test:$run_id
 ledgerd_ctr=ledgerd-image-test-$run_id
 gateway_ctr=ledgerd-image-test-gateway-$run_id
+deb_ctr=ledgerd-image-test-deb-$run_id
+# The Debian packages make deb builds, each installed and purged again.
+deb_packages="ledgerd ledger-gateway ledger-mcp libledger-client1 libledger-client-dev"
 pgbin=/usr/lib/postgresql/15/bin
 
 step_no=0
@@ -306,6 +309,13 @@ ledgerd_once() {
 		>"$out" 2>"$out.err"
 }
 
+# A command in the container the .debs are installed in; its output in $1.
+in_deb() {
+	local out=$1
+	shift
+	podman exec -e LEDGER_DATABASE_URL="$deb_url" "$deb_ctr" "$@" >"$out" 2>"$out.err"
+}
+
 # curl against the served ledgerd: the status in $status, the headers in
 # $work/headers, the body in $body.
 http() {
@@ -555,3 +565,88 @@ step "podman stop ledgerd (SIGTERM)"
 stop_within_10s "$ledgerd_ctr"
 grep -q '"SIGTERM: draining' "$work/$ledgerd_ctr.log" || fail "ledgerd did not log its SIGTERM drain"
 ok "drained and stopped in $stop_ms ms, exit status 0"
+
+step "make deb: Debian 12's packages of the commit, checked by lintian"
+if ! long "$work/deb.log" make -C "$root" --no-print-directory deb; then
+	show_log "$work/deb.log" 40
+	fail "make deb failed (the whole log: build/image/work/deb.log)"
+fi
+arch=$(dpkg --print-architecture)
+for p in $deb_packages; do
+	[ -f "$root/build/deb/${p}_${want}_$arch.deb" ] || fail "make deb made no $p package of version $want"
+done
+ok "$(find "$root/build/deb" -maxdepth 1 -name '*.deb' | wc -l) packages, lintian: $(grep -c '^W: ' "$root/build/deb/lintian.txt" || true) warnings, no errors"
+
+step "apt-get install ./*.deb in a fresh container of the base image"
+# The base alone: the packages bring their dependencies through apt-get,
+# from the same mirror the image's build uses (and its kept downloads).
+podman run -d --name "$deb_ctr" --network host -v "$root/build/deb:/debs:ro" \
+	-v "$state/apt:/var/cache/apt/archives" "$base_image" sleep infinity >/dev/null 2>"$work/deb-run.err" ||
+	{ show_log "$work/deb-run.err"; fail "podman run $base_image failed"; }
+if ! long "$work/deb-install.log" podman exec -e DEBIAN_FRONTEND=noninteractive "$deb_ctr" \
+	sh -c 'cd /debs && apt-get update -q && apt-get install -y -q ./*.deb'; then
+	show_log "$work/deb-install.log"
+	fail "apt-get install of the packages failed"
+fi
+podman exec "$deb_ctr" sh -c 'ldconfig -p | grep -q "libledger_client.so.1 "' ||
+	fail "the loader does not find libledger_client.so.1"
+# Installed, never enabled: ledgerd.env names no database of the operator's yet.
+if podman exec "$deb_ctr" sh -c 'ls /etc/systemd/system/*.wants/ledger* 2>/dev/null' | grep -q .; then
+	fail "installing the packages enabled a unit"
+fi
+ok "the loader finds libledger_client.so.1; no unit enabled"
+
+step "the installed ledgerd: --version, migrate and token create in a database of its own"
+PGPASSWORD=$(cat "$pgdir/password") runuser -u postgres -- \
+	"$pgbin/createdb" -h 127.0.0.1 -p "$pg_port" -U ledger ledger_deb || fail "createdb ledger_deb failed"
+deb_url="postgresql://ledger:$(cat "$pgdir/password")@127.0.0.1:$pg_port/ledger_deb"
+in_deb "$work/deb-version.out" ledgerd --version || { show_log "$work/deb-version.out.err"; fail "ledgerd --version failed"; }
+case $(cat "$work/deb-version.out") in
+"ledgerd $want "*) ;;
+*) fail "the package's ledgerd --version said $(cat "$work/deb-version.out"), VERSION says $want" ;;
+esac
+in_deb "$work/deb-migrate.out" ledgerd migrate || { show_log "$work/deb-migrate.out.err"; fail "ledgerd migrate failed"; }
+in_deb "$work/deb-agent.token" ledgerd token create --tenant deb-test --role agent ||
+	{ show_log "$work/deb-agent.token.err"; fail "ledgerd token create failed"; }
+agent_token=$(cat "$work/deb-agent.token")
+[ -n "$agent_token" ] || fail "token create printed no token"
+ok "$want, migrated, an agent token"
+
+step "the installed ledgerd serves: a claim, its completion, and a replay"
+ledgerd_port=$(free_port)
+podman exec -d -e LEDGER_DATABASE_URL="$deb_url" -e LEDGER_LISTEN="127.0.0.1:$ledgerd_port" "$deb_ctr" \
+	sh -c 'echo $$ >/run/ledgerd.pid; exec ledgerd serve >/run/ledgerd.log 2>&1' >/dev/null ||
+	fail "podman exec ledgerd serve failed"
+if ! wait_200 "http://127.0.0.1:$ledgerd_port/readyz" 30; then
+	podman exec "$deb_ctr" cat /run/ledgerd.log >"$work/deb-serve.log" 2>&1 || true
+	show_log "$work/deb-serve.log"
+	fail "the installed ledgerd did not become ready on 127.0.0.1:$ledgerd_port within 30 s"
+fi
+call=/v1/requests/req-deb-$run_id/tool-calls/call_01
+http POST "$call/claim" '{"claim_id":"0a1b2c3d4e5f60718293a4b5c6d7e8f9","tool":"send_email","args":{"to":"ana@example.com"}}'
+expect_status 201 "claim"
+fencing=$(printf '%s' "$body" | sed -n 's/.*"fencing_token":\([0-9][0-9]*\).*/\1/p')
+[ -n "$fencing" ] || fail "claim: no fencing_token in $body"
+http POST "$call/complete" "{\"fencing_token\":$fencing,\"outcome\":\"succeeded\",\"result\":{\"message_id\":\"m-830\"}}"
+expect_status 200 "complete"
+http POST "$call/claim" '{"claim_id":"9f8e7d6c5b4a39281706f5e4d3c2b1a0","tool":"send_email","args":{"to":"ana@example.com"}}'
+expect_status 200 "replayed claim"
+[ "$(header Idempotent-Replayed)" = true ] || fail "replayed claim: no Idempotent-Replayed: true header"
+expect_body '"message_id":"m-830"' "replayed claim"
+podman exec "$deb_ctr" sh -c 'pid=$(cat /run/ledgerd.pid); kill -TERM "$pid";
+	i=0; while kill -0 "$pid" 2>/dev/null; do i=$((i + 1)); [ "$i" -lt 100 ] || exit 1; sleep 0.1; done' ||
+	fail "the installed ledgerd did not stop within 10 s of SIGTERM"
+ok "201 claimed, 200 completed, 200 replayed; stopped by SIGTERM"
+
+step "apt-get remove --purge: the packages leave nothing behind"
+# shellcheck disable=SC2086 # one word a package
+if ! long "$work/deb-purge.log" podman exec -e DEBIAN_FRONTEND=noninteractive "$deb_ctr" \
+	apt-get remove --purge -y -q $deb_packages; then
+	show_log "$work/deb-purge.log"
+	fail "apt-get remove --purge failed"
+fi
+remains=$(podman exec "$deb_ctr" sh -c 'ls -d /usr/bin/ledger* /etc/ledgerd /lib/systemd/system/ledger* \
+	/usr/lib/*/libledger_client* /usr/include/ledger_client.h 2>/dev/null' || true)
+[ -z "$remains" ] || fail "left after the purge: $remains"
+podman rm -f -t 0 "$deb_ctr" >/dev/null 2>&1 || fail "podman rm $deb_ctr failed"
+ok "programs, library, units and /etc/ledgerd gone"
