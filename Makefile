@@ -56,6 +56,7 @@ UNITDIR    ?= $(PREFIX)/lib/systemd/system
 # (/usr/lib/x86_64-linux-gnu), the .pc file then says it.
 LIBDIR     ?= $(PREFIX)/lib
 DOCDIR     ?= $(PREFIX)/share/doc/ledgerd
+MANDIR     ?= $(PREFIX)/share/man
 
 LEDGER_OBJ := $(LEDGER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 API_OBJ    := $(API_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/ui_files.o
@@ -218,7 +219,7 @@ install-sdk: $(BUILD)/ledger-gateway $(BUILD)/ledger-mcp $(BUILD)/libledger_clie
 # make install [PREFIX=/usr/local] [DESTDIR=...] [SYSCONFDIR=/etc]: the four programs, the C
 # library (install-sdk), the systemd units of ledgerd and ledger-gateway written for this
 # prefix, their settings files (never over ones already there: they are the operator's),
-# and the operator's docs. docs/operations.md, "Running as a service", says what next.
+# the operator's docs and the four programs' man pages. docs/operations.md, "Running as a service", says what next.
 install: install-sdk $(BUILD)/ledgerd $(BUILD)/ledgerctl
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/ledgerd
@@ -236,6 +237,9 @@ install: install-sdk $(BUILD)/ledgerd $(BUILD)/ledgerctl
 	done
 	install -m 644 LICENSE CHANGELOG.md docs/operations.md docs/api.md $(DESTDIR)$(DOCDIR)/
 	install -m 644 sdk/programs/ledger-gateway/README.md $(DESTDIR)$(DOCDIR)/ledger-gateway.md
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	install -m 644 packaging/man/ledger-mcp.1 packaging/man/ledgerctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 packaging/man/ledgerd.8 packaging/man/ledger-gateway.8 $(DESTDIR)$(MANDIR)/man8/
 
 # make dist: the source of the commit checked out (git archive: what is committed, nothing
 # else), as build/ledgerd-VERSION.tar.gz with its SHA-256 beside it; it builds with make.

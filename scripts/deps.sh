@@ -21,6 +21,8 @@ HA_PKGS="patroni python3-etcd etcd-server"
 # python3-yaml: tests/ops reads the alert rules and their tests.
 # pgbouncer: tests/ops runs ledgerd behind it, an instance of its own per test.
 # jq: docs/operations.md scripts the token listing with it, and tests/docs runs that.
+# groff-base, man-db: tests/integration/test_install.py renders the man pages with
+# every warning on (groff -ww, man --warnings), as lintian does.
 FUZZ_PKGS="clang libclang-rt-14-dev"
 # tests/sdk/js/test_js_node18.py runs the TypeScript client on Debian's own
 # Node 18 (downloaded and unpacked by tests/sdk/js/node18.py, not installed,
@@ -28,7 +30,7 @@ FUZZ_PKGS="clang libclang-rt-14-dev"
 # cjs-module-lexer from /usr/share/nodejs, and links the shared libraries
 # below; all leave the installed node alone.
 NODE18_PKGS="node-undici node-acorn node-cjs-module-lexer libuv1 libc-ares2 libbrotli1 libicu72 libnghttp2-14"
-TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS $NODE18_PKGS"
+TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq groff-base man-db curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS $NODE18_PKGS"
 DEV_PKGS="cppcheck clang-format"
 BENCH_PKGS="wrk gnuplot-nox nodejs"
 # What the built programs need at run time and nothing to build them: the

@@ -2,7 +2,8 @@
 
 A package builder runs `make install PREFIX=/usr DESTDIR=<staging>`: every
 file lands under the staging directory, while what the files say (the
-units' paths, the pkg-config prefix) is the final one. An operator runs it
+units' paths, the pkg-config prefix) is the final one; the four man pages
+land in share/man/man1 and man8, and render without a warning. An operator runs it
 with a real prefix: then systemd itself checks the units, and their
 sandboxing is scored. The settings files are the operator's: an install
 never writes over them."""
@@ -19,6 +20,7 @@ from conftest import ROOT
 
 VERSION = (ROOT / "VERSION").read_text().strip()
 PROGRAMS = ["ledgerd", "ledger-gateway", "ledger-mcp", "ledgerctl"]
+MAN_PAGES = {"ledgerd": 8, "ledger-gateway": 8, "ledger-mcp": 1, "ledgerctl": 1}
 
 
 def make_install(*args):
@@ -52,6 +54,52 @@ def test_a_staged_install_holds_everything_and_names_the_final_prefix(tmp_path):
     docs = usr / "share/doc/ledgerd"
     assert sorted(p.name for p in docs.iterdir()) == sorted(
         ["LICENSE", "CHANGELOG.md", "operations.md", "api.md", "ledger-gateway.md"])
+    for program, section in MAN_PAGES.items():
+        page = usr / ("share/man/man%d/%s.%d" % (section, program, section))
+        assert stat.S_IMODE(page.stat().st_mode) == 0o644, page
+    for unit in ("ledgerd", "ledger-gateway"):
+        text = (usr / ("lib/systemd/system/%s.service" % unit)).read_text()
+        assert "Documentation=man:%s(8) " % unit in text, text
+
+
+@pytest.mark.parametrize("program", sorted(MAN_PAGES))
+def test_each_man_page_renders_without_a_warning(program):
+    """groff with every warning on, as lintian's check of man pages runs
+    it, and man-db's man (scripts/deps.sh installs both for the tests): a
+    page with a misused macro or a wrong escape says so on stderr. Each
+    names its program and its section in .TH and NAME."""
+    section = MAN_PAGES[program]
+    page = ROOT / "packaging/man" / ("%s.%d" % (program, section))
+    out = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    text = page.read_text()
+    th = re.search(r"^\.TH (\S+) (\d)", text, re.M)
+    assert th is not None and th.group(1).replace("\\-", "-") == program.upper(), th
+    assert int(th.group(2)) == section
+    assert re.search(r"^\.SH NAME\n%s \\- " % re.escape(program.replace("-", "\\-")),
+                     text, re.M), program
+    for heading in ("SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "SEE ALSO"):
+        assert "\n.SH %s\n" % heading in text, (program, heading)
+    out = subprocess.run(["man", "--warnings", "-l", str(page)], capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, MANWIDTH="80"))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert program in out.stdout
+
+
+def test_each_man_page_names_every_flag_of_its_help():
+    """The pages are written by hand: a flag added to a program's help and
+    not to its page fails here."""
+    helps = {"ledgerd": ["help"], "ledger-gateway": ["--help"], "ledger-mcp": ["help"],
+             "ledgerctl": ["--help"]}
+    for program, section in MAN_PAGES.items():
+        out = subprocess.run([str(ROOT / "build" / program), *helps[program]],
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        page = (ROOT / "packaging/man" / ("%s.%d" % (program, section))).read_text()
+        page = page.replace("\\-", "-")
+        for flag in sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", out.stdout))):
+            assert flag in page, (program, flag)
 
 
 def test_an_install_never_writes_over_the_operators_settings(tmp_path):
