@@ -560,13 +560,14 @@ def test_the_fewest_in_flight_wins_ties_round_robin(setup):
     slow.start()
     assert wait_until(lambda: sum(r["in_flight"] for r in readiness(gw)[1]["replicas"]) == 1, 5)
     busy = next(r["name"] for r in readiness(gw)[1]["replicas"] if r["in_flight"] == 1)
-    a.control(chunk_delay_ms=0)
-    b.control(chunk_delay_ms=0)
-    # While one is busy, every request goes to the other.
+    idle, busy_engine = (b, a) if busy == "a" else (a, b)
+    # The busy one stays slow (its stream lasts 2.4 s) while the other answers at once:
+    # while one is busy, every request goes to the other.
+    idle.control(chunk_delay_ms=0)
     for _ in range(3):
         assert chat(gw)[0] == 200
+    busy_engine.control(chunk_delay_ms=0)
     slow.join(30)
-    idle = b if busy == "a" else a
     assert len(idle.requests()) == 3
     # Idle again: ties alternate.
     before = (len(a.requests()), len(b.requests()))
