@@ -271,7 +271,12 @@ int64_t wire_conn_behind_ms(const struct wire_conn *c, int64_t now)
 	return c->behind_ms + (c->behind_since_ms != 0 ? now - c->behind_since_ms : 0);
 }
 
-void wire_conn_out_set(struct wire_conn *c, char *out, size_t len)
+/*
+ * The connection's output becomes @p out, @p len bytes (owned; may be
+ * NULL), the old one freed. Never while behind: between replies, or a
+ * stream's output written whole.
+ */
+static void out_set(struct wire_conn *c, char *out, size_t len)
 {
 	caught_up(c);
 	free(c->out);
@@ -415,7 +420,7 @@ static bool compose(struct wire_conn *c, unsigned status, const char *headers, c
 		return false;
 	}
 	memcpy(out + n, body, len);
-	wire_conn_out_set(c, out, n + len);
+	out_set(c, out, n + len);
 	return true;
 }
 
@@ -701,7 +706,7 @@ static void begin_call(struct wire_conn *c, size_t start, size_t end)
 /* The reply is out: the next request, or the end. */
 static void written(struct wire_conn *c)
 {
-	wire_conn_out_set(c, NULL, 0);
+	out_set(c, NULL, 0);
 	c->behind_ms = 0; /* the next reply's time behind counts from its own first byte */
 	wire_conn_end_call(c, true);
 	if (c->close_after || atomic_load(&c->net->draining)) {
@@ -834,11 +839,14 @@ static bool step_write(struct wire_conn *c)
 static bool step_stream(struct wire_conn *c)
 {
 	bool close_after = false;
+	char *more;
+	size_t len;
 
 	if (write_out(c, EPOLLRDHUP) != OUT_DRAINED)
 		return false;
-	switch (wire_stream_pull(c, &close_after)) {
+	switch (wire_stream_pull(c, &close_after, &more, &len)) {
 	case WIRE_STREAM_MORE:
+		out_set(c, more, len);
 		return true;
 	case WIRE_STREAM_WAIT:
 		set_events(c, EPOLLRDHUP);

@@ -170,7 +170,7 @@ struct wire_conn *wire_wake_take(struct loop *l);
 
 /* What a stream's pipe holds for the polling thread (api/wire/stream.c). */
 enum wire_stream_pull {
-	WIRE_STREAM_MORE, /* bytes were moved into the connection's output */
+	WIRE_STREAM_MORE, /* bytes for the connection's output (owned by the caller) */
 	WIRE_STREAM_WAIT, /* nothing yet: the thread kicks when there is */
 	WIRE_STREAM_DONE, /* the reply ended whole and the thread let go */
 	WIRE_STREAM_CUT,  /* the reply ended cut short, or could not be kept */
@@ -178,8 +178,10 @@ enum wire_stream_pull {
 
 struct wire_pipe;
 
-/* On the polling thread, its output written: takes what the thread queued. */
-enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after);
+/* On the polling thread, its output written: takes what the thread queued (MORE: in
+ * @p out, @p len bytes, for the connection's output). */
+enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after, char **out,
+				       size_t *len);
 
 /* The client is gone: the thread's next write says so, and a waiting one wakes. */
 void wire_stream_lost(struct wire_pipe *p);
@@ -217,13 +219,6 @@ void wire_conn_abort(struct wire_conn *c);
 
 /* Answers a refusal on the wire in the JSON envelope, then closes. */
 void wire_conn_refuse(struct wire_conn *c, const struct wire_http_error *err);
-
-/*
- * The connection's output becomes @p out, @p len bytes (owned; may be
- * NULL), the old one freed. Never while behind: between replies, or a
- * stream's output written whole.
- */
-void wire_conn_out_set(struct wire_conn *c, char *out, size_t len);
 
 /* How long the connection has been behind in its current reply, at @p now. */
 int64_t wire_conn_behind_ms(const struct wire_conn *c, int64_t now);

@@ -221,20 +221,20 @@ void wire_stream_end(struct wire_conn *c, bool complete)
 
 /* --- the polling thread's side (api/wire/net_int.h) --- */
 
-enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after)
+enum wire_stream_pull wire_stream_pull(struct wire_conn *c, bool *close_after, char **out,
+				       size_t *len)
 {
 	struct wire_pipe *p = c->pipe;
 	enum wire_stream_pull r = WIRE_STREAM_WAIT;
 
+	*out = NULL;
+	*len = 0;
 	pthread_mutex_lock(&p->lock);
 	p->kicked = false;
 	if (p->out.len > 0) {
-		size_t len = 0;
-		char *out = ledger_buf_steal(&p->out, &len);
-
-		wire_conn_out_set(c, out, len);
+		*out = ledger_buf_steal(&p->out, len);
 		pthread_cond_broadcast(&p->room);
-		r = c->out != NULL ? WIRE_STREAM_MORE : WIRE_STREAM_CUT;
+		r = *out != NULL ? WIRE_STREAM_MORE : WIRE_STREAM_CUT;
 	} else if (p->ended && !c->held) {
 		r = p->complete ? WIRE_STREAM_DONE : WIRE_STREAM_CUT;
 	}
