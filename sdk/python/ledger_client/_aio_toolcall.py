@@ -19,10 +19,9 @@ from ._aio_heartbeat import AsyncHeartbeat
 from ._aio_http import AsyncTransport
 from ._http import Answer, Backoff, json_body
 from .errors import InProgress, LedgerError
-from .toolcall import (IN_PROGRESS_POLL_CAP_S, _dump_json, TOO_LARGE_A_BODY, ToolCallResult, claim_body,
-                       check_max_result_bytes, completion_digest, completion_whole,
-                       executed_result, failure_record, in_progress_delay, read_claim,
-                       renew_body, tool_call_path)
+from .toolcall import (IN_PROGRESS_POLL_CAP_S, TOO_LARGE_A_BODY, ToolCallBase, ToolCallResult,
+                       _dump_json, completion_digest, completion_whole, executed_result,
+                       failure_record, in_progress_delay, read_claim, renew_body)
 
 __all__ = ["AsyncToolCall", "AsyncToolFunction"]
 
@@ -33,25 +32,13 @@ AsyncToolFunction = Callable[[str, int], Awaitable[Any] | Any]
 (or a plain one) whose result is a JSON value."""
 
 
-class AsyncToolCall:
+class AsyncToolCall(ToolCallBase):
     """One invocation of a tool under its idempotency key: claim, run, record.
 
     :meth:`AsyncLedger.tool_call` makes one per call; it is not reused.
     """
 
-    def __init__(self, transport: AsyncTransport, request_id: str, tool_call_id: str, *,
-                 args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
-                 lease_ms: int | None, tool_dedupes: bool, store_args: bool,
-                 retry_s: float, complete_retry_s: float, max_result_bytes: int) -> None:
-        self._transport = transport
-        self._path = tool_call_path(request_id, tool_call_id)
-        self._lease_ms = lease_ms
-        self._retry_s = retry_s
-        self._complete_retry_s = complete_retry_s
-        self._max_result_bytes = check_max_result_bytes(max_result_bytes)
-        self._claim_body = claim_body(args=args, tool=tool, attempt_id=attempt_id, owner=owner,
-                                      lease_ms=lease_ms, tool_dedupes=tool_dedupes,
-                                      store_args=store_args)
+    _transport: AsyncTransport
 
     async def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
         return await self._transport.call("POST", self._path + action, body, retry_s=retry_s)

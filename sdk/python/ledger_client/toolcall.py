@@ -293,13 +293,12 @@ def executed_result(key: str, token: int, result_json: str, answer: Answer | Non
                           recorded=error is None, completion_error=error, result_kept=kept)
 
 
-class ToolCall:
-    """One invocation of a tool under its idempotency key: claim, run, record.
+class ToolCallBase:
+    """What a tool call holds from its start, the same for the blocking
+    :class:`ToolCall` and the asyncio one (``ledger_client._aio_toolcall``):
+    the transport, the key's path, the bounds and the claim's body."""
 
-    :meth:`Ledger.tool_call` makes one per call; it is not reused.
-    """
-
-    def __init__(self, transport: Transport, request_id: str, tool_call_id: str, *,
+    def __init__(self, transport: Any, request_id: str, tool_call_id: str, *,
                  args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
                  lease_ms: int | None, tool_dedupes: bool, store_args: bool,
                  retry_s: float, complete_retry_s: float, max_result_bytes: int) -> None:
@@ -312,6 +311,15 @@ class ToolCall:
         self._claim_body = claim_body(args=args, tool=tool, attempt_id=attempt_id, owner=owner,
                                       lease_ms=lease_ms, tool_dedupes=tool_dedupes,
                                       store_args=store_args)
+
+
+class ToolCall(ToolCallBase):
+    """One invocation of a tool under its idempotency key: claim, run, record.
+
+    :meth:`Ledger.tool_call` makes one per call; it is not reused.
+    """
+
+    _transport: Transport
 
     def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
         return self._transport.call("POST", self._path + action, body, retry_s=retry_s)

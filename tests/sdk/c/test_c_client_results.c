@@ -22,7 +22,8 @@
 #include "ledger_client.h"
 #include "tests/sdk/c/test_c_client.h"
 
-/* A JSON object of exactly @p len bytes: {"text":"xxx...x"}; free with free(). */
+/* A JSON object of exactly @p len bytes, {"text":"..."} with the string made of 'x'
+ * as long as it must be; free with free(). */
 static char *result_of(size_t len)
 {
 	static const char head[] = "{\"text\":\"", tail[] = "\"}";
