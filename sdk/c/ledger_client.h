@@ -191,6 +191,11 @@ struct ledger_call {
 	uint32_t lease_ms;              /* how long a claim is held between renewals; 0: 30000 */
 	bool tool_dedupes;              /* the tool itself honours the idempotency key */
 	uint32_t wait_ms;               /* how long to wait while another holder runs it; 0: not */
+	/* Fields are only ever added here, at the end. */
+	const char *traceparent; /* the W3C trace context the call runs in, or NULL (a new trace
+				    when tracing is on): the call's execute_tool span is its
+				    child, and ledgerd's spans that span's (docs/tracing.md) */
+	const char *tracestate;  /* that context's tracestate, or NULL */
 };
 
 /* What the tool reports. */
@@ -345,6 +350,10 @@ struct ledger_attempt_spec {
 	const char *identity;       /* the replica's identity, a JSON object's text, or NULL */
 	const char *input_sha256;   /* 64 hex of the request's input, fixed by its first
 	                               attempt (another later: request_mismatch), or NULL */
+	/* Fields are only ever added here, at the end. */
+	const char *traceparent; /* the W3C trace context of the attempt, or NULL: every call
+				    to ledgerd on the attempt's handle carries it */
+	const char *tracestate;  /* that context's tracestate, or NULL */
 };
 
 /**
