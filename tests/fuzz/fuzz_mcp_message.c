@@ -67,7 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(!out.oom);
 			CHECK(mcp_message_parse(out.data, out.len, &check) == LEDGER_OK);
 			CHECK(mcp_message_tool_call(&check, &again));
-			CHECK(again.traceparent != NULL && strcmp(again.traceparent, TRACEPARENT) == 0);
+			CHECK(again.traceparent != NULL &&
+			      strcmp(again.traceparent, TRACEPARENT) == 0);
 			CHECK(k ? again.tracestate != NULL && strcmp(again.tracestate, "a=1") == 0
 				: again.tracestate == NULL);
 			mcp_message_free(&check);

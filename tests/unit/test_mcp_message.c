@@ -314,8 +314,9 @@ static void test_mcp_message_tools_list_hints(void **state)
 static void test_mcp_message_with_trace_changes_only_the_context(void **state)
 {
 #define TP "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-#define CALL(meta) "{\"jsonrpc\":\"2.0\", \"id\":7,\"method\":\"tools/call\",\"params\":" \
-		   "{\"name\":\"t\",\"_meta\":" meta ",\"arguments\":{\"a\":[1, 2]}}} "
+#define CALL(meta)                                                                                 \
+	"{\"jsonrpc\":\"2.0\", \"id\":7,\"method\":\"tools/call\",\"params\":"                     \
+	"{\"name\":\"t\",\"_meta\":" meta ",\"arguments\":{\"a\":[1, 2]}}} "
 	static const struct {
 		const char *in;
 		const char *tracestate; /* NULL: removed */
@@ -364,7 +365,8 @@ static void test_mcp_message_with_trace_changes_only_the_context(void **state)
 
 			assert_true(done);
 			assert_false(out.oom);
-			if (out.len != strlen(rows[i].out) || memcmp(out.data, rows[i].out, out.len))
+			if (out.len != strlen(rows[i].out) ||
+			    memcmp(out.data, rows[i].out, out.len))
 				fail_msg("row %zu: got %.*s\nwant %s", i, (int)out.len, out.data,
 					 rows[i].out);
 			/* Still one valid message, read as the same call with the new context. */

@@ -98,7 +98,8 @@ bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *ou
  * @return false (nothing written) when @p m has no params._meta object
  */
 bool mcp_message_with_trace(const struct mcp_message *m, const char *text, size_t len,
-			    const char *traceparent, const char *tracestate, struct ledger_buf *out);
+			    const char *traceparent, const char *tracestate,
+			    struct ledger_buf *out);
 
 /** Whether the batch @p m holds a "tools/call" request. */
 bool mcp_message_batch_has_tool_call(const struct mcp_message *m);
