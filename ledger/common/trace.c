@@ -194,6 +194,9 @@ void ledger_trace_random_id(uint8_t *out, size_t n)
 #define MAX_RETRIES 5
 #define FIRST_BACKOFF_MS 100
 
+/* Held through the whole of an init or a shutdown (a shutdown's join
+ * included), so an init never rereads the settings a sender still uses. */
+static pthread_mutex_t life = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake;       /* the sender: spans queued, or stop; on CLOCK_MONOTONIC */
 static bool wake_ready;           /* wake initialised (once) */
@@ -315,14 +318,16 @@ static bool export_batch(CURL *curl, struct curl_slist *headers, struct ledger_s
 		}
 		if (r == POST_FAIL || attempt == MAX_RETRIES)
 			break;
-		/* Exponential backoff with jitter, within the deadline; shutdown
-		 * wakes the wait and may bring the deadline closer. */
+		/* Exponential backoff with jitter, ending before the deadline
+		 * (shutdown's may be closer: it is read again before each try). */
 		backoff = (uint64_t)FIRST_BACKOFF_MS << attempt;
 		backoff = backoff / 2 + (uint64_t)rand_r(&(unsigned){(unsigned)now}) % (backoff / 2 + 1);
 		if (mono_ms() + backoff >= deadline)
 			break;
 		pthread_mutex_lock(&mu);
-		wait_until(mono_ms() + backoff);
+		backoff += mono_ms();
+		while (mono_ms() < backoff)
+			wait_until(backoff);
 		pthread_mutex_unlock(&mu);
 	}
 	ledger_buf_free(&body);
@@ -359,14 +364,16 @@ static void *sender_main(void *arg)
 	pthread_mutex_lock(&mu);
 	next = mono_ms() + (uint64_t)cfg.delay_ms;
 	for (;;) {
-		while (!stopping && q_len < cfg.batch_size && mono_ms() < next)
-			wait_until(next);
 		if (q_len == 0) {
 			if (stopping)
 				break;
+			/* Idle: asleep until a span is queued; the delay runs from there. */
+			pthread_cond_wait(&wake, &mu);
 			next = mono_ms() + (uint64_t)cfg.delay_ms;
 			continue;
 		}
+		while (!stopping && q_len < cfg.batch_size && mono_ms() < next)
+			wait_until(next);
 		n = 0;
 		while (q_head && n < cfg.batch_size) {
 			batch[n] = q_head;
@@ -400,6 +407,7 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 {
 	pthread_condattr_t attr;
 
+	pthread_mutex_lock(&life);
 	pthread_mutex_lock(&mu);
 	if (refs++ > 0)
 		goto out;
@@ -436,15 +444,18 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 		 (int)cfg.sampler, cfg.queue_size, cfg.batch_size, cfg.delay_ms);
 out:
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&life);
 }
 
 void ledger_trace_shutdown(void)
 {
 	bool join;
 
+	pthread_mutex_lock(&life);
 	pthread_mutex_lock(&mu);
 	if (refs == 0 || --refs > 0) {
 		pthread_mutex_unlock(&mu);
+		pthread_mutex_unlock(&life);
 		return;
 	}
 	/* Spans that end from here on are not recorded; the queue drains for
@@ -474,6 +485,7 @@ void ledger_trace_shutdown(void)
 	sender_running = false;
 	ledger_trace_config_free(&cfg);
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&life);
 }
 
 bool ledger_trace_enabled(void)
@@ -525,7 +537,9 @@ void ledger_trace_submit(struct ledger_span *s)
 	else
 		q_head = s;
 	q_tail = s;
-	wake_sender = ++q_len == cfg.batch_size;
+	/* The first span wakes an idle sender, a full batch a waiting one. */
+	++q_len;
+	wake_sender = q_len == 1 || q_len == cfg.batch_size;
 	if (wake_sender)
 		pthread_cond_signal(&wake);
 	pthread_mutex_unlock(&mu);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -865,6 +866,60 @@ static void test_trace_unsampled_spans_are_never_queued(void **state)
 	clear_env(NULL);
 }
 
+/* Threads ending spans at once while the sender drains: every span is
+ * counted once, whatever interleaving (run under -fsanitize=thread too). */
+#define RACE_THREADS 4
+#define RACE_SPANS 500
+
+static void *race_worker(void *arg)
+{
+	struct ledger_trace_ctx parent, ctx;
+	int i;
+
+	(void)arg;
+	ledger_trace_ctx_parse(&parent, "00-" TID "-" SID "-01", 55, NULL, 0);
+	for (i = 0; i < RACE_SPANS; i++) {
+		struct ledger_span *s = ledger_span_start("race", LEDGER_SPAN_SERVER,
+							  i % 2 ? &parent : NULL, 0);
+
+		ledger_span_set_int(s, "i", i);
+		ledger_span_context(s, &parent, &ctx);
+		ledger_span_end(s, 0);
+	}
+	return NULL;
+}
+
+static void test_trace_concurrent_ends_are_each_counted_once(void **state)
+{
+	pthread_t t[RACE_THREADS];
+	struct ledger_trace_stats st;
+	int i;
+
+	(void)state;
+	setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9", 1);
+	setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64", 1);
+	setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16", 1);
+	setenv("OTEL_BSP_SCHEDULE_DELAY", "0", 1);
+	setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200", 1);
+	ledger_trace_init("ledgerd", "1");
+	for (i = 0; i < RACE_THREADS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, race_worker, NULL), 0);
+	for (i = 0; i < RACE_THREADS; i++)
+		pthread_join(t[i], NULL);
+	ledger_trace_shutdown();
+	ledger_trace_stats(&st);
+	assert_int_equal(st.spans_dropped + st.spans_failed + st.spans_exported,
+			 RACE_THREADS * RACE_SPANS);
+	assert_true(st.spans_failed > 0);
+	/* Started again, the tracer counts afresh and stops again. */
+	ledger_trace_init("ledgerd", "1");
+	assert_true(ledger_trace_enabled());
+	ledger_trace_stats(&st);
+	assert_int_equal(st.spans_dropped + st.spans_failed, 0);
+	ledger_trace_shutdown();
+	clear_env(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -890,6 +945,7 @@ int main(void)
 		cmocka_unit_test_setup(test_trace_span_limits_and_context, clear_env),
 		cmocka_unit_test_setup(test_trace_full_queue_drops_and_counts, clear_env),
 		cmocka_unit_test_setup(test_trace_unsampled_spans_are_never_queued, clear_env),
+		cmocka_unit_test_setup(test_trace_concurrent_ends_are_each_counted_once, clear_env),
 	};
 
 	return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
