@@ -198,18 +198,18 @@ void ledger_trace_random_id(uint8_t *out, size_t n)
  * included), so an init never rereads the settings a sender still uses. */
 static pthread_mutex_t life = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake;       /* the sender: spans queued, or stop; on CLOCK_MONOTONIC */
-static bool wake_ready;           /* wake initialised (once) */
-static int refs;                  /* ledger_trace_init()s not yet shut down */
-static atomic_bool on;            /* spans are recorded */
+static pthread_cond_t wake; /* the sender: spans queued, or stop; on CLOCK_MONOTONIC */
+static bool wake_ready;     /* wake initialised (once) */
+static int refs;            /* ledger_trace_init()s not yet shut down */
+static atomic_bool on;      /* spans are recorded */
 /* The sampler, read by span starts without the lock; set before on. */
 static _Atomic enum ledger_trace_sampler sampler;
 static _Atomic double ratio;
 static struct ledger_trace_config cfg; /* while refs > 0; the sender reads it */
 static struct ledger_span *q_head, *q_tail;
 static size_t q_len;
-static bool stopping;              /* shutdown: drain, then end */
-static uint64_t stop_deadline_ms;  /* monotonic: past it, what is left fails */
+static bool stopping;             /* shutdown: drain, then end */
+static uint64_t stop_deadline_ms; /* monotonic: past it, what is left fails */
 static pthread_t sender;
 static bool sender_running;
 static atomic_uint_fast64_t n_exported, n_dropped, n_failed, n_exports_failed;
@@ -239,7 +239,11 @@ static size_t discard(void *ptr, size_t size, size_t nmemb, void *arg)
 	return size * nmemb;
 }
 
-enum post_result { POST_OK, POST_RETRY, POST_FAIL };
+enum post_result {
+	POST_OK,
+	POST_RETRY,
+	POST_FAIL
+};
 
 /* One POST of @p body; @p detail receives what went wrong. */
 static enum post_result post(CURL *curl, struct curl_slist *headers, const char *body, size_t len,
@@ -310,8 +314,8 @@ static bool export_batch(CURL *curl, struct curl_slist *headers, struct ledger_s
 				 " (export timeout)");
 			break;
 		}
-		r = post(curl, headers, body.data ? body.data : "", body.len, (long)(deadline - now),
-			 detail, sizeof(detail));
+		r = post(curl, headers, body.data ? body.data : "", body.len,
+			 (long)(deadline - now), detail, sizeof(detail));
 		if (r == POST_OK) {
 			ok = true;
 			break;
@@ -321,7 +325,8 @@ static bool export_batch(CURL *curl, struct curl_slist *headers, struct ledger_s
 		/* Exponential backoff with jitter, ending before the deadline
 		 * (shutdown's may be closer: it is read again before each try). */
 		backoff = (uint64_t)FIRST_BACKOFF_MS << attempt;
-		backoff = backoff / 2 + (uint64_t)rand_r(&(unsigned){(unsigned)now}) % (backoff / 2 + 1);
+		backoff = backoff / 2 +
+			  (uint64_t)rand_r(&(unsigned){(unsigned)now}) % (backoff / 2 + 1);
 		if (mono_ms() + backoff >= deadline)
 			break;
 		pthread_mutex_lock(&mu);
@@ -440,7 +445,8 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 	atomic_store(&ratio, cfg.ratio);
 	atomic_store(&on, true);
 	LOG_INFO("tracing: spans go to %s as %s (sampler %d, queue %zu, batch %zu, delay %ld ms)",
-		 cfg.endpoint, cfg.protocol == LEDGER_TRACE_PROTO_JSON ? "http/json" : "http/protobuf",
+		 cfg.endpoint,
+		 cfg.protocol == LEDGER_TRACE_PROTO_JSON ? "http/json" : "http/protobuf",
 		 (int)cfg.sampler, cfg.queue_size, cfg.batch_size, cfg.delay_ms);
 out:
 	pthread_mutex_unlock(&mu);

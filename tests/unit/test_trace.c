@@ -231,14 +231,16 @@ static void fixed_span(void)
 	fixed_attrs[2].v.d = 0.5;
 	fixed.attrs = fixed_attrs;
 	fixed.n_attrs = 3;
-	fixed_event_attrs[0] = (struct ledger_otlp_attr){.key = (char *)"b", .type = LEDGER_ATTR_BOOL};
+	fixed_event_attrs[0] =
+		(struct ledger_otlp_attr){.key = (char *)"b", .type = LEDGER_ATTR_BOOL};
 	fixed_event_attrs[0].v.b = true;
 	fixed_events[0] = (struct ledger_otlp_event){(char *)"e", 1500, fixed_event_attrs, 1, 0};
 	fixed.events = fixed_events;
 	fixed.n_events = 1;
 	fixed.status = LEDGER_SPAN_STATUS_ERROR;
 	fixed.status_message = (char *)"bad";
-	fixed_res[0] = (struct ledger_otlp_attr){.key = (char *)"service.name", .type = LEDGER_ATTR_STR};
+	fixed_res[0] =
+		(struct ledger_otlp_attr){.key = (char *)"service.name", .type = LEDGER_ATTR_STR};
 	fixed_res[0].v.s.p = (char *)"svc";
 	fixed_res[0].v.s.len = 3;
 }
@@ -246,6 +248,7 @@ static void fixed_span(void)
 static void test_trace_otlp_protobuf_bytes(void **state)
 {
 	/* ExportTraceServiceRequest, field by field (tag, length, value). */
+	/* clang-format off */
 	static const uint8_t want[] = {
 		0x0a, 0xc4, 0x01,             /* resource_spans (1), 196 bytes */
 		0x0a, 0x17,                   /*  resource (1) */
@@ -277,6 +280,7 @@ static void test_trace_otlp_protobuf_bytes(void **state)
 		0x7a, 0x07, 0x12, 0x03, 'b', 'a', 'd', 0x18, 0x02, /* status (15): message, code */
 		0x85, 0x01, 0x01, 0x00, 0x00, 0x00, /* flags (16), fixed32 */
 	};
+	/* clang-format on */
 	struct ledger_otlp_resource res = {fixed_res, 1, "ledgerd", "1.0"};
 	struct ledger_span *spans[1] = {&fixed};
 	struct ledger_buf out = LEDGER_BUF_INIT;
@@ -348,8 +352,14 @@ static void test_trace_utf8_dup(void **state)
 	free(s);
 	/* Invalid sequences become U+FFFD: a lone continuation, an overlong,
 	 * a surrogate, a truncated lead. */
-	s = ledger_otlp_utf8_dup("a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe2\x82", 12, 4096, &len);
-	assert_string_equal(s, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+	s = ledger_otlp_utf8_dup("a\x80"
+				 "b\xc0\xaf"
+				 "c\xed\xa0\x80"
+				 "d\xe2\x82",
+				 12, 4096, &len);
+	assert_string_equal(s, "a\xef\xbf\xbd"
+			       "b\xef\xbf\xbd\xef\xbf\xbd"
+			       "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
 			       "d\xef\xbf\xbd\xef\xbf\xbd");
 	free(s);
 	/* 4096 bytes at most, at a boundary of a 3-byte character. */
@@ -383,7 +393,8 @@ static void test_trace_sampler_table(void **state)
 	ledger_trace_ctx_parse(&sampled, "00-" TID "-" SID "-01", 55, NULL, 0);
 	ledger_trace_ctx_parse(&unsampled, "00-" TID "-" SID "-00", 55, NULL, 0);
 	for (i = 0; i < COUNT(rows); i++) {
-		assert_int_equal(ledger_trace_config_sample(rows[i].sampler, 1.0, NULL, id), rows[i].root);
+		assert_int_equal(ledger_trace_config_sample(rows[i].sampler, 1.0, NULL, id),
+				 rows[i].root);
 		assert_int_equal(ledger_trace_config_sample(rows[i].sampler, 1.0, &sampled, id),
 				 rows[i].parent_sampled);
 		assert_int_equal(ledger_trace_config_sample(rows[i].sampler, 1.0, &unsampled, id),
@@ -410,7 +421,8 @@ static void test_trace_sampler_ratio(void **state)
 	assert_true(ledger_trace_config_sample(LEDGER_TRACE_SAMPLER_RATIO, 1.0, NULL, high));
 	/* parentbased_traceidratio: the parent decides; a root by its id. */
 	ledger_trace_ctx_parse(&unsampled, "00-" TID "-" SID "-00", 55, NULL, 0);
-	assert_false(ledger_trace_config_sample(LEDGER_TRACE_SAMPLER_PARENT_RATIO, 1.0, &unsampled, low));
+	assert_false(ledger_trace_config_sample(LEDGER_TRACE_SAMPLER_PARENT_RATIO, 1.0, &unsampled,
+						low));
 	assert_true(ledger_trace_config_sample(LEDGER_TRACE_SAMPLER_PARENT_RATIO, 0.5, NULL, low));
 	/* Over random ids, about the ratio asked. */
 	for (i = 0; i < 10000; i++) {
@@ -427,13 +439,15 @@ static void test_trace_sampler_ratio(void **state)
 /* ---------------------------------------------------------------------- */
 
 static const char *const otel_vars[] = {
-	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
-	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_HEADERS",
-	"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT",
-	"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-	"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_BSP_MAX_QUEUE_SIZE",
-	"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY",
+	"OTEL_SDK_DISABLED",           "OTEL_TRACES_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_HEADERS",  "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+	"OTEL_EXPORTER_OTLP_TIMEOUT",  "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+	"OTEL_SERVICE_NAME",           "OTEL_RESOURCE_ATTRIBUTES",
+	"OTEL_TRACES_SAMPLER",         "OTEL_TRACES_SAMPLER_ARG",
+	"OTEL_BSP_MAX_QUEUE_SIZE",     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	"OTEL_BSP_SCHEDULE_DELAY",
 };
 
 static int clear_env(void **state)
@@ -541,9 +555,9 @@ static void test_trace_env_protocol_and_timeout(void **state)
 		const char *general, *traces;
 		long want;
 	} timeouts[] = {
-		{"2500", NULL, 2500},   {"abc", NULL, 10000}, {"-5", NULL, 10000},
-		{"0", NULL, 10000},     {"12ms", NULL, 10000}, {"99999999999", NULL, 10000},
-		{"100", "300", 300},    {"100", "x", 10000},
+		{"2500", NULL, 2500}, {"abc", NULL, 10000},  {"-5", NULL, 10000},
+		{"0", NULL, 10000},   {"12ms", NULL, 10000}, {"99999999999", NULL, 10000},
+		{"100", "300", 300},  {"100", "x", 10000},
 	};
 	size_t i;
 
@@ -588,8 +602,9 @@ static void test_trace_env_headers(void **state)
 static void test_trace_env_resource(void **state)
 {
 	(void)state;
-	setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs,deployment.environment.name=a%20b,"
-					   "service.version=2",
+	setenv("OTEL_RESOURCE_ATTRIBUTES",
+	       "service.name=from-attrs,deployment.environment.name=a%20b,"
+	       "service.version=2",
 	       1);
 	read_cfg();
 	assert_string_equal(resource("service.name"), "from-attrs");
@@ -879,8 +894,8 @@ static void *race_worker(void *arg)
 	(void)arg;
 	ledger_trace_ctx_parse(&parent, "00-" TID "-" SID "-01", 55, NULL, 0);
 	for (i = 0; i < RACE_SPANS; i++) {
-		struct ledger_span *s = ledger_span_start("race", LEDGER_SPAN_SERVER,
-							  i % 2 ? &parent : NULL, 0);
+		struct ledger_span *s =
+			ledger_span_start("race", LEDGER_SPAN_SERVER, i % 2 ? &parent : NULL, 0);
 
 		ledger_span_set_int(s, "i", i);
 		ledger_span_context(s, &parent, &ctx);
