@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -408,9 +409,30 @@ static void *sender_main(void *arg)
 	return NULL;
 }
 
+static const char *sampler_name(enum ledger_trace_sampler s)
+{
+	switch (s) {
+	case LEDGER_TRACE_SAMPLER_ALWAYS_ON:
+		return "always_on";
+	case LEDGER_TRACE_SAMPLER_ALWAYS_OFF:
+		return "always_off";
+	case LEDGER_TRACE_SAMPLER_RATIO:
+		return "traceidratio";
+	case LEDGER_TRACE_SAMPLER_PARENT_ON:
+		return "parentbased_always_on";
+	case LEDGER_TRACE_SAMPLER_PARENT_OFF:
+		return "parentbased_always_off";
+	case LEDGER_TRACE_SAMPLER_PARENT_RATIO:
+		return "parentbased_traceidratio";
+	}
+	return "?";
+}
+
 void ledger_trace_init(const char *service_name, const char *service_version)
 {
 	pthread_condattr_t attr;
+	sigset_t all, old;
+	bool started;
 
 	pthread_mutex_lock(&life);
 	pthread_mutex_lock(&mu);
@@ -435,7 +457,14 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 		goto out;
 	}
 	stopping = false;
-	if (pthread_create(&sender, NULL, sender_main, NULL) != 0) {
+	/* The sender takes no signal: ledgerd and the programs take theirs
+	 * with sigwait() on one thread, which holds only when every other
+	 * thread blocks them, whenever it was started. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	started = pthread_create(&sender, NULL, sender_main, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!started) {
 		LOG_WARN("trace: the exporting thread could not start; tracing stays off");
 		curl_global_cleanup();
 		goto out;
@@ -444,10 +473,10 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 	atomic_store(&sampler, cfg.sampler);
 	atomic_store(&ratio, cfg.ratio);
 	atomic_store(&on, true);
-	LOG_INFO("tracing: spans go to %s as %s (sampler %d, queue %zu, batch %zu, delay %ld ms)",
+	LOG_INFO("tracing: spans go to %s as %s (sampler %s, queue %zu, batch %zu, delay %ld ms)",
 		 cfg.endpoint,
 		 cfg.protocol == LEDGER_TRACE_PROTO_JSON ? "http/json" : "http/protobuf",
-		 (int)cfg.sampler, cfg.queue_size, cfg.batch_size, cfg.delay_ms);
+		 sampler_name(cfg.sampler), cfg.queue_size, cfg.batch_size, cfg.delay_ms);
 out:
 	pthread_mutex_unlock(&mu);
 	pthread_mutex_unlock(&life);

@@ -14,10 +14,12 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ledger/common/otlp.h"
 #include "ledger/common/trace.h"
@@ -935,6 +937,48 @@ static void test_trace_concurrent_ends_are_each_counted_once(void **state)
 	clear_env(NULL);
 }
 
+/* The threads of this process that block SIGTERM (signal 15: bit 14 of SigBlk). */
+static int threads_blocking_sigterm(void)
+{
+	char path[64], status[384], line[256];
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)getpid());
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		unsigned long long mask;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(status, sizeof(status), "%s/%s/status", path, e->d_name);
+		f = fopen(status, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "SigBlk: %llx", &mask) == 1 && (mask & (1ull << 14)))
+				n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+static void test_trace_sender_blocks_signals(void **state)
+{
+	(void)state;
+	assert_int_equal(threads_blocking_sigterm(), 0);
+	setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9", 1);
+	ledger_trace_init("ledgerd", "1");
+	/* A program that takes SIGTERM with sigwait() needs every other thread to block it. */
+	assert_int_equal(threads_blocking_sigterm(), 1);
+	ledger_trace_shutdown();
+	clear_env(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -961,6 +1005,7 @@ int main(void)
 		cmocka_unit_test_setup(test_trace_full_queue_drops_and_counts, clear_env),
 		cmocka_unit_test_setup(test_trace_unsampled_spans_are_never_queued, clear_env),
 		cmocka_unit_test_setup(test_trace_concurrent_ends_are_each_counted_once, clear_env),
+		cmocka_unit_test_setup(test_trace_sender_blocks_signals, clear_env),
 	};
 
 	return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
