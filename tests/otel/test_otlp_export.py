@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tlsutil import make_pki  # noqa: E402
 from receiver import NODE_DIR, ROOT, Receiver, _locked, node_ready, otel_env  # noqa: E402
 
 # TRACE_EMIT: another build of it (a sanitizer's, say), used as it is.
@@ -315,3 +317,22 @@ def test_an_endpoint_variable_with_a_path_is_used_as_given(emit_built):
         out, _ = emit_c("spam\t1\ty\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url + "/")
         assert rx.wait_for(lambda s: s.name == "y")
         assert out["exported"] == 1
+
+
+def test_https_with_the_ca_the_certificate_variable_names(emit_built, tmp_path):
+    pki = make_pki(tmp_path)
+    with Receiver(tls=(pki.server.cert, pki.server.key)) as rx:
+        # Not trusted by the system's CAs: refused and counted, within the timeout.
+        out, err = emit_c("spam\t1\tuntrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1 and out["exported"] == 0
+        assert out["shutdown_ns"] < 3_500_000_000
+        out, err = emit_c("spam\t1\ttrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_CERTIFICATE=str(pki.ca))
+        assert out["exported"] == 1, err
+        assert [s.name for s in rx.spans] == ["trusted"]
+        # Another CA's: refused.
+        out, _ = emit_c("spam\t1\tother\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                        OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE=str(pki.other_ca),
+                        OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1
