@@ -230,7 +230,7 @@ def test_a_503_is_retried_then_counted_failed(emit_built):
 
 
 def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
-    """A 503 once, then 200: the retry delivers the same batch."""
+    """A 503, then 200: the retry delivers the same batch, and what comes after."""
     with Receiver() as rx:
         rx.status = 503
         proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -242,10 +242,13 @@ def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
         proc.stdin.flush()
         rx.wait_requests(1)
         rx.status = 200
-        stdout, _ = proc.communicate(timeout=30)
+        proc.stdin.write("spam\t2\tafter\n")
+        stdout, err = proc.communicate(timeout=30)
         out = json.loads(stdout)
         assert len(rx.wait_for(lambda s: s.name == "later", count=3)) == 3
-    assert out["exported"] == 3 and out["failed"] == 0
+    assert out["exported"] == 5 and out["failed"] == 0
+    assert out["exports_failed"] == 0  # a retry that succeeds is no failed export
+    assert err.count("trace export to") == 0, err
 
 
 def test_a_full_queue_drops_and_counts(emit_built):
@@ -336,3 +339,27 @@ def test_https_with_the_ca_the_certificate_variable_names(emit_built, tmp_path):
                         OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE=str(pki.other_ca),
                         OTEL_EXPORTER_OTLP_TIMEOUT="3000")
         assert out["failed"] == 1
+
+
+def test_failing_then_recovering_is_logged_once_each(emit_built):
+    """Exports that fail are warned of once, not per span or per export;
+    the first that succeeds again says so, once."""
+    with Receiver() as rx:
+        rx.status = 400  # not retried: each export fails at once
+        proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=otel_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                                             OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",
+                                             OTEL_BSP_SCHEDULE_DELAY="0"))
+        proc.stdin.write("spam\t5\tlost\n")
+        proc.stdin.flush()
+        rx.wait_requests(5)
+        rx.status = 200
+        proc.stdin.write("spam\t3\tkept\n")
+        stdout, err = proc.communicate(timeout=30)
+        assert len(rx.wait_for(lambda s: s.name == "kept", count=3)) == 3
+    out = json.loads(stdout)
+    assert out["failed"] == 5 and out["exports_failed"] == 5 and out["exported"] == 3
+    assert err.count("trace export to") == 1, err
+    assert "HTTP status 400" in err
+    assert err.count("recovered") == 1, err
