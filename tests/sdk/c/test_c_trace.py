@@ -291,3 +291,19 @@ def test_every_call_of_an_attempt_carries_its_context(service, agent, recorder, 
     # The library writes no span for attempts: the router does.
     time.sleep(0.5)
     assert [s.name for s in rx.spans] == []
+
+
+def test_the_tracer_stays_inside_the_library(agent):
+    """The tracer is linked in, and not one of its symbols is exported: a
+    program with a tracer of its own (ledger-mcp, a user's) never clashes."""
+    so = subprocess.run(["nm", "-D", "--defined-only", str(BUILD / "libledger_client.so")],
+                        check=True, capture_output=True, text=True).stdout.split("\n")
+    ar = subprocess.run(["nm", "--defined-only", str(BUILD / "libledger_client.a")],
+                        check=True, capture_output=True, text=True).stdout.split("\n")
+    local = [line for line in ar if re.search(r" [tdbr] ledger_trace_init$", line)]
+    assert local, "the archive holds no tracer"
+    for line in so + ar:
+        name = line.split()[-1] if line.split() else ""
+        kind = line.split()[1] if len(line.split()) == 3 else ""
+        if kind.isupper() and re.match(r"ledger_(trace|span|otlp)_", name):
+            raise AssertionError("exported: %s" % line)
