@@ -243,3 +243,19 @@ def test_without_tracing_the_server_gets_the_clients_bytes(env, rx, kind):
         assert stack.server_headers() == [{"traceparent": TRACEPARENT}]
     time.sleep(0.3)
     assert rx.requests == []
+
+
+def test_without_tracing_a_later_version_of_traceparent_is_left_as_it_is(env):
+    """Tracing off, a traceparent of a later W3C version (read by its first four
+    fields) is not rewritten in the version-00 form the tracer writes."""
+    stack = Traced(env, "stdio", {})
+    future = "01-%s-%s-01-later" % (TRACE_ID, PARENT_ID)
+    meta = dict(mcp.keys(), traceparent=future)
+    try:
+        run = stack.run([call("charge", charge("o-t6"), meta)])
+        sent, received = stack.sent(), stack.received()
+    finally:
+        stack.close()
+    assert run.calls()[0]["ok"], run
+    assert received == sent
+    assert stack.counts.events("started", meta=meta)[0]["traceparent"] == future
