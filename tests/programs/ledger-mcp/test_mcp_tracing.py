@@ -11,7 +11,9 @@ from server.mjs's count file (its _meta) and from the exact bytes tap.py
 """
 
 import json
+import os
 import re
+import shutil
 import sys
 import time
 
@@ -259,3 +261,33 @@ def test_without_tracing_a_later_version_of_traceparent_is_left_as_it_is(env):
     assert run.calls()[0]["ok"], run
     assert received == sent
     assert stack.counts.events("started", meta=meta)[0]["traceparent"] == future
+
+
+def test_traced_ledger_mcp_leaks_nothing(env, rx):
+    """ledger-mcp stdio under valgrind, traced: a call rewritten for the server,
+    its replay, and the exit that sends the spans."""
+    if shutil.which("valgrind") is None:
+        pytest.fail("valgrind is missing: scripts/deps.sh test installs it")
+    counts = env.counts()
+    log = env.tmp / ("valgrind-%s.log" % counts.path.stem)
+    argv = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+            "--errors-for-leak-kinds=definite,indirect", "--log-file=%s" % log] + \
+        env.stdio_proxy_argv()
+    e = dict(otel(rx), MCP_TEST_COUNT_FILE=str(counts.path))
+    meta = dict(mcp.keys(), traceparent=TRACEPARENT, tracestate=TRACESTATE)
+    run = mcp.run_client({"transport": {"type": "stdio", "command": argv[0], "args": argv[1:],
+                                        "env": e},
+                          "timeout_ms": 120000,
+                          "steps": [call("charge", charge("o-vg"), meta, repeat=2)]})
+    assert [c["ok"] for c in run.calls()] == [True, True], run
+    pid = run.lines[0]["pid"]
+    deadline = time.monotonic() + 60
+    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists("/proc/%d" % pid), "ledger-mcp did not exit"
+    assert log.read_text() == ""
+    spans = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == mcp.rid_of(meta),
+                        count=2)
+    assert sorted(s.attributes["ledger.outcome"] for s in spans) == ["executed", "replayed"]
+    got = counts.events("started", meta=meta)[0]
+    assert parts(got["traceparent"])[0] == TRACE_ID
