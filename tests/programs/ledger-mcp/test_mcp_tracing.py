@@ -291,3 +291,38 @@ def test_traced_ledger_mcp_leaks_nothing(env, rx):
     assert sorted(s.attributes["ledger.outcome"] for s in spans) == ["executed", "replayed"]
     got = counts.events("started", meta=meta)[0]
     assert parts(got["traceparent"])[0] == TRACE_ID
+
+
+def test_traced_ledger_mcp_http_leaks_nothing(env, rx):
+    """The same in http mode, where the W3C headers are swapped for the span's too."""
+    if shutil.which("valgrind") is None:
+        pytest.fail("valgrind is missing: scripts/deps.sh test installs it")
+    counts = env.counts()
+    server = env.http_server(counts)
+    log = env.tmp / ("valgrind-http-%s.log" % counts.path.stem)
+    argv = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+            "--errors-for-leak-kinds=definite,indirect", "--log-file=%s" % log,
+            mcp.LEDGER_MCP, "http", "--listen", "127.0.0.1:0", "--upstream", server.url,
+            "--ledger-url", env.url, "--token", env.agent]
+    proxy = mcp.Proc(argv, env.tmp / ("ledger-mcp-vg-%s.log" % counts.path.stem),
+                     env=dict(env.proxy_env(), **otel(rx)))
+    meta = mcp.keys()
+    try:
+        entry = proxy.wait_log(lambda e: e.get("msg") == "listening" and "address" in e,
+                               timeout=60)
+        run = mcp.run_client({"transport": {"type": "http",
+                                            "url": "http://%s/mcp" % entry["address"],
+                                            "headers": {"traceparent": TRACEPARENT,
+                                                        "tracestate": TRACESTATE}},
+                              "timeout_ms": 120000,
+                              "steps": [call("charge", charge("o-vgh"), meta, repeat=2)]})
+    finally:
+        assert proxy.stop(timeout=60) == 0
+        server.stop()
+    assert [c["ok"] for c in run.calls()] == [True, True], run
+    assert log.read_text() == ""
+    spans = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == mcp.rid_of(meta),
+                        count=2)
+    assert all(s.parent_span_id == PARENT_ID for s in spans)
+    got = counts.events("started", meta=meta)[0]
+    assert parts(got["traceparent"])[0] == TRACE_ID
