@@ -201,14 +201,6 @@ static const char *db_error_name(enum ledger_err rc)
 	return "internal";
 }
 
-/* The operations on one tool call, whose answers carry its fencing token. */
-static bool on_tool_call(enum ledger_store_op_kind kind)
-{
-	return kind == LEDGER_STORE_CLAIM || kind == LEDGER_STORE_COMPLETE ||
-	       kind == LEDGER_STORE_RENEW || kind == LEDGER_STORE_RELEASE ||
-	       kind == LEDGER_STORE_RESOLVE || kind == LEDGER_STORE_GET_CALL;
-}
-
 void api_tracing_stored(struct api_request *req)
 {
 	struct ledger_job *job = &req->job;
@@ -221,12 +213,7 @@ void api_tracing_stored(struct api_request *req)
 	struct ledger_span *db = NULL;
 	const char *error;
 
-	if (!ledger_span_recording(span))
-		goto out;
-	if (on_tool_call(kind) && job->res.rc == LEDGER_OK && req->reply.status >= 200 &&
-	    req->reply.status < 300 && job->res.u.call.call.fencing_token > 0)
-		req->trace.fencing_token = job->res.u.call.call.fencing_token;
-	if (job->tx_began_ns == 0 || name == NULL)
+	if (!ledger_span_recording(span) || job->tx_began_ns == 0 || name == NULL)
 		goto out;
 	if (kind != LEDGER_STORE_TOKEN_LOOKUP) {
 		ledger_span_set_bool(span, "ledger.batched", job->tx_batch > 1);
@@ -252,7 +239,7 @@ out:
 }
 
 /* "{METHOD} {http.route}", or "{METHOD}" unrouted; "HTTP" stands for an unknown method. */
-static void name_span(struct api_request *req)
+static void name_span(const struct api_request *req, struct ledger_span *span)
 {
 	const char *method = method_of(req->head->method);
 	char name[160];
@@ -261,8 +248,8 @@ static void name_span(struct api_request *req)
 		return; /* named for its method as it started */
 	snprintf(name, sizeof(name), "%s %s", method != NULL ? method : "HTTP",
 		 req->route->pattern);
-	ledger_span_set_name(req->trace.span, name);
-	ledger_span_set_str(req->trace.span, "http.route", req->route->pattern);
+	ledger_span_set_name(span, name);
+	ledger_span_set_str(span, "http.route", req->route->pattern);
 }
 
 void api_tracing_end(struct api_request *req)
@@ -276,7 +263,7 @@ void api_tracing_end(struct api_request *req)
 	req->trace.span = NULL;
 	if (!ledger_span_recording(span))
 		goto end;
-	name_span(req);
+	name_span(req, span);
 	ledger_span_set_int(span, "http.response.status_code", r->status);
 	if (req->route != NULL) {
 		const struct ledger_log_ids *ids = &req->job.ids;
@@ -292,8 +279,8 @@ void api_tracing_end(struct api_request *req)
 		ledger_span_set_str(span, "ledger.outcome", r->outcome);
 	if (r->replayed || req->job.op.kind == LEDGER_STORE_CLAIM)
 		ledger_span_set_bool(span, "ledger.replayed", r->replayed);
-	if (req->trace.fencing_token > 0)
-		ledger_span_set_int(span, "ledger.fencing_token", req->trace.fencing_token);
+	if (r->status >= 200 && r->status < 300 && r->fencing_token > 0)
+		ledger_span_set_int(span, "ledger.fencing_token", r->fencing_token);
 	/* A refusal is named by the API's code; a 5xx without one by its status. */
 	if (r->error_code[0] != '\0') {
 		ledger_span_set_str(span, "error.type", r->error_code);
@@ -316,7 +303,7 @@ void api_tracing_abandon(struct api_request *req)
 		return;
 	req->trace.span = NULL;
 	if (ledger_span_recording(span)) {
-		name_span(req);
+		name_span(req, span);
 		ledger_span_set_str(span, "error.type", "connection_closed");
 		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR,
 				       "the connection closed before the reply");

@@ -24,10 +24,10 @@
 void api_tracing_begin(struct api_request *req, bool https);
 
 /**
- * A store job of the call came back, its result not yet cleared: the
+ * A store job of the call came back, before the call's next one: the
  * transaction it ran in becomes a CLIENT span under the call's (none when
- * no transaction ran: a replay from the cache, a call shed), and what the
- * answer carries is noted for the SERVER span.
+ * no transaction ran: a replay from the cache, a call shed), and the
+ * call's span says whether that transaction was shared (ledger.batched).
  */
 void api_tracing_stored(struct api_request *req);
 
