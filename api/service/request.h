@@ -75,6 +75,7 @@ struct api_call_trace {
 	struct ledger_span *span; /* the call's SERVER span; NULL: not traced */
 	char trace_id[33];        /* its ids in hex, which the call's log lines carry */
 	char span_id[17];
+	const char *method; /* the HTTP conventions' name of its method (static); NULL: unknown */
 };
 
 /* Where a call is in its life (api/service/server.c, drive()). */

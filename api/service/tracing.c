@@ -149,7 +149,7 @@ void api_tracing_begin(struct api_request *req, bool https)
 	if (!ledger_trace_enabled() || untraced(head->target))
 		return;
 	read_parent(head, &parent);
-	method = method_of(head->method);
+	method = req->trace.method = method_of(head->method);
 	req->trace.span = ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER,
 					    &parent, 0);
 	if (req->trace.span == NULL)
@@ -238,10 +238,13 @@ out:
 	job->tx_batch = 0;
 }
 
-/* "{METHOD} {http.route}", or "{METHOD}" unrouted; "HTTP" stands for an unknown method. */
+/*
+ * "{METHOD} {http.route}", or "{METHOD}" unrouted; "HTTP" stands for an
+ * unknown method. Not from the head: at the call's end it may be gone.
+ */
 static void name_span(const struct api_request *req, struct ledger_span *span)
 {
-	const char *method = method_of(req->head->method);
+	const char *method = req->trace.method;
 	char name[160];
 
 	if (req->route == NULL)
@@ -295,15 +298,23 @@ end:
 	ledger_span_end(span, 0);
 }
 
-void api_tracing_abandon(struct api_request *req)
+void api_tracing_abandon(struct api_request *req, bool replied)
 {
 	struct ledger_span *span = req->trace.span;
 
 	if (span == NULL)
 		return;
 	req->trace.span = NULL;
-	if (ledger_span_recording(span)) {
-		name_span(req, span);
+	if (!ledger_span_recording(span)) {
+		ledger_span_end(span, 0);
+		return;
+	}
+	name_span(req, span);
+	if (replied) {
+		/* The wire refused the body (its framing, its deadline): a 4xx of its own. */
+		ledger_span_set_str(span, "error.type", "wire_refusal");
+	} else {
+		/* No status was sent: an error, whoever closed the connection. */
 		ledger_span_set_str(span, "error.type", "connection_closed");
 		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR,
 				       "the connection closed before the reply");

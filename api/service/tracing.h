@@ -34,7 +34,11 @@ void api_tracing_stored(struct api_request *req);
 /** The reply is queued: the SERVER span gets its last attributes and ends. */
 void api_tracing_end(struct api_request *req);
 
-/** The call ends with no reply (its connection is gone): its span ends as an error. */
-void api_tracing_abandon(struct api_request *req);
+/**
+ * The call ends without a reply of the service's: its connection is gone
+ * (an error), or the wire answered it, refusing its body (@p replied). Its
+ * head is no longer there.
+ */
+void api_tracing_abandon(struct api_request *req, bool replied);
 
 #endif

@@ -353,6 +353,33 @@ def raw_status(led, data):
     return int(got.split(b" ", 2)[1])
 
 
+def test_a_call_the_wire_ends_ends_its_span(service, traced):
+    """A body the wire refuses (malformed chunks) is a 4xx of the wire's: the
+    span says so and leaves the status unset. A client that leaves before
+    its body is whole got no status: the span is an error."""
+    import socket
+    led = traced.led
+    token = service.token("agent")
+    rid, cid = key()
+    refused_ua, left_ua = "refused-" + rid, "left-" + rid
+    head = ("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            "User-Agent: %%s\r\n%%s\r\n" % (path(rid, cid, "claim"), token))
+    assert raw_status(led, (head % (refused_ua, "Transfer-Encoding: chunked\r\n")
+                            + "zz\r\n").encode()) == 400
+    with socket.create_connection((led.host, led.port), timeout=10) as s:
+        s.sendall((head % (left_ua, "Content-Length: 100\r\n") + "{").encode())
+        time.sleep(0.3)
+    refused = traced.server_span(lambda s, a: a.get("user_agent.original") == refused_ua)
+    assert refused.name == "POST " + CLAIM_ROUTE
+    assert refused.attributes["error.type"] == "wire_refusal"
+    assert status_code(refused) == STATUS_UNSET
+    left = traced.server_span(lambda s, a: a.get("user_agent.original") == left_ua)
+    assert left.name == "POST " + CLAIM_ROUTE
+    assert left.attributes["error.type"] == "connection_closed"
+    assert "http.response.status_code" not in left.attributes
+    assert status_code(left) == STATUS_ERROR
+
+
 def test_calls_that_share_a_transaction_say_so(service, traced):
     """Claims that arrive while the one worker is held go to the database
     together: their spans say batched, how many, and their database spans
