@@ -230,6 +230,24 @@ def test_a_completion_its_database_span_and_its_outcome(service, traced):
     assert attrs(db)["db.operation.name"] == "complete"
 
 
+def test_an_attempts_call_names_its_attempt(service, traced):
+    led = traced.led
+    router = service.token("router")
+    rid = new_id()
+    assert led.post("/v1/requests/%s/attempts" % rid, {"attempt_id": "a1"},
+                    token=router).status == 201
+    p = "/v1/requests/%s/attempts/a1/renew" % rid
+    assert led.post(p, {"lease_ms": 5000}, token=router).status == 200
+    span = traced.server_span(of_path(p))
+    a = span.attributes
+    assert span.name == "POST /v1/requests/{rid}/attempts/{aid}/renew"
+    assert a["ledger.request_id"] == rid and a["ledger.attempt_id"] == "a1"
+    assert "ledger.tool_call_id" not in a and "ledger.replayed" not in a
+    traced.wait(lambda spans: any(s.parent_span_id == span.span_id for s in spans))
+    assert [c.name for c in traced.children(span)
+            if c.attributes["db.operation.name"] != "token_lookup"] == ["attempt_call"]
+
+
 @pytest.mark.parametrize("case", ["in_progress", "unauthorized", "invalid_field", "not_found"])
 def test_a_refusal_names_its_code_as_error_type_and_leaves_the_status_unset(service, traced, case):
     led = traced.led
