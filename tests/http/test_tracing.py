@@ -230,6 +230,25 @@ def test_a_completion_its_database_span_and_its_outcome(service, traced):
     assert attrs(db)["db.operation.name"] == "complete"
 
 
+def test_a_call_the_caller_did_not_sample_sends_no_span_but_logs_its_trace(service, traced):
+    """parentbased_always_on follows the caller's flag: a call of an unsampled
+    trace is not exported, and its log lines still name the trace."""
+    led = traced.led
+    token = service.token("agent")
+    rid, cid = key()
+    unsampled = "%032x" % (int(TRACE_ID, 16) ^ 1)
+    r = led.post(path(rid, cid, "claim"), claim_body(), token=token,
+                 headers={"traceparent": "00-%s-%s-00" % (unsampled, PARENT_ID)})
+    assert r.status == 201, r
+    marker = "after-" + rid
+    assert led.get("/v1/whoami", token=token, headers={"User-Agent": marker}).status == 200
+    traced.server_span(lambda s, a: a.get("user_agent.original") == marker)
+    assert [s for s in traced.spans() if s.trace_id == unsampled] == []
+    lines = [json.loads(line) for line in led.log_text().splitlines() if rid in line]
+    assert lines and all(line.get("trace_id") == unsampled and len(line.get("span_id", "")) == 16
+                         for line in lines), lines
+
+
 def test_an_attempts_call_names_its_attempt(service, traced):
     led = traced.led
     router = service.token("router")
