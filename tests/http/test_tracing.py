@@ -325,6 +325,12 @@ def test_a_database_that_does_not_answer_in_time_is_an_error_on_both_spans(servi
         assert len(db) == 1, t.children(span)
         assert status_code(db[0]) == STATUS_ERROR
         assert attrs(db[0])["error.type"] in ("unavailable", "conflict")
+        # The database worker's lines about the call carry its trace as the
+        # HTTP thread's do: the ids travel with the call's job.
+        lines = [json.loads(line) for line in t.led.log_text().splitlines() if cid in line]
+        assert any(line["msg"] != "tool_call_claim" for line in lines), lines
+        for line in lines:
+            assert (line.get("trace_id"), line.get("span_id")) == (span.trace_id, span.span_id)
     finally:
         t.close()
 
