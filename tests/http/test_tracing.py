@@ -168,6 +168,7 @@ def test_a_claim_continues_the_callers_trace_with_a_server_and_a_database_span(s
     assert db.trace_id == TRACE_ID
     assert db.kind == CLIENT
     assert db.name == "claim"
+    assert db.trace_state == "vendor=opaque,b=2"  # the trace's, as its parent's
     assert attrs(db) == {"db.system.name": "postgresql", "db.operation.name": "claim"}
     assert status_code(db) == STATUS_UNSET
     assert span.start_ns <= db.start_ns <= db.end_ns <= span.end_ns
