@@ -121,8 +121,9 @@ static void trim(const char **s, size_t *len)
  * @return false when a member is malformed (no '=', an empty key, a bad
  *         escape, a NUL): @p fn is then not called for it
  */
-static bool each_pair(const char *list, bool (*fn)(void *arg, const char *key, size_t klen,
-						    const char *val, size_t vlen),
+static bool each_pair(const char *list,
+		      bool (*fn)(void *arg, const char *key, size_t klen, const char *val,
+				 size_t vlen),
 		      void *arg, bool stop_on_error)
 {
 	const char *p = list;
@@ -221,8 +222,9 @@ static void read_headers(struct ledger_trace_config *c, const char *name)
 	const char *v = env(name);
 
 	if (v && !each_pair(v, add_header, c, false))
-		LOG_WARN("%s: a member is not name=value (percent-encoded) or too many; it is skipped",
-			 name);
+		LOG_WARN(
+			"%s: a member is not name=value (percent-encoded) or too many; it is skipped",
+			name);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -292,8 +294,9 @@ static void read_resource(struct ledger_trace_config *c, const char *service_nam
 		if (each_pair(attrs, check_pair, NULL, true))
 			each_pair(attrs, set_resource, c, false);
 		else
-			LOG_WARN("OTEL_RESOURCE_ATTRIBUTES is not a list of key=value (percent-encoded); "
-				 "it is ignored");
+			LOG_WARN(
+				"OTEL_RESOURCE_ATTRIBUTES is not a list of key=value (percent-encoded); "
+				"it is ignored");
 	}
 	if (name)
 		set_resource(c, "service.name", 12, name, strlen(name));
@@ -355,8 +358,9 @@ static void read_sampler(struct ledger_trace_config *c)
 		while (end && isspace((unsigned char)*end))
 			end++;
 		if (errno || end == arg || !end || *end || !(r >= 0.0 && r <= 1.0))
-			LOG_WARN("OTEL_TRACES_SAMPLER_ARG=%s is not a ratio from 0 to 1; 1.0 is used",
-				 arg);
+			LOG_WARN(
+				"OTEL_TRACES_SAMPLER_ARG=%s is not a ratio from 0 to 1; 1.0 is used",
+				arg);
 		else
 			c->ratio = r;
 	}
@@ -366,7 +370,8 @@ static void read_endpoint(struct ledger_trace_config *c)
 {
 	const char *traces = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
 	const char *base = env("OTEL_EXPORTER_OTLP_ENDPOINT");
-	const char *name = traces ? "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" : "OTEL_EXPORTER_OTLP_ENDPOINT";
+	const char *name =
+		traces ? "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" : "OTEL_EXPORTER_OTLP_ENDPOINT";
 	const char *url = traces ? traces : base;
 
 	if (!url)
@@ -381,8 +386,8 @@ static void read_endpoint(struct ledger_trace_config *c)
 		size_t len = strlen(base);
 
 		/* The specification: the base URL with "v1/traces" as its last segment. */
-		if (asprintf(&c->endpoint, "%.*s/v1/traces", (int)(len && base[len - 1] == '/' ? len - 1 : len),
-			     base) < 0)
+		if (asprintf(&c->endpoint, "%.*s/v1/traces",
+			     (int)(len && base[len - 1] == '/' ? len - 1 : len), base) < 0)
 			c->endpoint = NULL;
 	}
 }
@@ -406,7 +411,8 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 	else if (v && strcmp(v, "grpc") == 0)
 		LOG_WARN("%s=grpc: ledgerd exports over HTTP only; http/protobuf is used", which);
 	else if (v && strcmp(v, "http/protobuf") != 0)
-		LOG_WARN("%s=%s is not http/protobuf or http/json; http/protobuf is used", which, v);
+		LOG_WARN("%s=%s is not http/protobuf or http/json; http/protobuf is used", which,
+			 v);
 
 	v = env2("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT", &which);
 	if (v) {
@@ -415,8 +421,9 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 		if (parse_long(v, 3600 * 1000L, &ms) && ms > 0)
 			out->timeout_ms = ms;
 		else
-			LOG_WARN("%s=%s is not a number of milliseconds from 1 to 3600000; %d is used",
-				 which, v, DEFAULT_TIMEOUT_MS);
+			LOG_WARN(
+				"%s=%s is not a number of milliseconds from 1 to 3600000; %d is used",
+				which, v, DEFAULT_TIMEOUT_MS);
 	}
 	read_headers(out, "OTEL_EXPORTER_OTLP_HEADERS");
 	read_headers(out, "OTEL_EXPORTER_OTLP_TRACES_HEADERS");
@@ -442,7 +449,8 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 	if (v && strcmp(v, "none") == 0) {
 		out->enabled = false;
 	} else if (v && strcmp(v, "otlp") != 0) {
-		LOG_WARN("OTEL_TRACES_EXPORTER=%s: ledgerd exports with otlp alone; otlp is used", v);
+		LOG_WARN("OTEL_TRACES_EXPORTER=%s: ledgerd exports with otlp alone; otlp is used",
+			 v);
 	}
 	if (is_true("OTEL_SDK_DISABLED"))
 		out->enabled = false;
