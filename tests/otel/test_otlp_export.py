@@ -188,7 +188,9 @@ def free_port():
 def test_an_endpoint_that_is_down_costs_span_calls_nothing(emit_built):
     out, err = emit_c("spam\t300\tlost\n", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:%d" % free_port(),
                       OTEL_EXPORTER_OTLP_TIMEOUT="1500", OTEL_BSP_SCHEDULE_DELAY="10")
-    assert out["max_call_ns"] < 50_000_000, out  # a span call never waits on the network
+    # A span call never waits on the network: far under the export timeout,
+    # with room for a loaded machine's scheduling.
+    assert out["max_call_ns"] < 250_000_000, out
     assert out["shutdown_ns"] < 1_500_000_000 + 500_000_000, out
     assert out["exported"] == 0
     assert out["failed"] + out["dropped"] == 300
@@ -207,8 +209,8 @@ def test_a_collector_that_hangs_holds_shutdown_to_the_export_timeout(emit_built)
         out, _ = emit_c("spam\t50\thung\n", OTEL_EXPORTER_OTLP_ENDPOINT=url,
                         OTEL_EXPORTER_OTLP_TIMEOUT="1000", OTEL_BSP_SCHEDULE_DELAY="5000")
         took = time.monotonic() - start
-    assert out["max_call_ns"] < 50_000_000, out
-    assert 0.9 < out["shutdown_ns"] / 1e9 < 1.6, out
+    assert out["max_call_ns"] < 250_000_000, out
+    assert 0.9 < out["shutdown_ns"] / 1e9 < 1.8, out
     assert took < 3, took
     assert out["failed"] == 50 and out["exported"] == 0
 

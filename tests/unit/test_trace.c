@@ -838,8 +838,11 @@ static void test_trace_full_queue_drops_and_counts(void **state)
 		ledger_span_end(ledger_span_start("s", LEDGER_SPAN_INTERNAL, NULL, 0), 0);
 	assert_true(ledger_trace_queued() <= 4);
 	ledger_trace_stats(&st);
-	/* The sender holds one batch of 4 at most, the queue 4 more. */
-	assert_in_range(st.spans_dropped, 92, 100);
+	/* The queue took the first 4; then the sender holds a batch of 4 while
+	 * it retries (100 ms backoff), the queue 4 more: nearly every other
+	 * span is dropped (a loaded machine may let the sender take a second
+	 * batch or two while the loop runs). */
+	assert_in_range(st.spans_dropped, 80, 96);
 	ledger_trace_shutdown();
 	assert_true(ledger_trace_enabled());
 	ledger_trace_shutdown();
