@@ -292,7 +292,7 @@ export class ToolCall<T> {
   async run(fn: ToolFunction<T>): Promise<ToolCallResult<T>> {
     const { requestId, toolCallId, tool } = this.options;
     const span = await ToolSpan.start({ requestId, toolCallId, tool, attemptId: this.attemptId },
-                                      this.options.trace ?? this.defaults.trace);
+                                      this.options.trace, this.defaults.trace);
     this.span = span;
     let done: ToolCallResult<T>;
     try {

@@ -75,12 +75,21 @@ const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$
 const TRACESTATE = /^[\x20-\x7e]{0,512}$/;
 
 /**
- * The headers of an explicit trace context, or null when its traceparent is
- * malformed (bad syntax, version ff, an all-zero trace or parent id): a
- * context ledgerd would discard is not sent at all.
+ * The headers of the first well-formed explicit trace context of @given (a
+ * call's own, then its client's), or null. A traceparent is malformed with
+ * bad syntax, version ff, an all-zero trace or parent id: a context
+ * ledgerd would discard is not sent at all.
  */
-export function explicitHeaders(given: TraceContext | undefined): TraceHeaders | null {
-  if (given === undefined || given === null) return null;
+export function explicitHeaders(...given: (TraceContext | undefined)[]): TraceHeaders | null {
+  for (const one of given) {
+    const headers = wellFormed(one);
+    if (headers !== null) return headers;
+  }
+  return null;
+}
+
+function wellFormed(given: TraceContext | undefined): TraceHeaders | null {
+  if (given === undefined || given === null || typeof given !== "object") return null;
   const m = typeof given.traceparent === "string" ? TRACEPARENT.exec(given.traceparent) : null;
   if (m === null || m[1] === "ff" || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) return null;
   const headers: TraceHeaders = { traceparent: given.traceparent };
@@ -157,9 +166,9 @@ export class ToolSpan {
   private constructor(private readonly api: Api | null, private readonly span: Span | null,
                       private readonly context: Context | null, readonly headers: TraceHeaders) {}
 
-  /** Starts the span under the explicit context @given, else the active one. */
-  static async start(start: ToolSpanStart, given: TraceContext | undefined): Promise<ToolSpan> {
-    const explicit = explicitHeaders(given);
+  /** Starts the span under the first well-formed explicit context of @given, else the active one. */
+  static async start(start: ToolSpanStart, ...given: (TraceContext | undefined)[]): Promise<ToolSpan> {
+    const explicit = explicitHeaders(...given);
     const api = await loadApi();
     if (api === null) return new ToolSpan(null, null, null, explicit ?? {});
     try {

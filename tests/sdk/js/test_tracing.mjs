@@ -296,6 +296,11 @@ test("without @opentelemetry/api the client works, sends no traceparent but one 
     await bare({ trace: { traceparent: client } }).toolCall({ requestId: rid, toolCallId: cid, trace: given },
                                                               async () => 1);
     assert.deepEqual(calls(rid, cid).map((c) => c[1]), [given.traceparent, given.traceparent]);
+    // A malformed one of the call's own leaves the client's.
+    [rid, cid] = key();
+    await bare({ trace: { traceparent: client } }).toolCall(
+      { requestId: rid, toolCallId: cid, trace: { traceparent: "garbage", tracestate: "k=v" } }, async () => 1);
+    assert.deepEqual(calls(rid, cid), [["claim", client, undefined], ["complete", client, undefined]]);
 
     // Malformed: not sent, and the call goes on.
     for (const traceparent of [
