@@ -8,6 +8,7 @@
 // tests/sdk/js/test_js_client.py (and on Node 18 by test_js_node18.py).
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request, createServer } from "node:http";
 import { createRequire } from "node:module";
@@ -15,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, beforeEach, test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { promisify } from "node:util";
 
 import { ArgsMismatch, InProgress, Ledger, NotExecuted } from "../../../sdk/js/dist/index.js";
 import { AGENT_TOKEN, URL as LEDGER_URL, key, mustNotRun, rawClaim, rejection, sleep } from "./helpers.mjs";
@@ -325,4 +327,30 @@ test("without @opentelemetry/api the client works, sends no traceparent but one 
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("with @opentelemetry/api but no SDK registered, nothing is propagated but a context given by hand", async () => {
+  // A process of its own: this one has an SDK registered, globally.
+  const [r1, c1] = key();
+  const [r2, c2] = key();
+  const given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  const script = `
+    import { loadApi } from ${JSON.stringify(new URL("dist/tracing.js", PACKAGE).href)};
+    import { Ledger } from ${JSON.stringify(new URL("dist/index.js", PACKAGE).href)};
+    const api = await loadApi();
+    if (api === null) throw new Error("@opentelemetry/api did not load");
+    const ledger = new Ledger({ url: process.env.PROXY_URL, token: process.env.LEDGER_TOKEN });
+    await api.trace.getTracer("t").startActiveSpan("turn", async (span) => {
+      await ledger.toolCall({ requestId: "${r1}", toolCallId: "${c1}", tool: "t" }, async () => 1);
+      await ledger.toolCall({ requestId: "${r2}", toolCallId: "${c2}", tool: "t",
+                              trace: { traceparent: "${given}", tracestate: "k=v" } }, async () => 1);
+      span.end();
+    });
+    console.log("done");`;
+  const { stdout } = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", script], {
+    env: { ...process.env, PROXY_URL: proxy.url, LEDGER_TOKEN: AGENT_TOKEN }, timeout: 60_000,
+  });
+  assert.equal(stdout.trim(), "done");
+  assert.deepEqual(calls(r1, c1), [["claim", undefined, undefined], ["complete", undefined, undefined]]);
+  assert.deepEqual(calls(r2, c2), [["claim", given, "k=v"], ["complete", given, "k=v"]]);
 });
