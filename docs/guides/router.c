@@ -179,6 +179,7 @@ int main(int argc, char **argv)
 	}
 	for (;;) {
 		struct ledger_failover_opts fo = {0};
+		struct ledger_attempt_spec next;
 		struct ledger_decision d = {0};
 		enum ledger_signal signal;
 		enum upstream_read rd;
@@ -218,10 +219,11 @@ int main(int argc, char **argv)
 		ledger_client_error_clear(&err);
 		if (delivered == 0) {
 			snprintf(next_id, sizeof(next_id), "a%u", attempts + 1);
-			fo.next = (struct ledger_attempt_spec){.request_id = rid,
-							       .attempt_id = next_id,
-							       .replica = "gpu-2",
-							       .lease_ms = LEASE_MS};
+			next = (struct ledger_attempt_spec){.request_id = rid,
+							    .attempt_id = next_id,
+							    .replica = "gpu-2",
+							    .lease_ms = LEASE_MS};
+			fo.next = &next;
 		}
 		if (ask_failover(attempt, signal, &fo, &d, &err) != LEDGER_CLIENT_OK) {
 			say("no failover: %s",

@@ -220,7 +220,7 @@ out:
 	return rc;
 }
 
-enum ledger_client_err ledger_client_open(const struct ledger_client_options *opts,
+enum ledger_client_err client_open(const struct ledger_client_options *opts,
 					  struct ledger_client **out)
 {
 	struct ledger_client *c = NULL;

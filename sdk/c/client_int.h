@@ -42,6 +42,35 @@ struct client_answer {
 
 void client_answer_clear(struct client_answer *a);
 
+/*
+ * The calls of ledger_client.h as the library runs them, on structs laid
+ * out as this build of the library defines them: the _abi entry points
+ * (sdk/c/abi.c) bring a caller's structs to this layout and call these.
+ * Contracts as the header's functions of the same name.
+ */
+enum ledger_client_err client_open(const struct ledger_client_options *opts,
+				   struct ledger_client **out);
+enum ledger_client_err client_tool_call(struct ledger_client *c, const struct ledger_call *call,
+					ledger_tool_fn tool_fn, void *ctx,
+					struct ledger_outcome *out);
+void client_outcome_clear(struct ledger_outcome *o);
+enum ledger_client_err client_attempt_begin(struct ledger_client *c,
+					    const struct ledger_attempt_spec *spec,
+					    struct ledger_attempt **out,
+					    struct ledger_client_error *err);
+enum ledger_client_err client_attempt_end(struct ledger_attempt *a, bool completed,
+					  uint64_t delivered_output_tokens,
+					  const struct ledger_finish_opts *opts,
+					  struct ledger_client_error *err);
+enum ledger_client_err client_failover(struct ledger_attempt *source, enum ledger_signal signal,
+				       const struct ledger_failover_opts *opts,
+				       struct ledger_decision *out, struct ledger_client_error *err);
+void client_decision_clear(struct ledger_decision *d);
+enum ledger_client_err client_tool_call_resolve(struct ledger_client *c,
+						const struct ledger_resolution *r,
+						struct ledger_client_answer *out,
+						struct ledger_client_error *err);
+
 /**
  * POSTs @p body (GET when NULL) to @p path and re-sends the very same
  * request while no answer comes or the answer is 502/503/504, with capped,

@@ -62,6 +62,29 @@ LEDGER_CLIENT_API const char *ledger_client_strerror(enum ledger_client_err err)
  *  NULL, static. Thread-safe. */
 LEDGER_CLIENT_API const char *ledger_client_version(void);
 
+/*
+ * Structs that grow. The structs a program fills for a call (options,
+ * ledger_call, ledger_attempt_spec, ...) and those the library fills
+ * (ledger_outcome, ledger_decision) gain fields within one soname, only at
+ * their end. Every function that takes one is an inline function here that
+ * passes the library the size of each struct as the program was compiled
+ * (struct ledger_client_abi): the library reads and writes only those
+ * bytes, so a program built against an older header runs unchanged on a
+ * newer library, with the fields it does not know at their zero defaults.
+ * A program built against a newer header than the library refuses a call
+ * (_ERR_INVALID) only if it set a field the library does not know.
+ * struct ledger_client_error and struct ledger_client_answer never change
+ * within a soname: what a newer ledgerd says is in their body.
+ * Enums gain values too: a switch over one needs a default.
+ */
+struct ledger_client_abi {
+	uint32_t count; /* how many sizes follow: LEDGER_CLIENT_ABI_COUNT as compiled */
+	uint32_t options, call, outcome, attempt_spec, kept_answer, finish_opts, failover_opts,
+		decision, resolution;
+};
+
+#define LEDGER_CLIENT_ABI_COUNT 9
+
 /* Why no answer came, when none did. */
 enum ledger_client_failure {
 	LEDGER_CLIENT_FAILURE_NONE = 0,    /* an answer came, or nothing was sent */
@@ -101,8 +124,7 @@ struct ledger_client_options {
 	                               operator's tool, whose user retries. Not for agents: a
 	                               completion that gets no answer is then UNRECORDED */
 	const char *user_agent;     /* the User-Agent header; NULL: "ledger_client/<version>" */
-	/* Fields are only ever added here, at the end, and zero is the default of each. A
-	 * program compiled against an older header passes a shorter struct: rebuild it. */
+	/* Fields are only ever added here, at the end; zero is the default of each. */
 	const char *ca_file; /* https: the PEM file of the CAs that may sign ledgerd's certificate,
 	                        and only those; NULL: the system's trust store. Either way the
 	                        certificate and the host name are verified; copied */
@@ -129,7 +151,7 @@ struct ledger_client_options {
  *         or one with a line break, a ca_file that cannot be read or holds no
  *         PEM certificate), _ERR_NOMEM or _ERR_INTERNAL
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_open(const struct ledger_client_options *opts, struct ledger_client **out);
 
 /**
@@ -169,6 +191,11 @@ struct ledger_call {
 	uint32_t lease_ms;              /* how long a claim is held between renewals; 0: 30000 */
 	bool tool_dedupes;              /* the tool itself honours the idempotency key */
 	uint32_t wait_ms;               /* how long to wait while another holder runs it; 0: not */
+	/* Fields are only ever added here, at the end. */
+	const char *traceparent; /* the W3C trace context the call runs in, or NULL (a new trace
+				    when tracing is on): the call's execute_tool span is its
+				    child, and ledgerd's spans that span's (docs/tracing.md) */
+	const char *tracestate;  /* that context's tracestate, or NULL */
 };
 
 /* What the tool reports. */
@@ -227,8 +254,7 @@ struct ledger_outcome {
 	uint64_t fencing_token; /* this invocation's claim; 0 if it held none */
 	char *completed_at;     /* RFC 3339, when completed; NULL otherwise */
 	struct ledger_client_error error; /* the refusal, or the last failure when UNRECORDED */
-	/* Fields are only ever added here, at the end: rebuild a program compiled against an
-	 * older header. */
+	/* Fields are only ever added here, at the end. */
 	char result_sha256[65]; /* "" when the result is on record whole; else it is on record
 	                           only as its length and this SHA-256 of its exact JSON text (64
 	                           lowercase hex): EXECUTED with a result over max_result_bytes
@@ -237,7 +263,7 @@ struct ledger_outcome {
 };
 
 /** Frees what @p o owns and zeroes it. NULL-safe. */
-LEDGER_CLIENT_API void ledger_client_outcome_clear(struct ledger_outcome *o);
+static inline void ledger_client_outcome_clear(struct ledger_outcome *o);
 
 /** The name of @p kind ("executed", "args_mismatch", ...); static. */
 LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kind kind);
@@ -277,7 +303,7 @@ LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kin
  *         (the tool did not run), _ERR_INVALID, _ERR_PROTOCOL, _ERR_NOMEM
  *         or _ERR_INTERNAL
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_tool_call(struct ledger_client *c, const struct ledger_call *call,
 			ledger_tool_fn tool_fn, void *ctx, struct ledger_outcome *out);
 
@@ -324,6 +350,10 @@ struct ledger_attempt_spec {
 	const char *identity;       /* the replica's identity, a JSON object's text, or NULL */
 	const char *input_sha256;   /* 64 hex of the request's input, fixed by its first
 	                               attempt (another later: request_mismatch), or NULL */
+	/* Fields are only ever added here, at the end. */
+	const char *traceparent; /* the W3C trace context of the attempt, or NULL: every call
+				    to ledgerd on the attempt's handle carries it */
+	const char *tracestate;  /* that context's tracestate, or NULL */
 };
 
 /**
@@ -335,7 +365,7 @@ struct ledger_attempt_spec {
  *        request_closed, retry_budget_exhausted, source_not_fenced, ...);
  *        clear with ledger_client_error_clear(); may be NULL
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_attempt_begin(struct ledger_client *c, const struct ledger_attempt_spec *spec,
 			    struct ledger_attempt **out, struct ledger_client_error *err);
 
@@ -450,7 +480,7 @@ struct ledger_finish_opts {
  * with the client's own error and the answer to keep.
  * @param opts may be NULL
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_attempt_end(struct ledger_attempt *a, bool completed,
 			  uint64_t delivered_output_tokens, const struct ledger_finish_opts *opts,
 			  struct ledger_client_error *err);
@@ -501,7 +531,7 @@ LEDGER_CLIENT_API const char *ledger_client_action_name(enum ledger_failover_act
 struct ledger_failover_opts {
 	bool has_retry_prefill_tokens;
 	uint64_t retry_prefill_tokens;   /* what a rerun would prefill again */
-	struct ledger_attempt_spec next; /* the rerun, if one is allowed (next.attempt_id set) */
+	const struct ledger_attempt_spec *next; /* the rerun, if one is allowed; or NULL */
 	const struct ledger_kept_answer *delivered_answer; /* what the client got, kept when
 	                                                      the decision ends the request */
 };
@@ -517,7 +547,7 @@ struct ledger_decision {
 };
 
 /** Frees what @p d owns (the next attempt too) and zeroes it. NULL-safe. */
-LEDGER_CLIENT_API void ledger_client_decision_clear(struct ledger_decision *d);
+static inline void ledger_client_decision_clear(struct ledger_decision *d);
 
 /**
  * Takes the next attempt out of @p d, so it outlives the decision.
@@ -535,7 +565,7 @@ ledger_client_decision_take_next(struct ledger_decision *d);
  * @param err on _ERR_REFUSED attempt_fenced (not the newest attempt) or
  *        request_closed (its body has the recorded client_error); may be NULL
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_failover(struct ledger_attempt *source, enum ledger_signal signal,
 		       const struct ledger_failover_opts *opts, struct ledger_decision *out,
 		       struct ledger_client_error *err);
@@ -638,9 +668,123 @@ struct ledger_resolution {
  * @return as ledger_client_request_get(); _ERR_INVALID, with nothing sent,
  *         also for a result_json that is not JSON or a note not UTF-8
  */
-LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_tool_call_resolve(struct ledger_client *c, const struct ledger_resolution *r,
 				struct ledger_client_answer *out, struct ledger_client_error *err);
+
+/* ---------------------------------------------------------------------- */
+/* The calls that take a struct that grows                                */
+/* ---------------------------------------------------------------------- */
+
+/*
+ * Each inline function above calls its _abi twin with the sizes of the
+ * structs as this header defines them. Call the inline functions; the
+ * _abi ones are the library's side of that contract.
+ */
+
+/** The sizes of the growing structs as this header defines them; static. */
+static inline const struct ledger_client_abi *ledger_client_abi_here(void)
+{
+	static const struct ledger_client_abi abi = {
+		LEDGER_CLIENT_ABI_COUNT,
+		(uint32_t)sizeof(struct ledger_client_options),
+		(uint32_t)sizeof(struct ledger_call),
+		(uint32_t)sizeof(struct ledger_outcome),
+		(uint32_t)sizeof(struct ledger_attempt_spec),
+		(uint32_t)sizeof(struct ledger_kept_answer),
+		(uint32_t)sizeof(struct ledger_finish_opts),
+		(uint32_t)sizeof(struct ledger_failover_opts),
+		(uint32_t)sizeof(struct ledger_decision),
+		(uint32_t)sizeof(struct ledger_resolution),
+	};
+	return &abi;
+}
+
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_open_abi(const struct ledger_client_options *opts, struct ledger_client **out,
+		       const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API void ledger_client_outcome_clear_abi(struct ledger_outcome *o,
+						       const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_tool_call_abi(struct ledger_client *c, const struct ledger_call *call,
+			    ledger_tool_fn tool_fn, void *ctx, struct ledger_outcome *out,
+			    const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_begin_abi(struct ledger_client *c, const struct ledger_attempt_spec *spec,
+				struct ledger_attempt **out, struct ledger_client_error *err,
+				const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_attempt_end_abi(struct ledger_attempt *a, bool completed,
+			      uint64_t delivered_output_tokens,
+			      const struct ledger_finish_opts *opts, struct ledger_client_error *err,
+			      const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API void ledger_client_decision_clear_abi(struct ledger_decision *d,
+							const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_failover_abi(struct ledger_attempt *source, enum ledger_signal signal,
+			   const struct ledger_failover_opts *opts, struct ledger_decision *out,
+			   struct ledger_client_error *err, const struct ledger_client_abi *abi);
+LEDGER_CLIENT_API LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
+ledger_client_tool_call_resolve_abi(struct ledger_client *c, const struct ledger_resolution *r,
+				    struct ledger_client_answer *out,
+				    struct ledger_client_error *err,
+				    const struct ledger_client_abi *abi);
+
+static inline enum ledger_client_err ledger_client_open(const struct ledger_client_options *opts,
+							struct ledger_client **out)
+{
+	return ledger_client_open_abi(opts, out, ledger_client_abi_here());
+}
+
+static inline void ledger_client_outcome_clear(struct ledger_outcome *o)
+{
+	ledger_client_outcome_clear_abi(o, ledger_client_abi_here());
+}
+
+static inline enum ledger_client_err ledger_client_tool_call(struct ledger_client *c,
+							     const struct ledger_call *call,
+							     ledger_tool_fn tool_fn, void *ctx,
+							     struct ledger_outcome *out)
+{
+	return ledger_client_tool_call_abi(c, call, tool_fn, ctx, out, ledger_client_abi_here());
+}
+
+static inline enum ledger_client_err
+ledger_client_attempt_begin(struct ledger_client *c, const struct ledger_attempt_spec *spec,
+			    struct ledger_attempt **out, struct ledger_client_error *err)
+{
+	return ledger_client_attempt_begin_abi(c, spec, out, err, ledger_client_abi_here());
+}
+
+static inline enum ledger_client_err
+ledger_client_attempt_end(struct ledger_attempt *a, bool completed,
+			  uint64_t delivered_output_tokens, const struct ledger_finish_opts *opts,
+			  struct ledger_client_error *err)
+{
+	return ledger_client_attempt_end_abi(a, completed, delivered_output_tokens, opts, err,
+					     ledger_client_abi_here());
+}
+
+static inline void ledger_client_decision_clear(struct ledger_decision *d)
+{
+	ledger_client_decision_clear_abi(d, ledger_client_abi_here());
+}
+
+static inline enum ledger_client_err
+ledger_client_failover(struct ledger_attempt *source, enum ledger_signal signal,
+		       const struct ledger_failover_opts *opts, struct ledger_decision *out,
+		       struct ledger_client_error *err)
+{
+	return ledger_client_failover_abi(source, signal, opts, out, err,
+					  ledger_client_abi_here());
+}
+
+static inline enum ledger_client_err
+ledger_client_tool_call_resolve(struct ledger_client *c, const struct ledger_resolution *r,
+				struct ledger_client_answer *out, struct ledger_client_error *err)
+{
+	return ledger_client_tool_call_resolve_abi(c, r, out, err, ledger_client_abi_here());
+}
 
 #ifdef __cplusplus
 }

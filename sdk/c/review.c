@@ -165,7 +165,7 @@ out:
 	return rc;
 }
 
-enum ledger_client_err ledger_client_tool_call_resolve(struct ledger_client *c,
+enum ledger_client_err client_tool_call_resolve(struct ledger_client *c,
 						       const struct ledger_resolution *r,
 						       struct ledger_client_answer *out,
 						       struct ledger_client_error *err)

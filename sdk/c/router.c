@@ -192,7 +192,7 @@ static void write_spec(struct ledger_jsonw *w, const struct ledger_attempt_spec 
 	ledger_jsonw_object_end(w);
 }
 
-enum ledger_client_err ledger_client_attempt_begin(struct ledger_client *c,
+enum ledger_client_err client_attempt_begin(struct ledger_client *c,
 						   const struct ledger_attempt_spec *spec,
 						   struct ledger_attempt **out,
 						   struct ledger_client_error *err)
@@ -414,7 +414,7 @@ static void write_answer(struct ledger_jsonw *w, const char *key,
 	free(b64);
 }
 
-enum ledger_client_err ledger_client_attempt_end(struct ledger_attempt *a, bool completed,
+enum ledger_client_err client_attempt_end(struct ledger_attempt *a, bool completed,
 						 uint64_t delivered_output_tokens,
 						 const struct ledger_finish_opts *opts,
 						 struct ledger_client_error *err)
@@ -453,7 +453,7 @@ enum ledger_client_err ledger_client_attempt_finish(struct ledger_attempt *a, bo
 {
 	const struct ledger_finish_opts opts = {.reason = reason};
 
-	return ledger_client_attempt_end(a, completed, delivered_output_tokens, &opts, err);
+	return client_attempt_end(a, completed, delivered_output_tokens, &opts, err);
 }
 
 enum ledger_client_err ledger_client_attempt_client_event(struct ledger_attempt *a,
@@ -546,7 +546,7 @@ static bool action_of(const char *name, enum ledger_failover_action *out)
 	return false;
 }
 
-void ledger_client_decision_clear(struct ledger_decision *d)
+void client_decision_clear(struct ledger_decision *d)
 {
 	if (d == NULL)
 		return;
@@ -614,7 +614,7 @@ out:
 	return rc;
 }
 
-enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
+enum ledger_client_err client_failover(struct ledger_attempt *source,
 					      enum ledger_signal signal,
 					      const struct ledger_failover_opts *opts,
 					      struct ledger_decision *out,
@@ -630,8 +630,8 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 		return LEDGER_CLIENT_ERR_INVALID;
 	memset(out, 0, sizeof(*out));
 	if (source == NULL || strcmp(name, "unknown") == 0 ||
-	    (opts != NULL && opts->next.attempt_id != NULL &&
-	     !client_valid_id(opts->next.attempt_id)) ||
+	    (opts != NULL && opts->next != NULL &&
+	     !client_valid_id(opts->next->attempt_id)) ||
 	    (opts != NULL && opts->retry_prefill_tokens > LEDGER_CLIENT_MAX_INT)) {
 		client_error_set(err, "",
 				 "an attempt, a known signal and valid options are required");
@@ -648,9 +648,9 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 		ledger_jsonw_key(&w, "retry_prefill_tokens");
 		ledger_jsonw_int(&w, (int64_t)opts->retry_prefill_tokens);
 	}
-	if (opts != NULL && opts->next.attempt_id != NULL) {
+	if (opts != NULL && opts->next != NULL) {
 		ledger_jsonw_key(&w, "next_attempt");
-		write_spec(&w, &opts->next, false);
+		write_spec(&w, opts->next, false);
 	}
 	if (opts != NULL)
 		write_answer(&w, "delivered_answer", opts->delivered_answer);
@@ -662,7 +662,7 @@ enum ledger_client_err ledger_client_failover(struct ledger_attempt *source,
 		rc = client_decision_read(source, &ans, out, err);
 		client_answer_clear(&ans);
 		if (rc != LEDGER_CLIENT_OK)
-			ledger_client_decision_clear(out);
+			client_decision_clear(out);
 	} else if (rc == LEDGER_CLIENT_ERR_REFUSED && err != NULL &&
 		   (strcmp(err->code, "attempt_fenced") == 0 ||
 		    strcmp(err->code, "request_closed") == 0)) {

@@ -70,7 +70,7 @@ static bool renew_tick(void *arg)
 	return true;
 }
 
-void ledger_client_outcome_clear(struct ledger_outcome *o)
+void client_outcome_clear(struct ledger_outcome *o)
 {
 	if (o == NULL)
 		return;
@@ -531,7 +531,7 @@ static enum ledger_client_err execute(struct ledger_client *c, const struct ledg
 	return record(c, call, status, fencing_token, out);
 }
 
-enum ledger_client_err ledger_client_tool_call(struct ledger_client *c,
+enum ledger_client_err client_tool_call(struct ledger_client *c,
 					       const struct ledger_call *call,
 					       ledger_tool_fn tool_fn, void *ctx,
 					       struct ledger_outcome *out)

@@ -470,13 +470,16 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE, revision);
 	struct ledger_client_error err = {0};
 	struct ledger_failover_opts opts = {0};
+	struct ledger_attempt_spec next;
 	struct ledger_decision d = {0};
 	struct ledger_attempt *source = NULL;
 	char next_aid[16];
 
 	snprintf(next_aid, sizeof(next_aid), "a%u", n + 1);
-	if (pick.index != GATEWAY_REPLICA_NONE)
-		opts.next = attempt_spec(q, next_aid, &pick, input);
+	if (pick.index != GATEWAY_REPLICA_NONE) {
+		next = attempt_spec(q, next_aid, &pick, input);
+		opts.next = &next;
+	}
 	if (ledger_client_attempt_adopt(gw->ledger, q->rid, aid, &source) != LEDGER_CLIENT_OK) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
 		goto out;

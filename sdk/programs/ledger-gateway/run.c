@@ -627,6 +627,7 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 						   struct ledger_client_error *err)
 {
 	struct ledger_failover_opts opts = {.delivered_answer = kept};
+	struct ledger_attempt_spec next;
 	struct gateway_replica_pick pick = {.index = GATEWAY_REPLICA_NONE};
 	char next_aid[16];
 	enum ledger_client_err rc;
@@ -647,8 +648,10 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 	if (signal != LEDGER_SIGNAL_OVERLOADED && signal != LEDGER_SIGNAL_CLIENT_DISCONNECTED &&
 	    r->delivered == 0)
 		pick = gateway_replica_pick(gw, r->model, r->replica, r->revision);
-	if (pick.index != GATEWAY_REPLICA_NONE)
-		opts.next = next_spec(r, &pick, next_aid);
+	if (pick.index != GATEWAY_REPLICA_NONE) {
+		next = next_spec(r, &pick, next_aid);
+		opts.next = &next;
+	}
 	for (;;) {
 		rc = ledger_client_failover(r->attempt, signal, &opts, d, err);
 		if (rc != LEDGER_CLIENT_OK || d->action != LEDGER_FAILOVER_WAIT_FOR_FENCE ||

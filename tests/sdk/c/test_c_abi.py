@@ -72,14 +72,36 @@ def dynamic_section(path):
     return entries
 
 
-def declared_functions(header_text):
-    """Every function the header declares: comments and preprocessor lines
-    removed, each name followed by its parameter list. A function pointer's
-    typedef ("enum x (*fn)(...)") is no declaration of a function."""
+def header_code(header_text):
+    """The header without comments and preprocessor lines."""
     text = re.sub(r"/\*.*?\*/", " ", header_text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
-    text = re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)
-    return set(re.findall(r"\b([A-Za-z_]\w*)\s*\((?!\s*\*)", text))
+    return re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)
+
+
+def inline_functions(header_text):
+    """The header's static inline functions: {name: its body}."""
+    text = header_code(header_text)
+    found = {}
+    for m in re.finditer(r"static\s+inline\b[^;{]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*\{", text):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        found[m.group(1)] = text[m.end():i - 1]
+    return found
+
+
+def declared_functions(header_text):
+    """Every function the header declares for the library to define: each
+    name followed by its parameter list, outside the bodies of the inline
+    functions, less the inline functions themselves. A function pointer's
+    typedef ("enum x (*fn)(...)") is no declaration of a function."""
+    text = header_code(header_text)
+    inline = inline_functions(header_text)
+    for body in inline.values():
+        text = text.replace(body, " ")
+    return set(re.findall(r"\b([A-Za-z_]\w*)\s*\((?!\s*\*)", text)) - set(inline)
 
 
 def test_the_library_is_installed_with_its_soname_and_links(prefix):
@@ -114,7 +136,7 @@ def test_the_example_runs_against_the_installed_library(service, prefix, example
 
 def test_the_library_exports_exactly_the_installed_headers_functions(prefix):
     declared = declared_functions((prefix / "include" / "ledger_client.h").read_text())
-    assert "ledger_client_open" in declared and "ledger_client_version" in declared, declared
+    assert "ledger_client_open_abi" in declared and "ledger_client_version" in declared, declared
     exported, others = {}, []
     for line in out_of(["nm", "-D", "--defined-only", prefix / "lib" / SONAME]).splitlines():
         _, kind, name = line.split()
@@ -150,3 +172,127 @@ def test_ledger_client_version_is_the_makefiles_version(prefix):
     assert out_of([program], env=e) == VERSION + "\n"
     e = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig"))
     assert out_of(["pkg-config", "--modversion", "ledger_client"], env=e) == VERSION + "\n"
+
+
+def test_each_inline_function_calls_its_exported_twin_with_the_headers_sizes(prefix):
+    header = (prefix / "include" / "ledger_client.h").read_text()
+    inline = inline_functions(header)
+    declared = declared_functions(header)
+    assert "ledger_client_abi_here" in inline and "ledger_client_tool_call" in inline, inline
+    for name, body in inline.items():
+        if name == "ledger_client_abi_here":
+            continue
+        assert name + "_abi" in declared, name
+        assert re.search(r"\b%s_abi\s*\(" % name, body), (name, body)
+        assert "ledger_client_abi_here()" in body, (name, body)
+
+
+# A program built against a header newer than the library: ledger_call and
+# ledger_outcome have each gained a field at their end. The library reads the
+# call as long as the new field is zero, refuses it (nothing sent, the tool
+# not run) when it is set, and zeroes the outcome's field it does not know.
+NEWER_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include <ledger_client.h>
+
+static int runs;
+
+static enum ledger_tool_status tool(void *ctx, const char *key, uint64_t token, char **result)
+{
+	(void)ctx; (void)key; (void)token; (void)result;
+	runs++;
+	return LEDGER_TOOL_SUCCEEDED;
+}
+
+int main(int argc, char **argv)
+{
+	struct ledger_client_options opts = {.url = argv[1], .token = argv[2]};
+	struct ledger_client *c = NULL;
+	struct ledger_call call = {.request_id = argv[3], .tool_call_id = "call_00"};
+	struct ledger_outcome out;
+	enum ledger_client_err rc;
+
+	if (argc != 4 || ledger_client_open(&opts, &c) != LEDGER_CLIENT_OK)
+		return 2;
+	memset(&out, 0x5a, sizeof(out));
+	call.future = "set";
+	rc = ledger_client_tool_call(c, &call, tool, NULL, &out);
+	printf("set: %s %s runs=%d future=%llu\n", ledger_client_strerror(rc),
+	       ledger_client_outcome_name(out.kind), runs, (unsigned long long)out.future);
+	ledger_client_outcome_clear(&out);
+	memset(&out, 0x5a, sizeof(out));
+	call.future = NULL;
+	rc = ledger_client_tool_call(c, &call, tool, NULL, &out);
+	printf("zero: %s %s runs=%d future=%llu\n", ledger_client_strerror(rc),
+	       ledger_client_outcome_name(out.kind), runs, (unsigned long long)out.future);
+	ledger_client_outcome_clear(&out);
+	ledger_client_close(c);
+	return 0;
+}
+"""
+
+
+def grow(header, struct, field):
+    """@header with @field added at the end of @struct, as a later release would."""
+    start = header.index("struct %s {" % struct)
+    end = header.index("\n};", start)
+    return header[:end] + "\n\t%s" % field + header[end:]
+
+
+def test_a_program_built_against_a_newer_header_runs_on_this_library(service, prefix):
+    header = (prefix / "include" / "ledger_client.h").read_text()
+    header = grow(header, "ledger_call", "const char *future;")
+    header = grow(header, "ledger_outcome", "uint64_t future;")
+    newer = prefix.parent / "newer"
+    newer.mkdir(exist_ok=True)
+    (newer / "ledger_client.h").write_text(header)
+    source = newer / "program.c"
+    source.write_text(NEWER_PROGRAM)
+    program = newer / "program"
+    e = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig"))
+    libs = out_of(["pkg-config", "--libs", "ledger_client"], env=e).split()
+    out_of(["cc", "-std=c11", "-Wall", "-Werror", "-I", newer, source] + libs + ["-o", program])
+    led = service.ledgerd
+    e = dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))
+    printed = out_of([program, "http://%s:%d" % (led.host, led.port), service.token("agent"),
+                      new_id()], env=e)
+    assert printed.splitlines() == [
+        "set: invalid argument refused runs=0 future=0",
+        "zero: ok executed runs=1 future=0",
+    ], printed
+
+
+SHORT_PROGRAM = r"""
+#include <stdio.h>
+#include <ledger_client.h>
+
+int main(void)
+{
+	struct ledger_client_abi abi = *ledger_client_abi_here();
+	struct ledger_client_options opts = {.url = "http://127.0.0.1:9"};
+	struct ledger_client *c = NULL;
+	enum ledger_client_err rc;
+
+	abi.options = 8; /* shorter than the first layout: no header ever made it */
+	rc = ledger_client_open_abi(&opts, &c, &abi);
+	printf("short: %s\n", ledger_client_strerror(rc));
+	abi = *ledger_client_abi_here();
+	abi.count = 1; /* names fewer structs than the first layout has */
+	rc = ledger_client_open_abi(&opts, &c, &abi);
+	printf("few: %s\n", ledger_client_strerror(rc));
+	rc = ledger_client_open(&opts, &c);
+	printf("here: %s\n", ledger_client_strerror(rc));
+	ledger_client_close(c);
+	return 0;
+}
+"""
+
+
+def test_a_struct_shorter_than_the_first_layout_is_refused(prefix):
+    source = prefix.parent / "short.c"
+    source.write_text(SHORT_PROGRAM)
+    program = cc_with_pkg_config(prefix, source, prefix.parent / "short")
+    e = dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))
+    assert out_of([program], env=e).splitlines() == [
+        "short: invalid argument", "few: invalid argument", "here: ok"]

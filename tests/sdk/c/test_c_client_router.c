@@ -52,7 +52,7 @@ void test_client_router_full_failover(void **state)
 	assert_int_equal(ledger_client_attempt_renew(a1, 0, &err), LEDGER_CLIENT_OK);
 
 	/* The replica died in prefill: rerun elsewhere, in the same decision. */
-	opts.next = (struct ledger_attempt_spec){.attempt_id = "a2", .replica = "gpu-2"};
+	opts.next = &(struct ledger_attempt_spec){.attempt_id = "a2", .replica = "gpu-2"};
 	assert_int_equal(ledger_client_failover(a1, LEDGER_SIGNAL_REPLICA_EXITED, &opts, &d, &err),
 			 LEDGER_CLIENT_OK);
 	assert_int_equal(d.action, LEDGER_FAILOVER_RETRY_PREFILL);
@@ -244,7 +244,7 @@ void test_client_tool_calls_under_an_attempt(void **state)
 	ledger_client_outcome_clear(&o);
 
 	/* Rerun on another replica after the first died: the settled call replays. */
-	struct ledger_failover_opts opts = {.next = {.attempt_id = "a2"}};
+	struct ledger_failover_opts opts = {.next = &(struct ledger_attempt_spec){.attempt_id = "a2"}};
 	assert_int_equal(ledger_client_failover(a, LEDGER_SIGNAL_POD_LOST, &opts, &d, &err),
 			 LEDGER_CLIENT_OK);
 	assert_int_equal(d.action, LEDGER_FAILOVER_RETRY_PREFILL);
