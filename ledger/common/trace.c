@@ -263,6 +263,12 @@ static enum post_result post(CURL *curl, struct curl_slist *headers, const char 
 	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
 	curl_easy_setopt(curl, CURLOPT_USERAGENT, "ledgerd-otlp/" LEDGER_VERSION);
+	if (cfg.ca_file)
+		curl_easy_setopt(curl, CURLOPT_CAINFO, cfg.ca_file);
+	if (cfg.client_cert)
+		curl_easy_setopt(curl, CURLOPT_SSLCERT, cfg.client_cert);
+	if (cfg.client_key)
+		curl_easy_setopt(curl, CURLOPT_SSLKEY, cfg.client_key);
 	rc = curl_easy_perform(curl);
 	if (rc != CURLE_OK) {
 		snprintf(detail, detail_len, "%s", curl_easy_strerror(rc));

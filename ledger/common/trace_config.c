@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "ledger/common/log.h"
 
@@ -172,6 +173,23 @@ static bool each_pair(const char *list,
 		p = end + 1;
 	}
 	return ok;
+}
+
+/* A file the exporter's TLS reads (a CA, a client certificate or key):
+ * the signal's own variable, else the general one; one that cannot be read
+ * is warned of and not used. */
+static char *read_file_name(const char *traces, const char *general)
+{
+	const char *which;
+	const char *v = env2(traces, general, &which);
+
+	if (!v)
+		return NULL;
+	if (access(v, R_OK) != 0) {
+		LOG_WARN("%s=%s cannot be read; it is not used", which, v);
+		return NULL;
+	}
+	return strdup(v);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -425,6 +443,15 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 				"%s=%s is not a number of milliseconds from 1 to 3600000; %d is used",
 				which, v, DEFAULT_TIMEOUT_MS);
 	}
+	out->ca_file = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+				      "OTEL_EXPORTER_OTLP_CERTIFICATE");
+	out->client_cert = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+					  "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+	out->client_key = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+					 "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+	v = env2("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION", &which);
+	if (v && strcmp(v, "none") != 0)
+		LOG_WARN("%s=%s: ledgerd sends spans uncompressed", which, v);
 	read_headers(out, "OTEL_EXPORTER_OTLP_HEADERS");
 	read_headers(out, "OTEL_EXPORTER_OTLP_TRACES_HEADERS");
 
@@ -466,6 +493,10 @@ void ledger_trace_config_free(struct ledger_trace_config *c)
 		return;
 	free(c->endpoint);
 	c->endpoint = NULL;
+	free(c->ca_file);
+	free(c->client_cert);
+	free(c->client_key);
+	c->ca_file = c->client_cert = c->client_key = NULL;
 	for (i = 0; i < c->n_headers; i++)
 		free(c->headers[i]);
 	c->n_headers = 0;

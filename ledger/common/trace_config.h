@@ -38,6 +38,9 @@ struct ledger_trace_config {
 	char *headers[LEDGER_TRACE_MAX_HEADERS]; /* owned: "Name: value", n_headers of them */
 	size_t n_headers;
 	long timeout_ms;                   /* OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT */
+	char *ca_file;                     /* owned; NULL: the system's CAs. _CERTIFICATE */
+	char *client_cert;                 /* owned; NULL: none. _CLIENT_CERTIFICATE */
+	char *client_key;                  /* owned; NULL: none. _CLIENT_KEY */
 	struct ledger_otlp_attr *resource; /* owned: the resource's attributes */
 	size_t n_resource;
 	enum ledger_trace_sampler sampler;

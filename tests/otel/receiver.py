@@ -18,6 +18,7 @@ import fcntl
 import gzip
 import json
 import os
+import ssl
 import struct
 import subprocess
 import threading
@@ -77,9 +78,10 @@ class ProtobufDecoder:
         self._proc = subprocess.Popen(["node", str(NODE_DIR / "decode.mjs")], cwd=NODE_DIR,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def decode(self, body):
+    def decode(self, body, kind=b"p"):
+        """@body (protobuf, or with kind b"j" OTLP/JSON) as the schema reads it."""
         with self._lock:
-            self._proc.stdin.write(struct.pack(">I", len(body)) + body)
+            self._proc.stdin.write(struct.pack(">I", len(body) + 1) + kind + body)
             self._proc.stdin.flush()
             line = self._proc.stdout.readline()
         if not line:
@@ -192,9 +194,11 @@ def spans_of(request, protocol="", headers=None):
 class Receiver:
     """The server; a context manager that stops it on exit."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """@tls: None, or (certificate, key) PEM files: then it serves https."""
         self.spans = []
         self.requests = []  # (content type, headers, status answered)
+        self.bodies = []    # (content type, body) of each request taken
         self.errors = []    # bodies that could not be read, with why
         self.status = 200
         self._cond = threading.Condition()
@@ -229,7 +233,11 @@ class Receiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -265,6 +273,7 @@ class Receiver:
                     self.spans.extend(got)
         with self._cond:
             self.requests.append((ctype, headers, status))
+            self.bodies.append((ctype, body))
             self._cond.notify_all()
         # An empty ExportTraceServiceResponse: {} in JSON, no bytes in protobuf.
         self._reply(handler, status, b"{}" if status == 200 and ctype == "application/json" else b"")

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from receiver import NODE_DIR, ROOT, Receiver, _locked, node_ready, otel_env  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tlsutil import make_pki  # noqa: E402
+from receiver import NODE_DIR, ROOT, Receiver, _locked, decoder, node_ready, otel_env  # noqa: E402
 
 # TRACE_EMIT: another build of it (a sanitizer's, say), used as it is.
 EMIT = Path(os.environ.get("TRACE_EMIT", ROOT / "build" / "tests" / "trace_emit"))
@@ -228,7 +230,7 @@ def test_a_503_is_retried_then_counted_failed(emit_built):
 
 
 def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
-    """A 503 once, then 200: the retry delivers the same batch."""
+    """A 503, then 200: the retry delivers the same batch, and what comes after."""
     with Receiver() as rx:
         rx.status = 503
         proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -240,10 +242,13 @@ def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
         proc.stdin.flush()
         rx.wait_requests(1)
         rx.status = 200
-        stdout, _ = proc.communicate(timeout=30)
+        proc.stdin.write("spam\t2\tafter\n")
+        stdout, err = proc.communicate(timeout=30)
         out = json.loads(stdout)
         assert len(rx.wait_for(lambda s: s.name == "later", count=3)) == 3
-    assert out["exported"] == 3 and out["failed"] == 0
+    assert out["exported"] == 5 and out["failed"] == 0
+    assert out["exports_failed"] == 0  # a retry that succeeds is no failed export
+    assert err.count("trace export to") == 0, err
 
 
 def test_a_full_queue_drops_and_counts(emit_built):
@@ -315,3 +320,94 @@ def test_an_endpoint_variable_with_a_path_is_used_as_given(emit_built):
         out, _ = emit_c("spam\t1\ty\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url + "/")
         assert rx.wait_for(lambda s: s.name == "y")
         assert out["exported"] == 1
+
+
+def test_https_with_the_ca_the_certificate_variable_names(emit_built, tmp_path):
+    pki = make_pki(tmp_path)
+    with Receiver(tls=(pki.server.cert, pki.server.key)) as rx:
+        # Not trusted by the system's CAs: refused and counted, within the timeout.
+        out, err = emit_c("spam\t1\tuntrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1 and out["exported"] == 0
+        assert out["shutdown_ns"] < 3_500_000_000
+        out, err = emit_c("spam\t1\ttrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_CERTIFICATE=str(pki.ca))
+        assert out["exported"] == 1, err
+        assert [s.name for s in rx.spans] == ["trusted"]
+        # Another CA's: refused.
+        out, _ = emit_c("spam\t1\tother\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                        OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE=str(pki.other_ca),
+                        OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1
+
+
+def test_failing_then_recovering_is_logged_once_each(emit_built):
+    """Exports that fail are warned of once, not per span or per export;
+    the first that succeeds again says so, once."""
+    with Receiver() as rx:
+        rx.status = 400  # not retried: each export fails at once
+        proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=otel_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                                             OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",
+                                             OTEL_BSP_SCHEDULE_DELAY="0"))
+        proc.stdin.write("spam\t5\tlost\n")
+        proc.stdin.flush()
+        rx.wait_requests(5)
+        rx.status = 200
+        proc.stdin.write("spam\t3\tkept\n")
+        stdout, err = proc.communicate(timeout=30)
+        assert len(rx.wait_for(lambda s: s.name == "kept", count=3)) == 3
+    out = json.loads(stdout)
+    assert out["failed"] == 5 and out["exports_failed"] == 5 and out["exported"] == 3
+    assert err.count("trace export to") == 1, err
+    assert "HTTP status 400" in err
+    assert err.count("recovered") == 1, err
+
+
+def _without_empty(v):
+    """proto3 writes no empty list; OTLP/JSON may."""
+    if isinstance(v, dict):
+        return {k: _without_empty(x) for k, x in v.items() if x != []}
+    if isinstance(v, list):
+        return [_without_empty(x) for x in v]
+    return v
+
+
+def test_ledgerds_json_is_all_the_schemas(emit_built):
+    """Every field of ledgerd's OTLP/JSON is one the official schema knows, with
+    the value's type it has: read into the schema's message and back, nothing
+    is lost or changed (a misspelt or unknown field would vanish)."""
+    script = SCRIPT + "\n".join([
+        "span\tbusy\tbusy\t1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\trojo=1,congo=2",
+    ] + ["attr\tbusy\tk%d\ti\t%d" % (i, i) for i in range(130)] + [
+        "end\tbusy",
+    ]) + "\n"
+    with Receiver() as rx:
+        out, _ = emit_c(script, OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                        OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+        rx.wait_for(count=5)
+        bodies = [b for ctype, b in rx.bodies if ctype == "application/json"]
+    assert out["exported"] == 5
+    for body in bodies:
+        sent = json.loads(body)
+        assert _without_empty(decoder().decode(body, b"j")) == _without_empty(sent)
+    # The same fields in protobuf, as the official decoder reads them.
+    with Receiver() as rx:
+        out, _ = emit_c(script, OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        rx.wait_for(count=5)
+        decoded = [decoder().decode(b) for ctype, b in rx.bodies]
+    spans = [s for d in decoded for rs in d["resourceSpans"] for ss in rs["scopeSpans"]
+             for s in ss["spans"]]
+    (busy,) = [s for s in spans if s["name"] == "busy"]
+    assert busy["traceState"] == "rojo=1,congo=2"
+    assert busy["droppedAttributesCount"] == 2 and len(busy["attributes"]) == 128
+    assert busy["flags"] == 1
+    version = (ROOT / "VERSION").read_text().strip()
+    assert decoded[0]["resourceSpans"][0]["scopeSpans"][0]["scope"] == {"name": "ledgerd",
+                                                                       "version": version}
+    # What the check had to carry: the fields the JS comparison does not.
+    text = b"".join(bodies).decode()
+    for field in ('"traceState":"rojo=1,congo=2"', '"flags":1', '"droppedAttributesCount":2',
+                  '"version":"%s"' % version, '"intValue":"-7"', '"doubleValue":0.25'):
+        assert field in text, field

@@ -441,15 +441,31 @@ static void test_trace_sampler_ratio(void **state)
 /* ---------------------------------------------------------------------- */
 
 static const char *const otel_vars[] = {
-	"OTEL_SDK_DISABLED",           "OTEL_TRACES_EXPORTER",
-	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-	"OTEL_EXPORTER_OTLP_HEADERS",  "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-	"OTEL_EXPORTER_OTLP_TIMEOUT",  "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-	"OTEL_SERVICE_NAME",           "OTEL_RESOURCE_ATTRIBUTES",
-	"OTEL_TRACES_SAMPLER",         "OTEL_TRACES_SAMPLER_ARG",
-	"OTEL_BSP_MAX_QUEUE_SIZE",     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	"OTEL_SDK_DISABLED",
+	"OTEL_TRACES_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_HEADERS",
+	"OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+	"OTEL_EXPORTER_OTLP_TIMEOUT",
+	"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+	"OTEL_SERVICE_NAME",
+	"OTEL_RESOURCE_ATTRIBUTES",
+	"OTEL_TRACES_SAMPLER",
+	"OTEL_TRACES_SAMPLER_ARG",
+	"OTEL_BSP_MAX_QUEUE_SIZE",
+	"OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
 	"OTEL_BSP_SCHEDULE_DELAY",
+	"OTEL_EXPORTER_OTLP_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_CLIENT_KEY",
+	"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+	"OTEL_EXPORTER_OTLP_COMPRESSION",
+	"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
 };
 
 static int clear_env(void **state)
@@ -698,6 +714,25 @@ static void test_trace_env_batch(void **state)
 			fail_msg("row %zu: queue %zu batch %zu delay %ld", i, cfg.queue_size,
 				 cfg.batch_size, cfg.delay_ms);
 	}
+	ledger_trace_config_free(&cfg);
+}
+
+static void test_trace_env_tls_files(void **state)
+{
+	(void)state;
+	read_cfg();
+	assert_null(cfg.ca_file);
+	setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", "/dev/null", 1);
+	setenv("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/nonexistent/cert.pem", 1);
+	setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/dev/null", 1);
+	setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip", 1); /* warned: sent uncompressed */
+	read_cfg();
+	assert_string_equal(cfg.ca_file, "/dev/null");
+	assert_null(cfg.client_cert); /* cannot be read: not used */
+	assert_string_equal(cfg.client_key, "/dev/null");
+	setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/nonexistent/ca.pem", 1);
+	read_cfg();
+	assert_null(cfg.ca_file); /* the traces variable is the one read, and it is bad */
 	ledger_trace_config_free(&cfg);
 }
 
@@ -1002,6 +1037,7 @@ int main(void)
 		cmocka_unit_test_setup(test_trace_env_resource, clear_env),
 		cmocka_unit_test_setup(test_trace_env_sampler, clear_env),
 		cmocka_unit_test_setup(test_trace_env_batch, clear_env),
+		cmocka_unit_test_setup(test_trace_env_tls_files, clear_env),
 		cmocka_unit_test(test_trace_percent_decode),
 		cmocka_unit_test_setup(test_trace_off_is_null_safe, clear_env),
 		cmocka_unit_test_setup(test_trace_span_limits_and_context, clear_env),
