@@ -236,7 +236,8 @@ static void fixed_span(void)
 	fixed_event_attrs[0] =
 		(struct ledger_otlp_attr){.key = (char *)"b", .type = LEDGER_ATTR_BOOL};
 	fixed_event_attrs[0].v.b = true;
-	fixed_events[0] = (struct ledger_otlp_event){(char *)"e", 1500, fixed_event_attrs, 1, 0};
+	fixed_events[0] = (struct ledger_otlp_event){
+		.name = (char *)"e", .time_ns = 1500, .attrs = fixed_event_attrs, .n_attrs = 1};
 	fixed.events = fixed_events;
 	fixed.n_events = 1;
 	fixed.status = LEDGER_SPAN_STATUS_ERROR;
@@ -821,6 +822,15 @@ static void test_trace_span_limits_and_context(void **state)
 	memset(big, 'x', sizeof(big));
 	ledger_span_set_strn(s, "a0", big, sizeof(big));
 	assert_int_equal(s->attrs[1].v.s.len, LEDGER_OTLP_MAX_STR);
+	/* Every attribute survives the span's text growing past its first block. */
+	assert_string_equal(s->attrs[0].key, "k");
+	assert_string_equal(s->attrs[1].key, "a0");
+	assert_memory_equal(s->attrs[1].v.s.p, big, LEDGER_OTLP_MAX_STR);
+	assert_int_equal(s->attrs[1].v.s.p[LEDGER_OTLP_MAX_STR], '\0');
+	assert_string_equal(s->attrs[LEDGER_OTLP_MAX_ATTRS - 1].key, "a126");
+	assert_true(s->attrs[LEDGER_OTLP_MAX_ATTRS - 1].v.b);
+	assert_string_equal(s->tracestate, "a=b");
+	assert_string_equal(s->name, "op");
 	/* Events: 128 at most, each with 128 attributes at most. */
 	for (i = 0; i < LEDGER_OTLP_MAX_ATTRS + 2; i++) {
 		char *k = malloc(16);
