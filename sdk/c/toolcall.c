@@ -674,12 +674,18 @@ static const char *outcome_error_type(const struct ledger_outcome *o)
 static void span_begin(struct ledger_span *span, const struct ledger_call *call,
 		       const char *attempt_id)
 {
+	char key[2 * LEDGER_CLIENT_ID_MAX + 2];
+
+	if (span == NULL)
+		return;
+	snprintf(key, sizeof(key), "%s:%s", call->request_id, call->tool_call_id);
 	ledger_span_set_str(span, "gen_ai.operation.name", "execute_tool");
 	if (call->tool != NULL)
 		ledger_span_set_str(span, "gen_ai.tool.name", call->tool);
 	ledger_span_set_str(span, "gen_ai.tool.call.id", call->tool_call_id);
 	ledger_span_set_str(span, "ledger.request_id", call->request_id);
 	ledger_span_set_str(span, "ledger.tool_call_id", call->tool_call_id);
+	ledger_span_set_str(span, "ledger.idempotency_key", key);
 	if (attempt_id != NULL)
 		ledger_span_set_str(span, "ledger.attempt_id", attempt_id);
 }
@@ -703,10 +709,13 @@ static void span_finish(struct ledger_span *span, enum ledger_client_err rc,
 	}
 	ledger_span_set_bool(span, "ledger.replayed",
 			     rc == LEDGER_CLIENT_OK && o->kind == LEDGER_OUTCOME_REPLAYED);
+	ledger_span_set_bool(span, "ledger.executed", o->executed);
+	if (o->error.code[0] != '\0')
+		ledger_span_set_str(span, "ledger.error_code", o->error.code);
+	/* No message: as the other SDKs, a span carries no error text, results or arguments. */
 	if (error_type != NULL) {
 		ledger_span_set_str(span, "error.type", error_type);
-		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR,
-				       o->error.message[0] != '\0' ? o->error.message : error_type);
+		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR, NULL);
 	}
 	ledger_span_end(span, 0);
 }

@@ -164,9 +164,11 @@ def test_a_tool_call_is_an_execute_tool_span_the_parent_of_its_calls(
     assert a["gen_ai.tool.call.id"] == "call_00"
     assert a["ledger.request_id"] == rid and a["ledger.tool_call_id"] == "call_00"
     assert a["ledger.outcome"] == "executed"
-    assert a["ledger.replayed"] is False
+    assert a["ledger.replayed"] is False and a["ledger.executed"] is True
+    assert a["ledger.idempotency_key"] == "%s:call_00" % rid
     assert a["ledger.fencing_token"] == got["fencing_token"] == 1
     assert "error.type" not in a and "ledger.attempt_id" not in a
+    assert "ledger.error_code" not in a
     assert span.status["code"] == 0
 
     # Claim, renewals and completion: each a child of the span, the tracestate passed on.
@@ -194,7 +196,7 @@ def test_a_replay_is_a_span_that_says_replayed(service, agent, recorder, rx):
     replay = [s for s in spans if s.attributes["ledger.outcome"] == "replayed"]
     assert len(replay) == 1, [s.attributes for s in spans]
     a = replay[0].attributes
-    assert a["ledger.replayed"] is True
+    assert a["ledger.replayed"] is True and a["ledger.executed"] is False
     assert "ledger.fencing_token" not in a and "error.type" not in a
     assert replay[0].parent_span_id == PARENT_ID and replay[0].trace_id == TRACE_ID
     # Its one call, the claim, is the replay span's child.
@@ -213,8 +215,11 @@ def test_a_refused_call_says_why_in_error_type(service, agent, recorder, rx):
     refused = [s for s in spans if s.attributes["ledger.outcome"] == "args_mismatch"]
     assert len(refused) == 1
     assert refused[0].attributes["error.type"] == "args_mismatch"
+    assert refused[0].attributes["ledger.error_code"] == "args_mismatch"
     assert refused[0].attributes["ledger.replayed"] is False
-    assert refused[0].status["code"] == 2  # ERROR
+    assert refused[0].attributes["ledger.executed"] is False
+    # ERROR, and no error text: a span carries none, as the other SDKs' do.
+    assert refused[0].status == {"code": 2, "message": ""}
 
 
 def test_a_tool_that_failed_is_an_error_span(service, agent, recorder, rx):
@@ -224,6 +229,7 @@ def test_a_tool_that_failed_is_an_error_span(service, agent, recorder, rx):
     span = span_of(rx, rid)
     assert span.attributes["error.type"] == "tool_failed"
     assert span.attributes["ledger.outcome"] == "executed"
+    assert span.attributes["ledger.executed"] is True
     assert span.status["code"] == 2
 
 
