@@ -1,0 +1,484 @@
+/*
+ * ledger/common/otlp.c: a batch of spans as one OTLP ExportTraceServiceRequest,
+ * in protobuf (the wire format written by hand: the request is small and
+ * fixed, and a generated library would be a dependency for four messages)
+ * and in OTLP/JSON. Field numbers are opentelemetry-proto 1.x's
+ * (collector/trace/v1, trace/v1, common/v1, resource/v1); proto3 defaults
+ * are left out, except inside AnyValue's oneof, where presence is the value.
+ */
+#include "ledger/common/otlp.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/jsonw.h"
+
+/* ---------------------------------------------------------------------- */
+/* Strings                                                                */
+/* ---------------------------------------------------------------------- */
+
+/* The length of the valid UTF-8 sequence at @p s (at most @p n bytes), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	size_t len, i;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms, surrogates, past U+10FFFF */
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+char *ledger_otlp_utf8_dup(const char *s, size_t len, size_t max, size_t *out_len)
+{
+	static const char replacement[] = "\xef\xbf\xbd";
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, o = 0, cap;
+	char *out;
+
+	/* Each input byte gives at most 3 output bytes (one U+FFFD). */
+	cap = (len < max ? len : max) * 3 + 1;
+	if (cap > max + 1)
+		cap = max + 1;
+	out = malloc(cap);
+	if (!out)
+		return NULL;
+	while (i < len) {
+		size_t seq = utf8_seq(u + i, len - i);
+		const char *from = seq ? s + i : replacement;
+		size_t n = seq ? seq : 3;
+
+		if (o + n > max)
+			break;
+		memcpy(out + o, from, n);
+		o += n;
+		i += seq ? seq : 1;
+	}
+	out[o] = '\0';
+	if (out_len)
+		*out_len = o;
+	return out;
+}
+
+void ledger_otlp_attr_clear(struct ledger_otlp_attr *a)
+{
+	if (!a)
+		return;
+	free(a->key);
+	a->key = NULL;
+	if (a->type == LEDGER_ATTR_STR) {
+		free(a->v.s.p);
+		a->v.s.p = NULL;
+	}
+}
+
+void ledger_otlp_span_free(struct ledger_span *s)
+{
+	size_t i, j;
+
+	if (!s)
+		return;
+	for (i = 0; i < s->n_attrs; i++)
+		ledger_otlp_attr_clear(&s->attrs[i]);
+	free(s->attrs);
+	for (i = 0; i < s->n_events; i++) {
+		for (j = 0; j < s->events[i].n_attrs; j++)
+			ledger_otlp_attr_clear(&s->events[i].attrs[j]);
+		free(s->events[i].attrs);
+		free(s->events[i].name);
+	}
+	free(s->events);
+	free(s->tracestate);
+	free(s->name);
+	free(s->status_message);
+	free(s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Protobuf                                                               */
+/* ---------------------------------------------------------------------- */
+
+enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
+
+static void put_varint(struct ledger_buf *b, uint64_t v)
+{
+	unsigned char tmp[10];
+	size_t n = 0;
+
+	do {
+		tmp[n] = (unsigned char)(v & 0x7f);
+		v >>= 7;
+		if (v)
+			tmp[n] |= 0x80;
+		n++;
+	} while (v);
+	ledger_buf_append(b, tmp, n);
+}
+
+static void put_tag(struct ledger_buf *b, unsigned field, unsigned wire)
+{
+	put_varint(b, (uint64_t)field << 3 | wire);
+}
+
+static void put_len(struct ledger_buf *b, unsigned field, const void *p, size_t n)
+{
+	put_tag(b, field, WIRE_LEN);
+	put_varint(b, n);
+	if (n)
+		ledger_buf_append(b, p, n);
+}
+
+/* A nested message, written into @p sub beforehand; @p sub is emptied. */
+static void put_msg(struct ledger_buf *b, unsigned field, struct ledger_buf *sub)
+{
+	if (sub->oom)
+		b->oom = true;
+	put_len(b, field, sub->data, sub->len);
+	ledger_buf_free(sub);
+}
+
+static void put_string(struct ledger_buf *b, unsigned field, const char *s)
+{
+	if (s && *s)
+		put_len(b, field, s, strlen(s));
+}
+
+static void put_fixed64(struct ledger_buf *b, unsigned field, uint64_t v)
+{
+	unsigned char tmp[8];
+	int i;
+
+	for (i = 0; i < 8; i++)
+		tmp[i] = (unsigned char)(v >> (8 * i));
+	put_tag(b, field, WIRE_I64);
+	ledger_buf_append(b, tmp, 8);
+}
+
+static void put_fixed32(struct ledger_buf *b, unsigned field, uint32_t v)
+{
+	unsigned char tmp[4];
+	int i;
+
+	for (i = 0; i < 4; i++)
+		tmp[i] = (unsigned char)(v >> (8 * i));
+	put_tag(b, field, WIRE_I32);
+	ledger_buf_append(b, tmp, 4);
+}
+
+static void put_uint(struct ledger_buf *b, unsigned field, uint64_t v)
+{
+	if (v) {
+		put_tag(b, field, WIRE_VARINT);
+		put_varint(b, v);
+	}
+}
+
+/* KeyValue { key = 1; AnyValue value = 2 }, AnyValue { string_value = 1;
+ * bool_value = 2; int_value = 3; double_value = 4 }. */
+static void proto_attr(struct ledger_buf *b, unsigned field, const struct ledger_otlp_attr *a)
+{
+	struct ledger_buf kv = LEDGER_BUF_INIT, any = LEDGER_BUF_INIT;
+	uint64_t bits;
+
+	switch (a->type) {
+	case LEDGER_ATTR_STR:
+		put_len(&any, 1, a->v.s.p, a->v.s.len);
+		break;
+	case LEDGER_ATTR_BOOL:
+		put_tag(&any, 2, WIRE_VARINT);
+		put_varint(&any, a->v.b ? 1 : 0);
+		break;
+	case LEDGER_ATTR_INT:
+		put_tag(&any, 3, WIRE_VARINT);
+		put_varint(&any, (uint64_t)a->v.i); /* int64: two's complement, 10 bytes if negative */
+		break;
+	case LEDGER_ATTR_DOUBLE:
+		memcpy(&bits, &a->v.d, sizeof(bits));
+		put_fixed64(&any, 4, bits);
+		break;
+	}
+	put_string(&kv, 1, a->key);
+	put_msg(&kv, 2, &any);
+	put_msg(b, field, &kv);
+}
+
+/* Span.Event { time_unix_nano = 1 (fixed64); name = 2; attributes = 3;
+ * dropped_attributes_count = 4 } */
+static void proto_event(struct ledger_buf *b, const struct ledger_otlp_event *e)
+{
+	struct ledger_buf ev = LEDGER_BUF_INIT;
+	size_t i;
+
+	put_fixed64(&ev, 1, e->time_ns);
+	put_string(&ev, 2, e->name);
+	for (i = 0; i < e->n_attrs; i++)
+		proto_attr(&ev, 3, &e->attrs[i]);
+	put_uint(&ev, 4, e->dropped_attrs);
+	put_msg(b, 11, &ev);
+}
+
+/* Span { trace_id = 1; span_id = 2; trace_state = 3; parent_span_id = 4;
+ * name = 5; kind = 6; start_time_unix_nano = 7; end_time_unix_nano = 8;
+ * attributes = 9; dropped_attributes_count = 10; events = 11;
+ * dropped_events_count = 12; status = 15; flags = 16 (fixed32) } */
+static void proto_span(struct ledger_buf *b, const struct ledger_span *s)
+{
+	struct ledger_buf sp = LEDGER_BUF_INIT, st = LEDGER_BUF_INIT;
+	size_t i;
+
+	put_len(&sp, 1, s->trace_id, sizeof(s->trace_id));
+	put_len(&sp, 2, s->span_id, sizeof(s->span_id));
+	put_string(&sp, 3, s->tracestate);
+	if (s->has_parent)
+		put_len(&sp, 4, s->parent_span_id, sizeof(s->parent_span_id));
+	put_string(&sp, 5, s->name);
+	put_uint(&sp, 6, (uint64_t)s->kind);
+	put_fixed64(&sp, 7, s->start_ns);
+	put_fixed64(&sp, 8, s->end_ns);
+	for (i = 0; i < s->n_attrs; i++)
+		proto_attr(&sp, 9, &s->attrs[i]);
+	put_uint(&sp, 10, s->dropped_attrs);
+	for (i = 0; i < s->n_events; i++)
+		proto_event(&sp, &s->events[i]);
+	put_uint(&sp, 12, s->dropped_events);
+	/* Status { message = 2; code = 3 } */
+	if (s->status == LEDGER_SPAN_STATUS_ERROR)
+		put_string(&st, 2, s->status_message);
+	put_uint(&st, 3, (uint64_t)s->status);
+	put_msg(&sp, 15, &st);
+	if (s->flags)
+		put_fixed32(&sp, 16, s->flags);
+	put_msg(b, 2, &sp);
+}
+
+void ledger_otlp_encode_proto(const struct ledger_otlp_resource *res,
+			      struct ledger_span *const *spans, size_t n, struct ledger_buf *out)
+{
+	struct ledger_buf rs = LEDGER_BUF_INIT, r = LEDGER_BUF_INIT, ss = LEDGER_BUF_INIT,
+			  scope = LEDGER_BUF_INIT;
+	size_t i;
+
+	/* Resource { attributes = 1 } */
+	for (i = 0; i < res->n_attrs; i++)
+		proto_attr(&r, 1, &res->attrs[i]);
+	/* InstrumentationScope { name = 1; version = 2 } */
+	put_string(&scope, 1, res->scope_name);
+	put_string(&scope, 2, res->scope_version);
+	/* ScopeSpans { scope = 1; spans = 2 } */
+	put_msg(&ss, 1, &scope);
+	for (i = 0; i < n; i++)
+		proto_span(&ss, spans[i]);
+	/* ResourceSpans { resource = 1; scope_spans = 2 } */
+	put_msg(&rs, 1, &r);
+	put_msg(&rs, 2, &ss);
+	/* ExportTraceServiceRequest { resource_spans = 1 } */
+	put_msg(out, 1, &rs);
+}
+
+/* ---------------------------------------------------------------------- */
+/* OTLP/JSON                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void json_hex(struct ledger_jsonw *w, const char *key, const uint8_t *bytes, size_t n)
+{
+	char hex[33];
+
+	ledger_trace_hex(bytes, n, hex);
+	ledger_jsonw_key(w, key);
+	ledger_jsonw_string(w, hex);
+}
+
+/* A 64-bit integer as proto3's JSON mapping writes it: a decimal string. */
+static void json_u64(struct ledger_jsonw *w, const char *key, uint64_t v)
+{
+	char tmp[24];
+
+	snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
+	ledger_jsonw_key(w, key);
+	ledger_jsonw_string(w, tmp);
+}
+
+static void json_attr(struct ledger_jsonw *w, const struct ledger_otlp_attr *a)
+{
+	char tmp[40];
+
+	ledger_jsonw_object_begin(w);
+	ledger_jsonw_key(w, "key");
+	ledger_jsonw_string(w, a->key);
+	ledger_jsonw_key(w, "value");
+	ledger_jsonw_object_begin(w);
+	switch (a->type) {
+	case LEDGER_ATTR_STR:
+		ledger_jsonw_key(w, "stringValue");
+		ledger_jsonw_string_n(w, a->v.s.p, a->v.s.len);
+		break;
+	case LEDGER_ATTR_BOOL:
+		ledger_jsonw_key(w, "boolValue");
+		ledger_jsonw_bool(w, a->v.b);
+		break;
+	case LEDGER_ATTR_INT:
+		snprintf(tmp, sizeof(tmp), "%" PRId64, a->v.i);
+		ledger_jsonw_key(w, "intValue");
+		ledger_jsonw_string(w, tmp);
+		break;
+	case LEDGER_ATTR_DOUBLE:
+		ledger_jsonw_key(w, "doubleValue");
+		/* proto3 JSON: the non-finite as strings; the rest as the shortest
+		 * text that reads back as the same double. */
+		if (isnan(a->v.d)) {
+			ledger_jsonw_string(w, "NaN");
+		} else if (isinf(a->v.d)) {
+			ledger_jsonw_string(w, a->v.d > 0 ? "Infinity" : "-Infinity");
+		} else {
+			int prec;
+
+			for (prec = 1; prec < 17; prec++) {
+				snprintf(tmp, sizeof(tmp), "%.*g", prec, a->v.d);
+				if (strtod(tmp, NULL) == a->v.d)
+					break;
+			}
+			snprintf(tmp, sizeof(tmp), "%.*g", prec, a->v.d);
+			ledger_jsonw_raw(w, tmp, strlen(tmp));
+		}
+		break;
+	}
+	ledger_jsonw_object_end(w);
+	ledger_jsonw_object_end(w);
+}
+
+static void json_attrs(struct ledger_jsonw *w, const struct ledger_otlp_attr *attrs, size_t n)
+{
+	size_t i;
+
+	ledger_jsonw_key(w, "attributes");
+	ledger_jsonw_array_begin(w);
+	for (i = 0; i < n; i++)
+		json_attr(w, &attrs[i]);
+	ledger_jsonw_array_end(w);
+}
+
+static void json_span(struct ledger_jsonw *w, const struct ledger_span *s)
+{
+	size_t i;
+
+	ledger_jsonw_object_begin(w);
+	json_hex(w, "traceId", s->trace_id, sizeof(s->trace_id));
+	json_hex(w, "spanId", s->span_id, sizeof(s->span_id));
+	if (s->tracestate && *s->tracestate) {
+		ledger_jsonw_key(w, "traceState");
+		ledger_jsonw_string(w, s->tracestate);
+	}
+	if (s->has_parent)
+		json_hex(w, "parentSpanId", s->parent_span_id, sizeof(s->parent_span_id));
+	if (s->flags) {
+		ledger_jsonw_key(w, "flags");
+		ledger_jsonw_int(w, s->flags);
+	}
+	ledger_jsonw_key(w, "name");
+	ledger_jsonw_string(w, s->name ? s->name : "");
+	ledger_jsonw_key(w, "kind");
+	ledger_jsonw_int(w, s->kind);
+	json_u64(w, "startTimeUnixNano", s->start_ns);
+	json_u64(w, "endTimeUnixNano", s->end_ns);
+	json_attrs(w, s->attrs, s->n_attrs);
+	if (s->dropped_attrs) {
+		ledger_jsonw_key(w, "droppedAttributesCount");
+		ledger_jsonw_int(w, s->dropped_attrs);
+	}
+	ledger_jsonw_key(w, "events");
+	ledger_jsonw_array_begin(w);
+	for (i = 0; i < s->n_events; i++) {
+		const struct ledger_otlp_event *e = &s->events[i];
+
+		ledger_jsonw_object_begin(w);
+		json_u64(w, "timeUnixNano", e->time_ns);
+		ledger_jsonw_key(w, "name");
+		ledger_jsonw_string(w, e->name ? e->name : "");
+		json_attrs(w, e->attrs, e->n_attrs);
+		if (e->dropped_attrs) {
+			ledger_jsonw_key(w, "droppedAttributesCount");
+			ledger_jsonw_int(w, e->dropped_attrs);
+		}
+		ledger_jsonw_object_end(w);
+	}
+	ledger_jsonw_array_end(w);
+	if (s->dropped_events) {
+		ledger_jsonw_key(w, "droppedEventsCount");
+		ledger_jsonw_int(w, s->dropped_events);
+	}
+	ledger_jsonw_key(w, "status");
+	ledger_jsonw_object_begin(w);
+	if (s->status == LEDGER_SPAN_STATUS_ERROR && s->status_message && *s->status_message) {
+		ledger_jsonw_key(w, "message");
+		ledger_jsonw_string(w, s->status_message);
+	}
+	ledger_jsonw_key(w, "code");
+	ledger_jsonw_int(w, s->status);
+	ledger_jsonw_object_end(w);
+	ledger_jsonw_object_end(w);
+}
+
+void ledger_otlp_encode_json(const struct ledger_otlp_resource *res,
+			     struct ledger_span *const *spans, size_t n, struct ledger_buf *out)
+{
+	struct ledger_jsonw w;
+	size_t i;
+
+	ledger_jsonw_init(&w, out);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "resourceSpans");
+	ledger_jsonw_array_begin(&w);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "resource");
+	ledger_jsonw_object_begin(&w);
+	json_attrs(&w, res->attrs, res->n_attrs);
+	ledger_jsonw_object_end(&w);
+	ledger_jsonw_key(&w, "scopeSpans");
+	ledger_jsonw_array_begin(&w);
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "scope");
+	ledger_jsonw_object_begin(&w);
+	ledger_jsonw_key(&w, "name");
+	ledger_jsonw_string(&w, res->scope_name ? res->scope_name : "");
+	if (res->scope_version) {
+		ledger_jsonw_key(&w, "version");
+		ledger_jsonw_string(&w, res->scope_version);
+	}
+	ledger_jsonw_object_end(&w);
+	ledger_jsonw_key(&w, "spans");
+	ledger_jsonw_array_begin(&w);
+	for (i = 0; i < n; i++)
+		json_span(&w, spans[i]);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_object_end(&w);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_object_end(&w);
+	ledger_jsonw_array_end(&w);
+	ledger_jsonw_object_end(&w);
+}
