@@ -15,6 +15,7 @@
 #include "api/wire/tls.h"
 #include "api/cli/settings.h"
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "ledger/store/maintenance.h"
 #include "ledger/store/token_watch.h"
 #include "ledger/store/migrate.h"
@@ -277,7 +278,14 @@ static int cmd_serve(const struct api_settings *cfg)
 		close_sockets(&sk);
 		return 1;
 	}
+	/*
+	 * Spans start with the first call and end with the last: the tracer
+	 * runs across serving, and its shutdown, after the drain, sends what
+	 * the calls left queued.
+	 */
+	ledger_trace_init("ledgerd", LEDGER_VERSION);
 	rc = api_server_run(&acfg, &policy, store, &sk);
+	ledger_trace_shutdown();
 	wire_tls_close(sk.tls);
 	ledger_token_watch_stop(watch);
 	ledger_maintenance_stop(maintenance);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/wire/stats.h"
+#include "ledger/common/trace.h"
 #include "ledger/store/maintenance.h"
 #include "ledger/store/replay_cache.h"
 #include "ledger/store/store.h"
@@ -411,6 +412,30 @@ static void render_store(struct ledger_buf *out, size_t queue_depth, unsigned st
 	ledger_buf_printf(out, "ledger_store_stalled_workers %u\n", stalled);
 }
 
+/* What the tracer counted (ledger/common/trace.h); zeros while tracing is off. */
+static void render_tracing(struct ledger_buf *out)
+{
+	struct ledger_trace_stats st;
+
+	ledger_trace_stats(&st);
+	header(out, "ledger_trace_spans_exported_total", "counter",
+	       "Spans the OTLP collector accepted.");
+	ledger_buf_printf(out, "ledger_trace_spans_exported_total %llu\n",
+			  (unsigned long long)st.spans_exported);
+	header(out, "ledger_trace_spans_dropped_total", "counter",
+	       "Spans dropped as they ended because the export queue was full.");
+	ledger_buf_printf(out, "ledger_trace_spans_dropped_total %llu\n",
+			  (unsigned long long)st.spans_dropped);
+	header(out, "ledger_trace_spans_failed_total", "counter",
+	       "Spans lost because their export failed (collector unreachable or refusing).");
+	ledger_buf_printf(out, "ledger_trace_spans_failed_total %llu\n",
+			  (unsigned long long)st.spans_failed);
+	header(out, "ledger_trace_exports_failed_total", "counter",
+	       "Export requests to the OTLP collector that failed.");
+	ledger_buf_printf(out, "ledger_trace_exports_failed_total %llu\n",
+			  (unsigned long long)st.exports_failed);
+}
+
 void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned stalled,
 			long in_flight)
 {
@@ -431,5 +456,6 @@ void api_metrics_render(struct ledger_buf *out, size_t queue_depth, unsigned sta
 	       "that found it ready, with no call since finding it unreachable, is answered "
 	       "from it).");
 	ledger_buf_printf(out, "ledger_readiness_checks_total %llu\n", get(&readiness_checks));
+	render_tracing(out);
 	wire_stats_render(out, "ledger_");
 }

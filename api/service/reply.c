@@ -22,6 +22,8 @@ static void reset(struct api_request *req, unsigned status)
 	req->reply.allow = NULL;
 	req->reply.content_type = NULL;
 	req->reply.headers = NULL;
+	req->reply.error_code[0] = '\0';
+	req->reply.outcome = NULL;
 }
 
 void api_reply_bytes(struct api_request *req, unsigned status, const char *content_type,
@@ -38,10 +40,18 @@ void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned s
 	ledger_jsonw_init(w, &req->reply.body);
 }
 
+void api_reply_status_member(struct api_request *req, struct ledger_jsonw *w, const char *status)
+{
+	ledger_jsonw_key(w, "status");
+	ledger_jsonw_string(w, status);
+	req->reply.outcome = status;
+}
+
 void api_reply_error_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status,
 			   const char *code, const char *message)
 {
 	api_reply_begin(req, w, status);
+	snprintf(req->reply.error_code, sizeof(req->reply.error_code), "%s", code);
 	ledger_jsonw_object_begin(w);
 	ledger_jsonw_key(w, "error");
 	ledger_jsonw_object_begin(w);

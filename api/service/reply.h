@@ -58,4 +58,10 @@ void api_reply_bytes(struct api_request *req, unsigned status, const char *conte
 /** Starts a success body: the caller writes one JSON object with @p w. */
 void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status);
 
+/**
+ * Writes a success body's "status" member, which the call's span records
+ * as its ledger.outcome. @p status: a static string ("claimed").
+ */
+void api_reply_status_member(struct api_request *req, struct ledger_jsonw *w, const char *status);
+
 #endif

@@ -63,6 +63,18 @@ struct api_reply {
 	const char *allow;        /* an Allow header (static string) */
 	const char *content_type; /* NULL: application/json */
 	const char *headers;      /* more header lines, each ending "\r\n" (a static string) */
+	char error_code[32];      /* the error envelope's code; "": none (for the call's span) */
+	const char *outcome;      /* the success body's "status" (a static string), or NULL */
+};
+
+struct ledger_span;
+
+/* A call's trace (api/service/tracing.c); all zero while tracing is off. */
+struct api_call_trace {
+	struct ledger_span *span; /* the call's SERVER span; NULL: not traced */
+	char trace_id[33];        /* its ids in hex, which the call's log lines carry */
+	char span_id[17];
+	int64_t fencing_token; /* > 0: the token a 2xx answer carries */
 };
 
 /* Where a call is in its life (api/service/server.c, drive()). */
@@ -109,6 +121,7 @@ struct api_request {
 	struct wire_offload_job parse_job; /* parse(), when the body is large */
 	struct api_reply reply;
 	int64_t started_ns; /* monotonic, for latency */
+	struct api_call_trace trace;
 };
 
 #endif

@@ -30,6 +30,7 @@
 #include "api/service/routes.h"
 #include "api/wire/tls.h"
 #include "api/service/tokens.h"
+#include "api/service/tracing.h"
 #include "api/service/ui.h"
 #include "ledger/common/base64.h"
 #include "ledger/common/jsonw.h"
@@ -62,9 +63,14 @@ static int64_t monotonic_ns(void)
 /* The call's ids, as the route's pattern names its parameters. */
 static struct ledger_log_ids ids_of(const struct api_request *req)
 {
-	struct ledger_log_ids ids = {NULL, NULL, NULL};
+	struct ledger_log_ids ids = {NULL, NULL, NULL, NULL, NULL};
 	const char *p = req->route != NULL ? req->route->pattern : "";
 	unsigned n = 0;
+
+	if (req->trace.trace_id[0] != '\0') {
+		ids.trace_id = req->trace.trace_id;
+		ids.span_id = req->trace.span_id;
+	}
 
 	while ((p = strchr(p, '{')) != NULL && n < API_MAX_PARAMS) {
 		if (strncmp(p, "{rid}", 5) == 0)
@@ -128,6 +134,7 @@ static void send_reply(struct api_request *req)
 	api_metrics_http(req->route != NULL ? (size_t)(req->route - api_routes) : SIZE_MAX,
 			 r->status, (double)(monotonic_ns() - req->started_ns) / 1e9);
 	log_reply(req);
+	api_tracing_end(req);
 }
 
 /* --- the life of a call --- */
@@ -175,6 +182,7 @@ static bool authenticate_from_store(struct api_request *req)
 		api_tokens_cache_put(req->token_sha256, req->tenant, req->role, res->began_ms);
 		ok = true;
 	}
+	api_tracing_stored(req);
 	ledger_store_result_clear(&req->job);
 	return ok;
 }
@@ -201,6 +209,7 @@ static void answer(struct api_request *req)
 		api_reply_store_error(req, rc);
 	else
 		h->answer(req, &req->job.res);
+	api_tracing_stored(req);
 	ledger_store_result_clear(&req->job);
 	if (req->reply.status == 0) {
 		LOG_ERROR("handler %s gave no reply", req->route->name);
@@ -549,6 +558,8 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 	req->listener = listener;
 	req->started_ns = monotonic_ns();
 	req->stage = API_STAGE_HEAD;
+	api_tracing_begin(req, listener == API_LISTENER_API && srv->tls != NULL);
+	ledger_log_context_set(&req->job.ids);
 	route(req);
 	ledger_log_context_set(NULL);
 	if (req->reply.status != 0)
@@ -581,6 +592,7 @@ static void on_end(void *call, bool replied)
 	struct api_request *req = call;
 
 	(void)replied;
+	api_tracing_abandon(req); /* a span not ended by its reply */
 	for (unsigned i = 0; i < API_MAX_PARAMS; i++)
 		free(req->params[i]);
 	for (unsigned i = 0; i < req->nquery; i++) {

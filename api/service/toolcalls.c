@@ -86,8 +86,7 @@ static void reply_completed(struct api_request *req, const struct ledger_call *c
 
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "status");
-	ledger_jsonw_string(&w, "completed");
+	api_reply_status_member(req, &w, "completed");
 	ledger_jsonw_key(&w, "outcome");
 	ledger_jsonw_string(&w, ledger_call_state_name(call->state));
 	write_result(&w, call, true);
@@ -112,8 +111,7 @@ static void reply_released(struct api_request *req, int64_t fencing_token)
 
 	api_reply_begin(req, &w, 200);
 	ledger_jsonw_object_begin(&w);
-	ledger_jsonw_key(&w, "status");
-	ledger_jsonw_string(&w, "released");
+	api_reply_status_member(req, &w, "released");
 	write_key(&w, req);
 	ledger_jsonw_key(&w, "fencing_token");
 	ledger_jsonw_int(&w, fencing_token);
@@ -313,8 +311,7 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 		}
 		api_reply_begin(req, &w, res.outcome.claim == LEDGER_CLAIM_HELD ? 200 : 201);
 		ledger_jsonw_object_begin(&w);
-		ledger_jsonw_key(&w, "status");
-		ledger_jsonw_string(&w, "claimed");
+		api_reply_status_member(req, &w, "claimed");
 		write_key(&w, req);
 		ledger_jsonw_key(&w, "fencing_token");
 		ledger_jsonw_int(&w, res.call.fencing_token);

@@ -524,6 +524,21 @@ bool wire_conn_draining(const struct wire_conn *c)
 	return atomic_load(&c->net->draining);
 }
 
+bool wire_conn_peer(const struct wire_conn *c, char *out, size_t cap)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	const void *a = NULL;
+
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) != 0)
+		return false;
+	if (ss.ss_family == AF_INET)
+		a = &((const struct sockaddr_in *)(const void *)&ss)->sin_addr;
+	else if (ss.ss_family == AF_INET6)
+		a = &((const struct sockaddr_in6 *)(const void *)&ss)->sin6_addr;
+	return a != NULL && inet_ntop(ss.ss_family, a, out, (socklen_t)cap) != NULL;
+}
+
 /*
  * After a callback: carries out what the server asked. A reply wins over
  * a body still to read; without either, the call waits for its worker.

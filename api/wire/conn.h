@@ -42,4 +42,11 @@ void wire_conn_wake(struct wire_conn *conn);
 /** True when replies close their connection (draining). */
 bool wire_conn_draining(const struct wire_conn *conn);
 
+/**
+ * The peer's IP address as text ("127.0.0.1", "::1") into @p out, for
+ * traces; a system call, so for the calls that are traced only.
+ * @return false: not an IP connection (a unix socket), or gone
+ */
+bool wire_conn_peer(const struct wire_conn *conn, char *out, size_t cap);
+
 #endif

@@ -78,6 +78,8 @@ void ledger_log_write(enum ledger_log_level level, const struct ledger_log_ids *
 		put_id(&b, "request_id", ids->request_id);
 		put_id(&b, "attempt_id", ids->attempt_id);
 		put_id(&b, "tool_call_id", ids->tool_call_id);
+		put_id(&b, "trace_id", ids->trace_id);
+		put_id(&b, "span_id", ids->span_id);
 	}
 	if (extra_json != NULL && extra_json[0] != '\0') {
 		ledger_buf_putc(&b, ',');

@@ -19,6 +19,8 @@ struct ledger_log_ids {
 	const char *request_id;
 	const char *attempt_id;
 	const char *tool_call_id;
+	const char *trace_id; /* the call's trace, 32 lowercase hex digits (W3C Trace Context) */
+	const char *span_id;  /* the call's span in it, 16 lowercase hex digits */
 };
 
 extern enum ledger_log_level ledger_log_threshold;

@@ -130,6 +130,16 @@ struct ledger_job {
 	struct ledger_log_ids ids;
 	void (*done)(struct ledger_job *job);
 	struct ledger_store_result res;
+	/*
+	 * The transaction that answered it, for a caller that traces (set
+	 * timed): the store fills the rest, and the caller makes its span of
+	 * them after done(). A job answered without a transaction (shed, past
+	 * its deadline) keeps tx_began_ns 0.
+	 */
+	bool timed;             /* the caller's: fill the three below */
+	uint64_t tx_began_ns;   /* wall clock (ledger_trace_now_ns()); 0: no transaction ran */
+	uint64_t tx_ended_ns;
+	unsigned tx_batch;      /* the jobs that shared the transaction, this one included */
 	uint32_t cache_stamp;    /* private: the request's replay-cache stamp before the read */
 	int64_t deadline_ms;     /* private: monotonic; answered 503 if not done by then; 0: none */
 	struct ledger_job *next; /* private to the queue */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "ledger/store/fast.h"
 #include "ledger/store/job.h"
 #include "ledger/store/replay_cache.h"
@@ -136,7 +137,13 @@ void ledger_store_execute(struct ledger_store_conn *conn, struct ledger_job *job
 	}
 	conn->deadline_ms = job->deadline_ms;
 	cache_before(job);
+	if (job->timed) {
+		job->tx_began_ns = ledger_trace_now_ns();
+		job->tx_batch = 1;
+	}
 	job->res.rc = run_op(conn, job);
+	if (job->timed)
+		job->tx_ended_ns = ledger_trace_now_ns();
 	cache_after(job);
 	conn->deadline_ms = 0;
 }
@@ -204,6 +211,7 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 {
 	size_t k = 0, alone = 0;
 	int64_t began = 0;
+	uint64_t began_ns = 0, ended_ns = 0; /* the batch's transaction, for traced jobs */
 	enum ledger_err rc = LEDGER_ERR_CONFLICT; /* nothing batched: each runs alone */
 
 	/* The jobs that join keep their place in ops[] and joined[]; the others move up in jobs[]. */
@@ -230,7 +238,9 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 		/* Its failure is said once per call below, each line with that call's ids. */
 		conn->quiet = true;
 		conn->failure[0] = '\0';
+		began_ns = ledger_trace_now_ns();
 		rc = ledger_store_batch(conn, ops, k);
+		ended_ns = ledger_trace_now_ns();
 		conn->quiet = false;
 		conn->deadline_ms = 0;
 	}
@@ -243,6 +253,12 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 			LEDGER_LOG(rc == LEDGER_ERR_INTERNAL ? LEDGER_LOG_ERROR : LEDGER_LOG_DEBUG,
 				   NULL, NULL, "database step failed in a batch of %zu calls: %s",
 				   k, conn->failure);
+		if (job->timed && (rc == LEDGER_ERR_UNAVAILABLE || (rc == LEDGER_OK && bop->done))) {
+			/* Answered by the batch: its transaction is the job's. */
+			job->tx_began_ns = began_ns;
+			job->tx_ended_ns = ended_ns;
+			job->tx_batch = (unsigned)k;
+		}
 		if (rc == LEDGER_ERR_UNAVAILABLE) {
 			/* The batch's commit may or may not have happened: 503, and retry. */
 			memset(&job->res, 0, sizeof(job->res));

@@ -314,6 +314,8 @@ void ledger_store_submit(struct ledger_store *s, struct ledger_job *job)
 
 	job->next = NULL;
 	job->deadline_ms = bound > 0 ? store_conn_now_ms() + bound : 0;
+	job->tx_began_ns = job->tx_ended_ns = 0; /* none yet: it may be shed */
+	job->tx_batch = 0;
 	pthread_mutex_lock(&s->lock);
 	if (atomic_load(&l->stalled) >= l->nworkers) {
 		refused = LEDGER_STORE_SHED_STALLED;

@@ -11,6 +11,11 @@
  * cached as an admin's before each input (the seeds carry it in an
  * "Authorization: Bearer fuzz" field), so the fuzzer reaches every
  * handler's parse().
+ *
+ * Tracing is on, exporting to a loopback port where nothing listens (the
+ * exports fail, counted, on the tracer's thread): every call's
+ * traceparent and tracestate are parsed and its spans made, as ledgerd
+ * does when OTEL_EXPORTER_OTLP_ENDPOINT is set.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +37,7 @@
 #include "api/service/tokens.h"
 #include "ledger/common/json.h"
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "ledger/core/policy.h"
 
 static struct api_settings cfg;
@@ -64,6 +70,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		abort();
 	}
 	ledger_log_threshold = LEDGER_LOG_ERROR + 1; /* quiet: findings are crashes */
+	setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces", 1);
+	setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200", 1);
+	setenv("OTEL_TRACES_SAMPLER", "always_on", 1);
+	ledger_trace_init("fuzz_http", "0");
+	if (!ledger_trace_enabled()) {
+		fprintf(stderr, "fuzz_http: tracing did not start\n");
+		abort();
+	}
 	free(cfg.listen);
 	cfg.listen = malloc(strlen(sock_path) + 6);
 	sprintf(cfg.listen, "unix:%s", sock_path);
