@@ -32,6 +32,8 @@ struct upstream_target {
 	const char *api_key; /* sent as "Authorization: Bearer"; NULL: none */
 	bool ledger_headers; /* X-Ledger-Request-Id, -Attempt-Id and -Settled-Tool-Calls */
 	bool stream;         /* the client asked for an SSE stream */
+	const char *traceparent; /* the attempt's W3C trace context, sent as is; NULL: none */
+	const char *tracestate;  /* its tracestate; NULL: none */
 };
 
 /**
