@@ -192,6 +192,12 @@ $(CHAOS_AGENT): tests/chaos/c_agent.c $(BUILD)/libledger_client.a
 	@mkdir -p $(dir $@)
 	$(CC) -D_GNU_SOURCE $(CFLAGS) -Isdk/c -o $@ $< $(BUILD)/libledger_client.a $(SDK_LIBS) $(LDFLAGS)
 
+# tests/otel's program that makes spans with ledger/common/trace.h, as ledgerd does.
+TRACE_EMIT := $(BUILD)/tests/trace_emit
+$(TRACE_EMIT): tests/otel/trace_emit.c $(BUILD)/libledger_common.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libledger_common.a $(SDK_LIBS)
+
 # The reference router: what an integrator copies, built on the SDK's public header alone.
 $(GATEWAY_OBJ): CPPFLAGS += -Isdk/c
 $(GATEWAY_OBJ): PKG_CFLAGS += $(shell pkg-config --cflags jansson yaml-0.1)
@@ -345,7 +351,7 @@ PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile
 BUILD_JOBS ?= $(shell nproc)
 test:
 	@scripts/deps.sh test
-	$(MAKE) -j$(BUILD_JOBS) all $(UNIT_BIN) $(SDK_TEST) $(CHAOS_AGENT) \
+	$(MAKE) -j$(BUILD_JOBS) all $(UNIT_BIN) $(SDK_TEST) $(CHAOS_AGENT) $(TRACE_EMIT) \
 		$(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 	$(MAKE) unit
 	$(PYTHON) scripts/check_layers.py
@@ -354,7 +360,7 @@ test:
 	@$(MAKE) --no-print-directory fuzz-smoke >$(FUZZ_DIR)/logs/smoke.log 2>&1 & smoke=$$!; \
 	status=0; LEDGERD=$(BUILD)/ledgerd $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) \
 		tests/http tests/integration tests/docs tests/ops tests/sdk tests/programs tests/ui tests/faults tests/engines tests/ha \
-		tests/docker tests/chaos \
+		tests/docker tests/chaos tests/otel \
 		|| status=$$?; \
 	if wait $$smoke; then grep '^fuzz ' $(FUZZ_DIR)/logs/smoke.log; \
 	else cat $(FUZZ_DIR)/logs/smoke.log; status=1; fi; exit $$status
