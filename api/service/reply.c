@@ -24,6 +24,7 @@ static void reset(struct api_request *req, unsigned status)
 	req->reply.headers = NULL;
 	req->reply.error_code[0] = '\0';
 	req->reply.outcome = NULL;
+	req->reply.fencing_token = 0;
 }
 
 void api_reply_bytes(struct api_request *req, unsigned status, const char *content_type,
@@ -45,6 +46,14 @@ void api_reply_status_member(struct api_request *req, struct ledger_jsonw *w, co
 	ledger_jsonw_key(w, "status");
 	ledger_jsonw_string(w, status);
 	req->reply.outcome = status;
+}
+
+void api_reply_fencing_token_member(struct api_request *req, struct ledger_jsonw *w,
+				    int64_t token)
+{
+	ledger_jsonw_key(w, "fencing_token");
+	ledger_jsonw_int(w, token);
+	req->reply.fencing_token = token;
 }
 
 void api_reply_error_begin(struct api_request *req, struct ledger_jsonw *w, unsigned status,

@@ -64,4 +64,8 @@ void api_reply_begin(struct api_request *req, struct ledger_jsonw *w, unsigned s
  */
 void api_reply_status_member(struct api_request *req, struct ledger_jsonw *w, const char *status);
 
+/** Writes a success body's "fencing_token" member, the span's ledger.fencing_token. */
+void api_reply_fencing_token_member(struct api_request *req, struct ledger_jsonw *w,
+				    int64_t token);
+
 #endif

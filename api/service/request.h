@@ -65,6 +65,7 @@ struct api_reply {
 	const char *headers;      /* more header lines, each ending "\r\n" (a static string) */
 	char error_code[32];      /* the error envelope's code; "": none (for the call's span) */
 	const char *outcome;      /* the success body's "status" (a static string), or NULL */
+	int64_t fencing_token;    /* > 0: the success body's "fencing_token" */
 };
 
 struct ledger_span;
@@ -74,7 +75,7 @@ struct api_call_trace {
 	struct ledger_span *span; /* the call's SERVER span; NULL: not traced */
 	char trace_id[33];        /* its ids in hex, which the call's log lines carry */
 	char span_id[17];
-	int64_t fencing_token; /* > 0: the token a 2xx answer carries */
+	const char *method; /* the HTTP conventions' name of its method (static); NULL: unknown */
 };
 
 /* Where a call is in its life (api/service/server.c, drive()). */

@@ -591,8 +591,7 @@ static void on_end(void *call, bool replied)
 {
 	struct api_request *req = call;
 
-	(void)replied;
-	api_tracing_abandon(req); /* a span not ended by its reply */
+	api_tracing_abandon(req, replied); /* a span not ended by a reply of send_reply()'s */
 	for (unsigned i = 0; i < API_MAX_PARAMS; i++)
 		free(req->params[i]);
 	for (unsigned i = 0; i < req->nquery; i++) {

@@ -113,8 +113,7 @@ static void reply_released(struct api_request *req, int64_t fencing_token)
 	ledger_jsonw_object_begin(&w);
 	api_reply_status_member(req, &w, "released");
 	write_key(&w, req);
-	ledger_jsonw_key(&w, "fencing_token");
-	ledger_jsonw_int(&w, fencing_token);
+	api_reply_fencing_token_member(req, &w, fencing_token);
 	ledger_jsonw_object_end(&w);
 }
 
@@ -313,8 +312,7 @@ static void claim_answer(struct api_request *req, const struct ledger_store_resu
 		ledger_jsonw_object_begin(&w);
 		api_reply_status_member(req, &w, "claimed");
 		write_key(&w, req);
-		ledger_jsonw_key(&w, "fencing_token");
-		ledger_jsonw_int(&w, res.call.fencing_token);
+		api_reply_fencing_token_member(req, &w, res.call.fencing_token);
 		ledger_jsonw_key(&w, "lease_ms");
 		ledger_jsonw_int(&w, lease_left);
 		ledger_jsonw_object_end(&w);
@@ -413,8 +411,7 @@ static void reply_renewed(struct api_request *req, const struct renew_input *in,
 	ledger_jsonw_object_begin(&w);
 	ledger_jsonw_key(&w, "lease_ms");
 	ledger_jsonw_int(&w, left);
-	ledger_jsonw_key(&w, "fencing_token");
-	ledger_jsonw_int(&w, in->fencing_token);
+	api_reply_fencing_token_member(req, &w, in->fencing_token);
 	ledger_jsonw_object_end(&w);
 }
 

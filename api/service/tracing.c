@@ -149,7 +149,7 @@ void api_tracing_begin(struct api_request *req, bool https)
 	if (!ledger_trace_enabled() || untraced(head->target))
 		return;
 	read_parent(head, &parent);
-	method = method_of(head->method);
+	method = req->trace.method = method_of(head->method);
 	req->trace.span = ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER,
 					    &parent, 0);
 	if (req->trace.span == NULL)
@@ -201,14 +201,6 @@ static const char *db_error_name(enum ledger_err rc)
 	return "internal";
 }
 
-/* The operations on one tool call, whose answers carry its fencing token. */
-static bool on_tool_call(enum ledger_store_op_kind kind)
-{
-	return kind == LEDGER_STORE_CLAIM || kind == LEDGER_STORE_COMPLETE ||
-	       kind == LEDGER_STORE_RENEW || kind == LEDGER_STORE_RELEASE ||
-	       kind == LEDGER_STORE_RESOLVE || kind == LEDGER_STORE_GET_CALL;
-}
-
 void api_tracing_stored(struct api_request *req)
 {
 	struct ledger_job *job = &req->job;
@@ -221,12 +213,7 @@ void api_tracing_stored(struct api_request *req)
 	struct ledger_span *db = NULL;
 	const char *error;
 
-	if (!ledger_span_recording(span))
-		goto out;
-	if (on_tool_call(kind) && job->res.rc == LEDGER_OK && req->reply.status >= 200 &&
-	    req->reply.status < 300 && job->res.u.call.call.fencing_token > 0)
-		req->trace.fencing_token = job->res.u.call.call.fencing_token;
-	if (job->tx_began_ns == 0 || name == NULL)
+	if (!ledger_span_recording(span) || job->tx_began_ns == 0 || name == NULL)
 		goto out;
 	if (kind != LEDGER_STORE_TOKEN_LOOKUP) {
 		ledger_span_set_bool(span, "ledger.batched", job->tx_batch > 1);
@@ -251,18 +238,21 @@ out:
 	job->tx_batch = 0;
 }
 
-/* "{METHOD} {http.route}", or "{METHOD}" unrouted; "HTTP" stands for an unknown method. */
-static void name_span(struct api_request *req)
+/*
+ * "{METHOD} {http.route}", or "{METHOD}" unrouted; "HTTP" stands for an
+ * unknown method. Not from the head: at the call's end it may be gone.
+ */
+static void name_span(const struct api_request *req, struct ledger_span *span)
 {
-	const char *method = method_of(req->head->method);
+	const char *method = req->trace.method;
 	char name[160];
 
 	if (req->route == NULL)
 		return; /* named for its method as it started */
 	snprintf(name, sizeof(name), "%s %s", method != NULL ? method : "HTTP",
 		 req->route->pattern);
-	ledger_span_set_name(req->trace.span, name);
-	ledger_span_set_str(req->trace.span, "http.route", req->route->pattern);
+	ledger_span_set_name(span, name);
+	ledger_span_set_str(span, "http.route", req->route->pattern);
 }
 
 void api_tracing_end(struct api_request *req)
@@ -276,7 +266,7 @@ void api_tracing_end(struct api_request *req)
 	req->trace.span = NULL;
 	if (!ledger_span_recording(span))
 		goto end;
-	name_span(req);
+	name_span(req, span);
 	ledger_span_set_int(span, "http.response.status_code", r->status);
 	if (req->route != NULL) {
 		const struct ledger_log_ids *ids = &req->job.ids;
@@ -292,8 +282,8 @@ void api_tracing_end(struct api_request *req)
 		ledger_span_set_str(span, "ledger.outcome", r->outcome);
 	if (r->replayed || req->job.op.kind == LEDGER_STORE_CLAIM)
 		ledger_span_set_bool(span, "ledger.replayed", r->replayed);
-	if (req->trace.fencing_token > 0)
-		ledger_span_set_int(span, "ledger.fencing_token", req->trace.fencing_token);
+	if (r->status >= 200 && r->status < 300 && r->fencing_token > 0)
+		ledger_span_set_int(span, "ledger.fencing_token", r->fencing_token);
 	/* A refusal is named by the API's code; a 5xx without one by its status. */
 	if (r->error_code[0] != '\0') {
 		ledger_span_set_str(span, "error.type", r->error_code);
@@ -308,15 +298,23 @@ end:
 	ledger_span_end(span, 0);
 }
 
-void api_tracing_abandon(struct api_request *req)
+void api_tracing_abandon(struct api_request *req, bool replied)
 {
 	struct ledger_span *span = req->trace.span;
 
 	if (span == NULL)
 		return;
 	req->trace.span = NULL;
-	if (ledger_span_recording(span)) {
-		name_span(req);
+	if (!ledger_span_recording(span)) {
+		ledger_span_end(span, 0);
+		return;
+	}
+	name_span(req, span);
+	if (replied) {
+		/* The wire refused the body (its framing, its deadline): a 4xx of its own. */
+		ledger_span_set_str(span, "error.type", "wire_refusal");
+	} else {
+		/* No status was sent: an error, whoever closed the connection. */
 		ledger_span_set_str(span, "error.type", "connection_closed");
 		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR,
 				       "the connection closed before the reply");

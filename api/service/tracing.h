@@ -24,17 +24,21 @@
 void api_tracing_begin(struct api_request *req, bool https);
 
 /**
- * A store job of the call came back, its result not yet cleared: the
+ * A store job of the call came back, before the call's next one: the
  * transaction it ran in becomes a CLIENT span under the call's (none when
- * no transaction ran: a replay from the cache, a call shed), and what the
- * answer carries is noted for the SERVER span.
+ * no transaction ran: a replay from the cache, a call shed), and the
+ * call's span says whether that transaction was shared (ledger.batched).
  */
 void api_tracing_stored(struct api_request *req);
 
 /** The reply is queued: the SERVER span gets its last attributes and ends. */
 void api_tracing_end(struct api_request *req);
 
-/** The call ends with no reply (its connection is gone): its span ends as an error. */
-void api_tracing_abandon(struct api_request *req);
+/**
+ * The call ends without a reply of the service's: its connection is gone
+ * (an error), or the wire answered it, refusing its body (@p replied). Its
+ * head is no longer there.
+ */
+void api_tracing_abandon(struct api_request *req, bool replied);
 
 #endif

@@ -212,12 +212,14 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 	size_t k = 0, alone = 0;
 	int64_t began = 0;
 	uint64_t began_ns = 0, ended_ns = 0; /* the batch's transaction, for traced jobs */
+	bool timed = false;
 	enum ledger_err rc = LEDGER_ERR_CONFLICT; /* nothing batched: each runs alone */
 
 	/* The jobs that join keep their place in ops[] and joined[]; the others move up in jobs[]. */
 	for (size_t i = 0; i < n; i++) {
 		if (offer(jobs[i], &ops[k])) {
 			cache_before(jobs[i]);
+			timed = timed || jobs[i]->timed;
 			joined[k++] = jobs[i];
 		} else {
 			jobs[alone++] = jobs[i];
@@ -238,9 +240,9 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 		/* Its failure is said once per call below, each line with that call's ids. */
 		conn->quiet = true;
 		conn->failure[0] = '\0';
-		began_ns = ledger_trace_now_ns();
+		began_ns = timed ? ledger_trace_now_ns() : 0;
 		rc = ledger_store_batch(conn, ops, k);
-		ended_ns = ledger_trace_now_ns();
+		ended_ns = timed ? ledger_trace_now_ns() : 0;
 		conn->quiet = false;
 		conn->deadline_ms = 0;
 	}
