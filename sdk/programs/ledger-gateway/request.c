@@ -522,6 +522,18 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		goto out;
 	}
 	gateway_log("taking over", q->rid, aid, NULL);
+	/* The dead gateway's attempt is reported in this request's trace. */
+	{
+		struct ledger_trace_ctx own;
+		struct gateway_trace_wire here;
+
+		gateway_trace_context(q->trace, &own);
+		gateway_trace_attempt_wire(NULL, &own, &here);
+		if (here.traceparent[0] != '\0')
+			ledger_client_attempt_set_trace(source, here.traceparent,
+							here.tracestate[0] != '\0' ? here.tracestate
+										    : NULL);
+	}
 	if (ledger_client_failover(source, LEDGER_SIGNAL_HEARTBEAT_TIMEOUT, &opts, &d, &err) !=
 	    LEDGER_CLIENT_OK) {
 		if (err.status == 0)
