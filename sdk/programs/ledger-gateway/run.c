@@ -1359,7 +1359,9 @@ static void detach(struct gateway_run *r, uint64_t gen)
 		r->hold_until = gateway_now_ms() + hold;
 		atomic_store(&r->wake_at, r->hold_until);
 		pthread_cond_broadcast(&r->changed);
-		gateway_trace_event(gateway_trace_current(), "client_disconnected", &attr, 1);
+		if (!r->ended) /* a client that got the whole answer did not leave it */
+			gateway_trace_event(gateway_trace_current(), "client_disconnected", &attr,
+					    1);
 	}
 	pthread_mutex_unlock(&r->lock);
 	atomic_store(&r->poke, true);

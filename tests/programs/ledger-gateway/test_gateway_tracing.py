@@ -77,6 +77,7 @@ class Plan:
         self.lock = threading.Lock()
         self.cut = 0          # the next completions to cut before any byte
         self.claim = None     # (ledger url, token): claim a tool call before answering
+        self.delay_s = 0      # before the first byte
         self.seen = []        # {"engine", "headers"} per completion asked
         self.claims = []      # (status, body) of the claims made
 
@@ -113,6 +114,8 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             cut = plan.cut > 0
             plan.cut -= cut
             claim = plan.claim
+            delay = plan.delay_s
+        time.sleep(delay)
         if cut:  # a replica that died before its first byte
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -262,6 +265,7 @@ def reset_plan(stack):
     with stack.plan.lock:
         stack.plan.cut = 0
         stack.plan.claim = None
+        stack.plan.delay_s = 0
     yield
 
 
@@ -354,6 +358,7 @@ def test_a_request_is_a_server_span_of_its_clients_trace_and_its_attempt_a_clien
     # The point of no retry, on both.
     assert [e["attributes"] for e in events(at, "first_delta")] == [{"ledger.attempt_id": "a1"}]
     assert len(events(server, "first_delta")) == 1
+    assert not events(server, "client_disconnected")  # it got the whole answer
 
     # The engine was asked in the attempt's context, tracestate passed on.
     [asked] = stack.plan.completions(rid)
@@ -465,6 +470,52 @@ def test_a_repeat_of_a_key_is_a_span_of_its_own_that_says_which_row_answered(jso
     assert attempt_spans(spans, repeat) == []  # nothing ran again
     # The key is a secret: never an attribute.
     assert all(key not in json.dumps(x.attributes) for x in spans)
+
+
+def test_a_resume_is_the_repeats_span_and_the_run_goes_on_under_the_first(json_stack):
+    stack = json_stack
+    key = "resume-%s" % uuid.uuid4().hex
+    with stack.plan.lock:
+        stack.plan.delay_s = 1.5
+    # The first client leaves before the first byte; its run goes on for the hold.
+    gw = stack.gateway
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    s = socket.create_connection((gw.host, gw.port))
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n"
+               "Idempotency-Key: %s\r\ntraceparent: %s\r\n\r\n"
+               % (len(body), key, TRACEPARENT)).encode() + body)
+    time.sleep(0.4)
+    s.close()
+    time.sleep(0.3)
+    again_parent = "00-%s-%s-01" % ("ef" * 16, "12" * 8)
+    status, headers, text = stack.post({"traceparent": again_parent, "Idempotency-Key": key})
+    assert status == 200 and "traced" in text, text
+    rid = headers["x-request-id"]
+    spans = stack.wait(lambda s: len([x for x in s if service(x) == "ledger-gateway"
+                                      and x.kind == SERVER
+                                      and x.attributes.get("ledger.request_id") == rid]) == 2
+                       and len([x for x in s if x.kind == CLIENT and x.trace_id == TRACE_ID
+                                and x.attributes.get("ledger.attempt.outcome")]) >= 1,
+                       "both requests' spans")
+    servers = [x for x in spans if service(x) == "ledger-gateway" and x.kind == SERVER
+               and x.attributes.get("ledger.request_id") == rid]
+    first = next(x for x in servers if x.trace_id == TRACE_ID)
+    repeat = next(x for x in servers if x.trace_id == "ef" * 16)
+    # The first left before any answer: its span says so.
+    assert first.attributes["error.type"] == "connection_closed"
+    assert first.status["code"] == STATUS_ERROR and events(first, "client_disconnected")
+    # The repeat attached to its run (row 4) and names the span it attached to.
+    assert repeat.attributes["ledger.repeat.row"] == 4
+    assert (repeat.attributes["ledger.original.trace_id"],
+            repeat.attributes["ledger.original.span_id"]) == (TRACE_ID, first.span_id)
+    assert events(repeat, "resumed") and not events(repeat, "client_disconnected")
+    # One attempt, under the first request's span; the run's events went to the repeat's.
+    [attempt] = attempt_spans(spans, first)
+    assert attempt_spans(spans, repeat) == []
+    assert events(repeat, "first_delta") and not events(first, "first_delta")
+    assert repeat.attributes["ledger.outcome"] == "completed"
+    assert len(stack.plan.completions(rid)) == 1
 
 
 def test_metrics_count_the_tracers_work(stack):
