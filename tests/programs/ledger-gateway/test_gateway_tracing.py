@@ -422,13 +422,39 @@ def test_a_failover_before_the_first_delta_is_two_attempts_and_an_event(stack):
     assert {s.parent_span_id for s in named(spans, "/finish")} == {second.span_id}
 
 
-def test_a_malformed_traceparent_starts_a_new_trace_and_is_never_refused(stack):
-    status, headers, body = stack.post({"traceparent": "00-%s-%s-01" % (TRACE_ID.upper(),
-                                                                         PARENT_ID)})
-    assert status == 200 and "traced" in body
-    _, server, [at] = request_done(stack, headers["x-request-id"], 1)
-    assert server.parent_span_id == "" and server.trace_id != TRACE_ID.lower()
+def post_raw(stack, fields):
+    """A streamed completion whose head has exactly @fields beside its own (repeats too);
+    returns (status, x-request-id, body)."""
+    gw = stack.gateway
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    head = ["POST /v1/chat/completions HTTP/1.1", "Host: gw", "Connection: close",
+            "Content-Type: application/json", "Content-Length: %d" % len(body), *fields]
+    with socket.create_connection((gw.host, gw.port), timeout=30) as s:
+        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    rid = next(x.split(":", 1)[1].strip() for x in lines if x.lower().startswith("x-request-id:"))
+    return int(lines[0].split()[1]), rid, rest.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("fields", [
+    ["traceparent: 00-%s-%s-01" % (TRACE_ID.upper(), PARENT_ID)],
+    ["traceparent: " + TRACEPARENT, "traceparent: " + TRACEPARENT],
+    ["traceparent: 00-%s-%s-01" % ("0" * 32, PARENT_ID)],
+    ["traceparent: ff-%s-%s-01" % (TRACE_ID, PARENT_ID)],
+    ["traceparent: 00-%s-%s-01-extra" % (TRACE_ID, PARENT_ID)],
+], ids=["upper-case", "twice", "zero-trace", "version-ff", "version-00-longer"])
+def test_a_malformed_traceparent_starts_a_new_trace_and_is_never_refused(stack, fields):
+    status, rid, body = post_raw(stack, fields)
+    assert status == 200 and "traced" in body, body
+    _, server, [at] = request_done(stack, rid, 1)
+    assert server.parent_span_id == "" and server.trace_id not in (TRACE_ID, "0" * 32)
     assert at.trace_id == server.trace_id
+    [asked] = stack.plan.completions(rid)
+    assert asked["headers"]["traceparent"] == traceparent_of(at)
 
 
 def test_a_refusal_names_its_code_as_error_type(stack):
@@ -444,6 +470,10 @@ def test_a_refusal_names_its_code_as_error_type(stack):
     assert server.status["code"] != STATUS_ERROR  # a 4xx is the client's, not the server's
     assert server.parent_span_id == PARENT_ID
     assert stack.plan.completions(rid) == []
+    # The polling thread's line of the refusal names the request's span.
+    lines = wait_until(lambda: [x for x in read_json_lines(stack.gateway.log_path)
+                                if x.get("request_id") == rid and x.get("msg") == "refused"], 5)
+    assert lines and (lines[0]["trace_id"], lines[0]["span_id"]) == (TRACE_ID, server.span_id)
 
 
 def test_a_repeat_of_a_key_is_a_span_of_its_own_that_says_which_row_answered(json_stack):
