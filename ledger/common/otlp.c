@@ -124,7 +124,12 @@ void ledger_otlp_span_free(struct ledger_span *s)
 /* Protobuf                                                               */
 /* ---------------------------------------------------------------------- */
 
-enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
+enum {
+	WIRE_VARINT = 0,
+	WIRE_I64 = 1,
+	WIRE_LEN = 2,
+	WIRE_I32 = 5
+};
 
 static void put_varint(struct ledger_buf *b, uint64_t v)
 {
@@ -216,7 +221,8 @@ static void proto_attr(struct ledger_buf *b, unsigned field, const struct ledger
 		break;
 	case LEDGER_ATTR_INT:
 		put_tag(&any, 3, WIRE_VARINT);
-		put_varint(&any, (uint64_t)a->v.i); /* int64: two's complement, 10 bytes if negative */
+		put_varint(&any,
+			   (uint64_t)a->v.i); /* int64: two's complement, 10 bytes if negative */
 		break;
 	case LEDGER_ATTR_DOUBLE:
 		memcpy(&bits, &a->v.d, sizeof(bits));

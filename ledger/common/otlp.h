@@ -16,13 +16,13 @@
 #include "ledger/common/trace.h"
 
 /* The bounds a span keeps to; what is past them is dropped and counted. */
-#define LEDGER_OTLP_MAX_ATTRS 128   /* attributes of a span, or of one event */
-#define LEDGER_OTLP_MAX_EVENTS 128  /* events of a span */
-#define LEDGER_OTLP_MAX_STR 4096    /* bytes of a string value, cut at a UTF-8 boundary */
+#define LEDGER_OTLP_MAX_ATTRS 128  /* attributes of a span, or of one event */
+#define LEDGER_OTLP_MAX_EVENTS 128 /* events of a span */
+#define LEDGER_OTLP_MAX_STR 4096   /* bytes of a string value, cut at a UTF-8 boundary */
 
 /* One attribute, owning its key and string value (valid UTF-8 both). */
 struct ledger_otlp_attr {
-	char *key;                  /* owned */
+	char *key; /* owned */
 	enum ledger_attr_type type;
 	union {
 		struct {
@@ -36,42 +36,42 @@ struct ledger_otlp_attr {
 };
 
 struct ledger_otlp_event {
-	char *name;                       /* owned */
+	char *name; /* owned */
 	uint64_t time_ns;
-	struct ledger_otlp_attr *attrs;   /* owned, n_attrs of them */
+	struct ledger_otlp_attr *attrs; /* owned, n_attrs of them */
 	size_t n_attrs;
-	uint32_t dropped_attrs;           /* past LEDGER_OTLP_MAX_ATTRS */
+	uint32_t dropped_attrs; /* past LEDGER_OTLP_MAX_ATTRS */
 };
 
 /* The span itself: the opaque struct ledger_span of trace.h. */
 struct ledger_span {
 	uint8_t trace_id[16];
 	uint8_t span_id[8];
-	uint8_t parent_span_id[8];        /* all zero: a root span */
+	uint8_t parent_span_id[8]; /* all zero: a root span */
 	bool has_parent;
-	bool recording;                   /* sampled: exported when it ends */
-	uint8_t flags;                    /* W3C trace-flags it passes on */
-	char *tracestate;                 /* owned; NULL: none */
-	char *name;                       /* owned */
+	bool recording;   /* sampled: exported when it ends */
+	uint8_t flags;    /* W3C trace-flags it passes on */
+	char *tracestate; /* owned; NULL: none */
+	char *name;       /* owned */
 	enum ledger_span_kind kind;
 	uint64_t start_ns, end_ns;
-	struct ledger_otlp_attr *attrs;   /* owned */
+	struct ledger_otlp_attr *attrs; /* owned */
 	size_t n_attrs, cap_attrs;
 	uint32_t dropped_attrs;
 	struct ledger_otlp_event *events; /* owned */
 	size_t n_events, cap_events;
 	uint32_t dropped_events;
 	enum ledger_span_status status;
-	char *status_message;             /* owned; NULL: none */
-	struct ledger_span *next;         /* the tracer's queue */
+	char *status_message;     /* owned; NULL: none */
+	struct ledger_span *next; /* the tracer's queue */
 };
 
 /* What every span of a request shares: the resource and the scope. */
 struct ledger_otlp_resource {
 	const struct ledger_otlp_attr *attrs; /* borrowed */
 	size_t n_attrs;
-	const char *scope_name;               /* borrowed */
-	const char *scope_version;            /* borrowed; may be NULL */
+	const char *scope_name;    /* borrowed */
+	const char *scope_version; /* borrowed; may be NULL */
 };
 
 /**

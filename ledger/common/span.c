@@ -250,8 +250,8 @@ void ledger_span_set_status(struct ledger_span *s, enum ledger_span_status statu
 	free(s->status_message);
 	s->status_message = NULL;
 	if (status == LEDGER_SPAN_STATUS_ERROR && message)
-		s->status_message = ledger_otlp_utf8_dup(message, strlen(message),
-							 LEDGER_OTLP_MAX_STR, NULL);
+		s->status_message =
+			ledger_otlp_utf8_dup(message, strlen(message), LEDGER_OTLP_MAX_STR, NULL);
 }
 
 void ledger_span_end(struct ledger_span *s, uint64_t end_ns)

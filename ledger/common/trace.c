@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,19 +195,22 @@ void ledger_trace_random_id(uint8_t *out, size_t n)
 #define MAX_RETRIES 5
 #define FIRST_BACKOFF_MS 100
 
+/* Held through the whole of an init or a shutdown (a shutdown's join
+ * included), so an init never rereads the settings a sender still uses. */
+static pthread_mutex_t life = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake;       /* the sender: spans queued, or stop; on CLOCK_MONOTONIC */
-static bool wake_ready;           /* wake initialised (once) */
-static int refs;                  /* ledger_trace_init()s not yet shut down */
-static atomic_bool on;            /* spans are recorded */
+static pthread_cond_t wake; /* the sender: spans queued, or stop; on CLOCK_MONOTONIC */
+static bool wake_ready;     /* wake initialised (once) */
+static int refs;            /* ledger_trace_init()s not yet shut down */
+static atomic_bool on;      /* spans are recorded */
 /* The sampler, read by span starts without the lock; set before on. */
 static _Atomic enum ledger_trace_sampler sampler;
 static _Atomic double ratio;
 static struct ledger_trace_config cfg; /* while refs > 0; the sender reads it */
 static struct ledger_span *q_head, *q_tail;
 static size_t q_len;
-static bool stopping;              /* shutdown: drain, then end */
-static uint64_t stop_deadline_ms;  /* monotonic: past it, what is left fails */
+static bool stopping;             /* shutdown: drain, then end */
+static uint64_t stop_deadline_ms; /* monotonic: past it, what is left fails */
 static pthread_t sender;
 static bool sender_running;
 static atomic_uint_fast64_t n_exported, n_dropped, n_failed, n_exports_failed;
@@ -236,7 +240,11 @@ static size_t discard(void *ptr, size_t size, size_t nmemb, void *arg)
 	return size * nmemb;
 }
 
-enum post_result { POST_OK, POST_RETRY, POST_FAIL };
+enum post_result {
+	POST_OK,
+	POST_RETRY,
+	POST_FAIL
+};
 
 /* One POST of @p body; @p detail receives what went wrong. */
 static enum post_result post(CURL *curl, struct curl_slist *headers, const char *body, size_t len,
@@ -255,6 +263,12 @@ static enum post_result post(CURL *curl, struct curl_slist *headers, const char 
 	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
 	curl_easy_setopt(curl, CURLOPT_USERAGENT, "ledgerd-otlp/" LEDGER_VERSION);
+	if (cfg.ca_file)
+		curl_easy_setopt(curl, CURLOPT_CAINFO, cfg.ca_file);
+	if (cfg.client_cert)
+		curl_easy_setopt(curl, CURLOPT_SSLCERT, cfg.client_cert);
+	if (cfg.client_key)
+		curl_easy_setopt(curl, CURLOPT_SSLKEY, cfg.client_key);
 	rc = curl_easy_perform(curl);
 	if (rc != CURLE_OK) {
 		snprintf(detail, detail_len, "%s", curl_easy_strerror(rc));
@@ -307,22 +321,25 @@ static bool export_batch(CURL *curl, struct curl_slist *headers, struct ledger_s
 				 " (export timeout)");
 			break;
 		}
-		r = post(curl, headers, body.data ? body.data : "", body.len, (long)(deadline - now),
-			 detail, sizeof(detail));
+		r = post(curl, headers, body.data ? body.data : "", body.len,
+			 (long)(deadline - now), detail, sizeof(detail));
 		if (r == POST_OK) {
 			ok = true;
 			break;
 		}
 		if (r == POST_FAIL || attempt == MAX_RETRIES)
 			break;
-		/* Exponential backoff with jitter, within the deadline; shutdown
-		 * wakes the wait and may bring the deadline closer. */
+		/* Exponential backoff with jitter, ending before the deadline
+		 * (shutdown's may be closer: it is read again before each try). */
 		backoff = (uint64_t)FIRST_BACKOFF_MS << attempt;
-		backoff = backoff / 2 + (uint64_t)rand_r(&(unsigned){(unsigned)now}) % (backoff / 2 + 1);
+		backoff = backoff / 2 +
+			  (uint64_t)rand_r(&(unsigned){(unsigned)now}) % (backoff / 2 + 1);
 		if (mono_ms() + backoff >= deadline)
 			break;
 		pthread_mutex_lock(&mu);
-		wait_until(mono_ms() + backoff);
+		backoff += mono_ms();
+		while (mono_ms() < backoff)
+			wait_until(backoff);
 		pthread_mutex_unlock(&mu);
 	}
 	ledger_buf_free(&body);
@@ -359,14 +376,16 @@ static void *sender_main(void *arg)
 	pthread_mutex_lock(&mu);
 	next = mono_ms() + (uint64_t)cfg.delay_ms;
 	for (;;) {
-		while (!stopping && q_len < cfg.batch_size && mono_ms() < next)
-			wait_until(next);
 		if (q_len == 0) {
 			if (stopping)
 				break;
+			/* Idle: asleep until a span is queued; the delay runs from there. */
+			pthread_cond_wait(&wake, &mu);
 			next = mono_ms() + (uint64_t)cfg.delay_ms;
 			continue;
 		}
+		while (!stopping && q_len < cfg.batch_size && mono_ms() < next)
+			wait_until(next);
 		n = 0;
 		while (q_head && n < cfg.batch_size) {
 			batch[n] = q_head;
@@ -396,10 +415,32 @@ static void *sender_main(void *arg)
 	return NULL;
 }
 
+static const char *sampler_name(enum ledger_trace_sampler s)
+{
+	switch (s) {
+	case LEDGER_TRACE_SAMPLER_ALWAYS_ON:
+		return "always_on";
+	case LEDGER_TRACE_SAMPLER_ALWAYS_OFF:
+		return "always_off";
+	case LEDGER_TRACE_SAMPLER_RATIO:
+		return "traceidratio";
+	case LEDGER_TRACE_SAMPLER_PARENT_ON:
+		return "parentbased_always_on";
+	case LEDGER_TRACE_SAMPLER_PARENT_OFF:
+		return "parentbased_always_off";
+	case LEDGER_TRACE_SAMPLER_PARENT_RATIO:
+		return "parentbased_traceidratio";
+	}
+	return "?";
+}
+
 void ledger_trace_init(const char *service_name, const char *service_version)
 {
 	pthread_condattr_t attr;
+	sigset_t all, old;
+	bool started;
 
+	pthread_mutex_lock(&life);
 	pthread_mutex_lock(&mu);
 	if (refs++ > 0)
 		goto out;
@@ -422,7 +463,14 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 		goto out;
 	}
 	stopping = false;
-	if (pthread_create(&sender, NULL, sender_main, NULL) != 0) {
+	/* The sender takes no signal: ledgerd and the programs take theirs
+	 * with sigwait() on one thread, which holds only when every other
+	 * thread blocks them, whenever it was started. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	started = pthread_create(&sender, NULL, sender_main, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!started) {
 		LOG_WARN("trace: the exporting thread could not start; tracing stays off");
 		curl_global_cleanup();
 		goto out;
@@ -431,20 +479,24 @@ void ledger_trace_init(const char *service_name, const char *service_version)
 	atomic_store(&sampler, cfg.sampler);
 	atomic_store(&ratio, cfg.ratio);
 	atomic_store(&on, true);
-	LOG_INFO("tracing: spans go to %s as %s (sampler %d, queue %zu, batch %zu, delay %ld ms)",
-		 cfg.endpoint, cfg.protocol == LEDGER_TRACE_PROTO_JSON ? "http/json" : "http/protobuf",
-		 (int)cfg.sampler, cfg.queue_size, cfg.batch_size, cfg.delay_ms);
+	LOG_INFO("tracing: spans go to %s as %s (sampler %s, queue %zu, batch %zu, delay %ld ms)",
+		 cfg.endpoint,
+		 cfg.protocol == LEDGER_TRACE_PROTO_JSON ? "http/json" : "http/protobuf",
+		 sampler_name(cfg.sampler), cfg.queue_size, cfg.batch_size, cfg.delay_ms);
 out:
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&life);
 }
 
 void ledger_trace_shutdown(void)
 {
 	bool join;
 
+	pthread_mutex_lock(&life);
 	pthread_mutex_lock(&mu);
 	if (refs == 0 || --refs > 0) {
 		pthread_mutex_unlock(&mu);
+		pthread_mutex_unlock(&life);
 		return;
 	}
 	/* Spans that end from here on are not recorded; the queue drains for
@@ -474,6 +526,7 @@ void ledger_trace_shutdown(void)
 	sender_running = false;
 	ledger_trace_config_free(&cfg);
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&life);
 }
 
 bool ledger_trace_enabled(void)
@@ -525,7 +578,9 @@ void ledger_trace_submit(struct ledger_span *s)
 	else
 		q_head = s;
 	q_tail = s;
-	wake_sender = ++q_len == cfg.batch_size;
+	/* The first span wakes an idle sender, a full batch a waiting one. */
+	++q_len;
+	wake_sender = q_len == 1 || q_len == cfg.batch_size;
 	if (wake_sender)
 		pthread_cond_signal(&wake);
 	pthread_mutex_unlock(&mu);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "ledger/common/log.h"
 
@@ -121,8 +122,9 @@ static void trim(const char **s, size_t *len)
  * @return false when a member is malformed (no '=', an empty key, a bad
  *         escape, a NUL): @p fn is then not called for it
  */
-static bool each_pair(const char *list, bool (*fn)(void *arg, const char *key, size_t klen,
-						    const char *val, size_t vlen),
+static bool each_pair(const char *list,
+		      bool (*fn)(void *arg, const char *key, size_t klen, const char *val,
+				 size_t vlen),
 		      void *arg, bool stop_on_error)
 {
 	const char *p = list;
@@ -173,6 +175,23 @@ static bool each_pair(const char *list, bool (*fn)(void *arg, const char *key, s
 	return ok;
 }
 
+/* A file the exporter's TLS reads (a CA, a client certificate or key):
+ * the signal's own variable, else the general one; one that cannot be read
+ * is warned of and not used. */
+static char *read_file_name(const char *traces, const char *general)
+{
+	const char *which;
+	const char *v = env2(traces, general, &which);
+
+	if (!v)
+		return NULL;
+	if (access(v, R_OK) != 0) {
+		LOG_WARN("%s=%s cannot be read; it is not used", which, v);
+		return NULL;
+	}
+	return strdup(v);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Headers                                                                */
 /* ---------------------------------------------------------------------- */
@@ -221,8 +240,9 @@ static void read_headers(struct ledger_trace_config *c, const char *name)
 	const char *v = env(name);
 
 	if (v && !each_pair(v, add_header, c, false))
-		LOG_WARN("%s: a member is not name=value (percent-encoded) or too many; it is skipped",
-			 name);
+		LOG_WARN(
+			"%s: a member is not name=value (percent-encoded) or too many; it is skipped",
+			name);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -292,8 +312,9 @@ static void read_resource(struct ledger_trace_config *c, const char *service_nam
 		if (each_pair(attrs, check_pair, NULL, true))
 			each_pair(attrs, set_resource, c, false);
 		else
-			LOG_WARN("OTEL_RESOURCE_ATTRIBUTES is not a list of key=value (percent-encoded); "
-				 "it is ignored");
+			LOG_WARN(
+				"OTEL_RESOURCE_ATTRIBUTES is not a list of key=value (percent-encoded); "
+				"it is ignored");
 	}
 	if (name)
 		set_resource(c, "service.name", 12, name, strlen(name));
@@ -355,8 +376,9 @@ static void read_sampler(struct ledger_trace_config *c)
 		while (end && isspace((unsigned char)*end))
 			end++;
 		if (errno || end == arg || !end || *end || !(r >= 0.0 && r <= 1.0))
-			LOG_WARN("OTEL_TRACES_SAMPLER_ARG=%s is not a ratio from 0 to 1; 1.0 is used",
-				 arg);
+			LOG_WARN(
+				"OTEL_TRACES_SAMPLER_ARG=%s is not a ratio from 0 to 1; 1.0 is used",
+				arg);
 		else
 			c->ratio = r;
 	}
@@ -366,7 +388,8 @@ static void read_endpoint(struct ledger_trace_config *c)
 {
 	const char *traces = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
 	const char *base = env("OTEL_EXPORTER_OTLP_ENDPOINT");
-	const char *name = traces ? "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" : "OTEL_EXPORTER_OTLP_ENDPOINT";
+	const char *name =
+		traces ? "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" : "OTEL_EXPORTER_OTLP_ENDPOINT";
 	const char *url = traces ? traces : base;
 
 	if (!url)
@@ -381,8 +404,8 @@ static void read_endpoint(struct ledger_trace_config *c)
 		size_t len = strlen(base);
 
 		/* The specification: the base URL with "v1/traces" as its last segment. */
-		if (asprintf(&c->endpoint, "%.*s/v1/traces", (int)(len && base[len - 1] == '/' ? len - 1 : len),
-			     base) < 0)
+		if (asprintf(&c->endpoint, "%.*s/v1/traces",
+			     (int)(len && base[len - 1] == '/' ? len - 1 : len), base) < 0)
 			c->endpoint = NULL;
 	}
 }
@@ -406,7 +429,8 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 	else if (v && strcmp(v, "grpc") == 0)
 		LOG_WARN("%s=grpc: ledgerd exports over HTTP only; http/protobuf is used", which);
 	else if (v && strcmp(v, "http/protobuf") != 0)
-		LOG_WARN("%s=%s is not http/protobuf or http/json; http/protobuf is used", which, v);
+		LOG_WARN("%s=%s is not http/protobuf or http/json; http/protobuf is used", which,
+			 v);
 
 	v = env2("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT", &which);
 	if (v) {
@@ -415,9 +439,19 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 		if (parse_long(v, 3600 * 1000L, &ms) && ms > 0)
 			out->timeout_ms = ms;
 		else
-			LOG_WARN("%s=%s is not a number of milliseconds from 1 to 3600000; %d is used",
-				 which, v, DEFAULT_TIMEOUT_MS);
+			LOG_WARN(
+				"%s=%s is not a number of milliseconds from 1 to 3600000; %d is used",
+				which, v, DEFAULT_TIMEOUT_MS);
 	}
+	out->ca_file = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+				      "OTEL_EXPORTER_OTLP_CERTIFICATE");
+	out->client_cert = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+					  "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+	out->client_key = read_file_name("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+					 "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+	v = env2("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION", &which);
+	if (v && strcmp(v, "none") != 0)
+		LOG_WARN("%s=%s: ledgerd sends spans uncompressed", which, v);
 	read_headers(out, "OTEL_EXPORTER_OTLP_HEADERS");
 	read_headers(out, "OTEL_EXPORTER_OTLP_TRACES_HEADERS");
 
@@ -442,7 +476,8 @@ void ledger_trace_config_read(struct ledger_trace_config *out, const char *servi
 	if (v && strcmp(v, "none") == 0) {
 		out->enabled = false;
 	} else if (v && strcmp(v, "otlp") != 0) {
-		LOG_WARN("OTEL_TRACES_EXPORTER=%s: ledgerd exports with otlp alone; otlp is used", v);
+		LOG_WARN("OTEL_TRACES_EXPORTER=%s: ledgerd exports with otlp alone; otlp is used",
+			 v);
 	}
 	if (is_true("OTEL_SDK_DISABLED"))
 		out->enabled = false;
@@ -458,6 +493,10 @@ void ledger_trace_config_free(struct ledger_trace_config *c)
 		return;
 	free(c->endpoint);
 	c->endpoint = NULL;
+	free(c->ca_file);
+	free(c->client_cert);
+	free(c->client_key);
+	c->ca_file = c->client_cert = c->client_key = NULL;
 	for (i = 0; i < c->n_headers; i++)
 		free(c->headers[i]);
 	c->n_headers = 0;

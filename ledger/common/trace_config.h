@@ -32,19 +32,22 @@ enum ledger_trace_sampler {
 #define LEDGER_TRACE_MAX_HEADERS 32
 
 struct ledger_trace_config {
-	bool enabled;                        /* an endpoint, and neither disabled nor "none" */
-	char *endpoint;                      /* owned: the URL spans are POSTed to */
+	bool enabled;   /* an endpoint, and neither disabled nor "none" */
+	char *endpoint; /* owned: the URL spans are POSTed to */
 	enum ledger_trace_protocol protocol;
 	char *headers[LEDGER_TRACE_MAX_HEADERS]; /* owned: "Name: value", n_headers of them */
 	size_t n_headers;
-	long timeout_ms;                     /* OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT */
-	struct ledger_otlp_attr *resource;   /* owned: the resource's attributes */
+	long timeout_ms;                   /* OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT */
+	char *ca_file;                     /* owned; NULL: the system's CAs. _CERTIFICATE */
+	char *client_cert;                 /* owned; NULL: none. _CLIENT_CERTIFICATE */
+	char *client_key;                  /* owned; NULL: none. _CLIENT_KEY */
+	struct ledger_otlp_attr *resource; /* owned: the resource's attributes */
 	size_t n_resource;
 	enum ledger_trace_sampler sampler;
-	double ratio;                        /* OTEL_TRACES_SAMPLER_ARG, in [0, 1] */
-	size_t queue_size;                   /* OTEL_BSP_MAX_QUEUE_SIZE */
-	size_t batch_size;                   /* OTEL_BSP_MAX_EXPORT_BATCH_SIZE, <= queue_size */
-	long delay_ms;                       /* OTEL_BSP_SCHEDULE_DELAY */
+	double ratio;      /* OTEL_TRACES_SAMPLER_ARG, in [0, 1] */
+	size_t queue_size; /* OTEL_BSP_MAX_QUEUE_SIZE */
+	size_t batch_size; /* OTEL_BSP_MAX_EXPORT_BATCH_SIZE, <= queue_size */
+	long delay_ms;     /* OTEL_BSP_SCHEDULE_DELAY */
 };
 
 /**

@@ -18,6 +18,7 @@ import fcntl
 import gzip
 import json
 import os
+import ssl
 import struct
 import subprocess
 import threading
@@ -192,7 +193,8 @@ def spans_of(request, protocol="", headers=None):
 class Receiver:
     """The server; a context manager that stops it on exit."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """@tls: None, or (certificate, key) PEM files: then it serves https."""
         self.spans = []
         self.requests = []  # (content type, headers, status answered)
         self.errors = []    # bodies that could not be read, with why
@@ -229,7 +231,11 @@ class Receiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -9,6 +9,7 @@ the samplers and the endpoint variables do what docs/tracing.md says.
 """
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,9 +19,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tlsutil import make_pki  # noqa: E402
 from receiver import NODE_DIR, ROOT, Receiver, _locked, node_ready, otel_env  # noqa: E402
 
-EMIT = ROOT / "build" / "tests" / "trace_emit"
+# TRACE_EMIT: another build of it (a sanitizer's, say), used as it is.
+EMIT = Path(os.environ.get("TRACE_EMIT", ROOT / "build" / "tests" / "trace_emit"))
 SERVICE = "otel-compare"
 REMOTE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -52,10 +56,11 @@ SCRIPT = "\n".join("\t".join(f) for f in [
 
 @pytest.fixture(scope="module")
 def emit_built():
-    with _locked(ROOT / "build" / "otel-make.lock"):
-        done = subprocess.run(["make", "-s", str(EMIT.relative_to(ROOT))], cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    if "TRACE_EMIT" not in os.environ:
+        with _locked(ROOT / "build" / "otel-make.lock"):
+            done = subprocess.run(["make", "-s", str(EMIT.relative_to(ROOT))], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
     node_ready()
     return EMIT
 
@@ -185,7 +190,9 @@ def free_port():
 def test_an_endpoint_that_is_down_costs_span_calls_nothing(emit_built):
     out, err = emit_c("spam\t300\tlost\n", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:%d" % free_port(),
                       OTEL_EXPORTER_OTLP_TIMEOUT="1500", OTEL_BSP_SCHEDULE_DELAY="10")
-    assert out["max_call_ns"] < 50_000_000, out  # a span call never waits on the network
+    # A span call never waits on the network: far under the export timeout,
+    # with room for a loaded machine's scheduling.
+    assert out["max_call_ns"] < 250_000_000, out
     assert out["shutdown_ns"] < 1_500_000_000 + 500_000_000, out
     assert out["exported"] == 0
     assert out["failed"] + out["dropped"] == 300
@@ -204,8 +211,8 @@ def test_a_collector_that_hangs_holds_shutdown_to_the_export_timeout(emit_built)
         out, _ = emit_c("spam\t50\thung\n", OTEL_EXPORTER_OTLP_ENDPOINT=url,
                         OTEL_EXPORTER_OTLP_TIMEOUT="1000", OTEL_BSP_SCHEDULE_DELAY="5000")
         took = time.monotonic() - start
-    assert out["max_call_ns"] < 50_000_000, out
-    assert 0.9 < out["shutdown_ns"] / 1e9 < 1.6, out
+    assert out["max_call_ns"] < 250_000_000, out
+    assert 0.9 < out["shutdown_ns"] / 1e9 < 1.8, out
     assert took < 3, took
     assert out["failed"] == 50 and out["exported"] == 0
 
@@ -223,7 +230,7 @@ def test_a_503_is_retried_then_counted_failed(emit_built):
 
 
 def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
-    """A 503 once, then 200: the retry delivers the same batch."""
+    """A 503, then 200: the retry delivers the same batch, and what comes after."""
     with Receiver() as rx:
         rx.status = 503
         proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -235,10 +242,13 @@ def test_a_collector_that_recovers_gets_what_comes_after(emit_built):
         proc.stdin.flush()
         rx.wait_requests(1)
         rx.status = 200
-        stdout, _ = proc.communicate(timeout=30)
+        proc.stdin.write("spam\t2\tafter\n")
+        stdout, err = proc.communicate(timeout=30)
         out = json.loads(stdout)
         assert len(rx.wait_for(lambda s: s.name == "later", count=3)) == 3
-    assert out["exported"] == 3 and out["failed"] == 0
+    assert out["exported"] == 5 and out["failed"] == 0
+    assert out["exports_failed"] == 0  # a retry that succeeds is no failed export
+    assert err.count("trace export to") == 0, err
 
 
 def test_a_full_queue_drops_and_counts(emit_built):
@@ -310,3 +320,46 @@ def test_an_endpoint_variable_with_a_path_is_used_as_given(emit_built):
         out, _ = emit_c("spam\t1\ty\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url + "/")
         assert rx.wait_for(lambda s: s.name == "y")
         assert out["exported"] == 1
+
+
+def test_https_with_the_ca_the_certificate_variable_names(emit_built, tmp_path):
+    pki = make_pki(tmp_path)
+    with Receiver(tls=(pki.server.cert, pki.server.key)) as rx:
+        # Not trusted by the system's CAs: refused and counted, within the timeout.
+        out, err = emit_c("spam\t1\tuntrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1 and out["exported"] == 0
+        assert out["shutdown_ns"] < 3_500_000_000
+        out, err = emit_c("spam\t1\ttrusted\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                          OTEL_EXPORTER_OTLP_CERTIFICATE=str(pki.ca))
+        assert out["exported"] == 1, err
+        assert [s.name for s in rx.spans] == ["trusted"]
+        # Another CA's: refused.
+        out, _ = emit_c("spam\t1\tother\n", OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                        OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE=str(pki.other_ca),
+                        OTEL_EXPORTER_OTLP_TIMEOUT="3000")
+        assert out["failed"] == 1
+
+
+def test_failing_then_recovering_is_logged_once_each(emit_built):
+    """Exports that fail are warned of once, not per span or per export;
+    the first that succeeds again says so, once."""
+    with Receiver() as rx:
+        rx.status = 400  # not retried: each export fails at once
+        proc = subprocess.Popen([str(EMIT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=otel_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                                             OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",
+                                             OTEL_BSP_SCHEDULE_DELAY="0"))
+        proc.stdin.write("spam\t5\tlost\n")
+        proc.stdin.flush()
+        rx.wait_requests(5)
+        rx.status = 200
+        proc.stdin.write("spam\t3\tkept\n")
+        stdout, err = proc.communicate(timeout=30)
+        assert len(rx.wait_for(lambda s: s.name == "kept", count=3)) == 3
+    out = json.loads(stdout)
+    assert out["failed"] == 5 and out["exports_failed"] == 5 and out["exported"] == 3
+    assert err.count("trace export to") == 1, err
+    assert "HTTP status 400" in err
+    assert err.count("recovered") == 1, err

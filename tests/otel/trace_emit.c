@@ -166,7 +166,8 @@ static void command(char **f, size_t n)
 			attrs[k++] = attr_of(f[i], f[i + 1], f[i + 2]);
 		ledger_span_add_event(s->span, f[2], 0, attrs, k);
 	} else if (strcmp(f[0], "status") == 0 && n >= 3) {
-		ledger_span_set_status(s->span, (enum ledger_span_status)atoi(f[2]), n > 3 ? f[3] : NULL);
+		ledger_span_set_status(s->span, (enum ledger_span_status)atoi(f[2]),
+				       n > 3 ? f[3] : NULL);
 	} else if (strcmp(f[0], "end") == 0) {
 		ledger_span_end(s->span, 0);
 		s->span = NULL;
@@ -208,8 +209,8 @@ int main(void)
 	t = mono_ns() - t;
 	ledger_trace_stats(&st);
 	printf("{\"exported\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"failed\":%" PRIu64
-	       ",\"exports_failed\":%" PRIu64 ",\"max_call_ns\":%" PRIu64 ",\"shutdown_ns\":%" PRIu64
-	       ",\"contexts\":{",
+	       ",\"exports_failed\":%" PRIu64 ",\"max_call_ns\":%" PRIu64
+	       ",\"shutdown_ns\":%" PRIu64 ",\"contexts\":{",
 	       st.spans_exported, st.spans_dropped, st.spans_failed, st.exports_failed, max_call_ns,
 	       t);
 	for (i = 0; i < n_spans; i++)
