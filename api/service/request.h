@@ -76,6 +76,7 @@ struct api_call_trace {
 	char trace_id[33];        /* its ids in hex, which the call's log lines carry */
 	char span_id[17];
 	const char *method; /* the HTTP conventions' name of its method (static); NULL: unknown */
+	char *tracestate;   /* the caller's, for the spans under the call's; NULL: none; owned */
 };
 
 /* Where a call is in its life (api/service/server.c, drive()). */

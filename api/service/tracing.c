@@ -155,6 +155,8 @@ void api_tracing_begin(struct api_request *req, bool https)
 	if (req->trace.span == NULL)
 		return;
 	ledger_span_context(req->trace.span, &parent, &own);
+	if (parent.valid && parent.tracestate[0] != '\0')
+		req->trace.tracestate = strdup(parent.tracestate); /* NULL: the children go without */
 	ledger_trace_hex(own.trace_id, sizeof(own.trace_id), req->trace.trace_id);
 	ledger_trace_hex(own.span_id, sizeof(own.span_id), req->trace.span_id);
 	req->job.ids.trace_id = req->trace.trace_id;
@@ -219,7 +221,10 @@ void api_tracing_stored(struct api_request *req)
 		ledger_span_set_bool(span, "ledger.batched", job->tx_batch > 1);
 		ledger_span_set_int(span, "ledger.batch_size", job->tx_batch);
 	}
+	/* A child carries the trace's tracestate, as its parent does. */
 	ledger_span_context(span, NULL, &self);
+	if (req->trace.tracestate != NULL)
+		snprintf(self.tracestate, sizeof(self.tracestate), "%s", req->trace.tracestate);
 	db = ledger_span_start(name, LEDGER_SPAN_CLIENT, &self, job->tx_began_ns);
 	ledger_span_set_str(db, "db.system.name", "postgresql");
 	ledger_span_set_str(db, "db.operation.name", name);
@@ -264,6 +269,8 @@ void api_tracing_end(struct api_request *req)
 	if (span == NULL)
 		return;
 	req->trace.span = NULL;
+	free(req->trace.tracestate);
+	req->trace.tracestate = NULL;
 	if (!ledger_span_recording(span))
 		goto end;
 	name_span(req, span);
@@ -302,6 +309,8 @@ void api_tracing_abandon(struct api_request *req, bool replied)
 {
 	struct ledger_span *span = req->trace.span;
 
+	free(req->trace.tracestate);
+	req->trace.tracestate = NULL;
 	if (span == NULL)
 		return;
 	req->trace.span = NULL;

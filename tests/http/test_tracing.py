@@ -168,6 +168,7 @@ def test_a_claim_continues_the_callers_trace_with_a_server_and_a_database_span(s
     assert db.trace_id == TRACE_ID
     assert db.kind == CLIENT
     assert db.name == "claim"
+    assert db.trace_state == "vendor=opaque,b=2"  # the trace's, as its parent's
     assert attrs(db) == {"db.system.name": "postgresql", "db.operation.name": "claim"}
     assert status_code(db) == STATUS_UNSET
     assert span.start_ns <= db.start_ns <= db.end_ns <= span.end_ns
@@ -228,6 +229,25 @@ def test_a_completion_its_database_span_and_its_outcome(service, traced):
     traced.wait(lambda spans: any(s.parent_span_id == span.span_id for s in spans))
     db, = traced.children(span)
     assert attrs(db)["db.operation.name"] == "complete"
+
+
+def test_a_call_the_caller_did_not_sample_sends_no_span_but_logs_its_trace(service, traced):
+    """parentbased_always_on follows the caller's flag: a call of an unsampled
+    trace is not exported, and its log lines still name the trace."""
+    led = traced.led
+    token = service.token("agent")
+    rid, cid = key()
+    unsampled = "%032x" % (int(TRACE_ID, 16) ^ 1)
+    r = led.post(path(rid, cid, "claim"), claim_body(), token=token,
+                 headers={"traceparent": "00-%s-%s-00" % (unsampled, PARENT_ID)})
+    assert r.status == 201, r
+    marker = "after-" + rid
+    assert led.get("/v1/whoami", token=token, headers={"User-Agent": marker}).status == 200
+    traced.server_span(lambda s, a: a.get("user_agent.original") == marker)
+    assert [s for s in traced.spans() if s.trace_id == unsampled] == []
+    lines = [json.loads(line) for line in led.log_text().splitlines() if rid in line]
+    assert lines and all(line.get("trace_id") == unsampled and len(line.get("span_id", "")) == 16
+                         for line in lines), lines
 
 
 def test_an_attempts_call_names_its_attempt(service, traced):
@@ -306,6 +326,12 @@ def test_a_database_that_does_not_answer_in_time_is_an_error_on_both_spans(servi
         assert len(db) == 1, t.children(span)
         assert status_code(db[0]) == STATUS_ERROR
         assert attrs(db[0])["error.type"] in ("unavailable", "conflict")
+        # The database worker's lines about the call carry its trace as the
+        # HTTP thread's do: the ids travel with the call's job.
+        lines = [json.loads(line) for line in t.led.log_text().splitlines() if cid in line]
+        assert any(line["msg"] != "tool_call_claim" for line in lines), lines
+        for line in lines:
+            assert (line.get("trace_id"), line.get("span_id")) == (span.trace_id, span.span_id)
     finally:
         t.close()
 
