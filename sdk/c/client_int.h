@@ -94,7 +94,8 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 /** As client_send(), and the 2xx answer must be a JSON object: @p ans has it parsed. */
 enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
-				   const struct ledger_trace_ctx *trace, struct client_answer *ans, struct ledger_client_error *err);
+				   const struct ledger_trace_ctx *trace, struct client_answer *ans,
+				   struct ledger_client_error *err);
 
 /*
  * Reading an answer, apart from the exchange that got it: each takes what

@@ -29,12 +29,12 @@ struct ledger_attempt {
 	char *request_id;
 	char *attempt_id;
 	uint64_t epoch;
-	uint32_t lease_ms;         /* as granted by begin */
-	char *settled;             /* the begin answer's settled_tool_calls, or NULL */
-	atomic_bool revoked;       /* lost its rights; never cleared */
-	atomic_uint client_events; /* client events recorded: the next one's n */
-	struct client_ticker beat; /* the heartbeat, when started */
-	pthread_mutex_t trace_lock;   /* guards trace: set while the heartbeat reads it */
+	uint32_t lease_ms;             /* as granted by begin */
+	char *settled;                 /* the begin answer's settled_tool_calls, or NULL */
+	atomic_bool revoked;           /* lost its rights; never cleared */
+	atomic_uint client_events;     /* client events recorded: the next one's n */
+	struct client_ticker beat;     /* the heartbeat, when started */
+	pthread_mutex_t trace_lock;    /* guards trace: set while the heartbeat reads it */
 	struct ledger_trace_ctx trace; /* what its calls carry; not valid: nothing */
 };
 

@@ -449,7 +449,8 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 			client_error_set(&out->error, "", "no memory for the completion");
 			goto out;
 		}
-		rc = client_call(c, path.data, &body, c->complete_retry_ms, trace, &ans, &out->error);
+		rc = client_call(c, path.data, &body, c->complete_retry_ms, trace, &ans,
+				 &out->error);
 	}
 	rc = client_record_read(call, rc, &ans, out);
 out:

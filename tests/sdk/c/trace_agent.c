@@ -130,8 +130,8 @@ static int run_attempt(char **argv)
 	must(ledger_client_attempt_renew(a1, 0, &err), "renew", &err);
 	next.attempt_id = "a2";
 	opts.next = &next;
-	must(ledger_client_failover(a1, LEDGER_SIGNAL_REPLICA_EXITED, &opts, &d, &err),
-	     "failover", &err);
+	must(ledger_client_failover(a1, LEDGER_SIGNAL_REPLICA_EXITED, &opts, &d, &err), "failover",
+	     &err);
 	a2 = ledger_client_decision_take_next(&d);
 	ledger_client_decision_clear(&d);
 	if (a2 == NULL) {
