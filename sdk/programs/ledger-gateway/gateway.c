@@ -246,7 +246,8 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 	c->q.conn = conn;
 	c->q.last_event_id = -1;
 	/* The span starts before anything can refuse the request: a refusal is traced too. */
-	c->q.trace = gateway_trace_begin(head, conn, listener == API_LISTENER && gw.tls_cert != NULL);
+	c->q.trace =
+		gateway_trace_begin(head, conn, listener == API_LISTENER && gw.tls_cert != NULL);
 	if (listener == API_LISTENER && path_is(head->target, "/v1/chat/completions"))
 		c->route = "/v1/chat/completions";
 	/* Every answer names a request: a keyed one's id replaces this one. */
@@ -318,12 +319,11 @@ static void on_end(void *call, bool replied)
 	bool chat = c->route != NULL && strcmp(c->route, "/v1/chat/completions") == 0;
 
 	(void)replied;
-	gateway_trace_end(c->q.trace,
-			  &(struct gateway_trace_end){.route = c->route,
-						      .rid = c->q.rid,
-						      .keyed = c->q.keyed,
-						      .model = c->q.model,
-						      .chat = chat});
+	gateway_trace_end(c->q.trace, &(struct gateway_trace_end){.route = c->route,
+								  .rid = c->q.rid,
+								  .keyed = c->q.keyed,
+								  .model = c->q.model,
+								  .chat = chat});
 	free(c->q.body);
 	free(c->q.model);
 	free(c);

@@ -106,11 +106,12 @@ static void render_tracing(struct ledger_buf *b)
 			  "# TYPE ledger_trace_spans_failed_total counter\n"
 			  "ledger_trace_spans_failed_total %llu\n",
 			  (unsigned long long)st.spans_failed);
-	ledger_buf_printf(b,
-			  "# HELP ledger_trace_exports_failed_total Export requests to the OTLP "
-			  "collector that failed.\n# TYPE ledger_trace_exports_failed_total counter\n"
-			  "ledger_trace_exports_failed_total %llu\n",
-			  (unsigned long long)st.exports_failed);
+	ledger_buf_printf(
+		b,
+		"# HELP ledger_trace_exports_failed_total Export requests to the OTLP "
+		"collector that failed.\n# TYPE ledger_trace_exports_failed_total counter\n"
+		"ledger_trace_exports_failed_total %llu\n",
+		(unsigned long long)st.exports_failed);
 }
 
 char *gateway_metrics_text(struct gateway *gw)

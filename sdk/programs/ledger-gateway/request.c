@@ -392,22 +392,21 @@ static void refused_attempt(const struct ledger_client_error *err, bool *waited,
  */
 static struct ledger_attempt_spec attempt_spec(const struct gateway_request *q, const char *aid,
 					       const struct gateway_replica_pick *pick,
-					       const char *input, const struct gateway_trace_wire *w)
+					       const char *input,
+					       const struct gateway_trace_wire *w)
 {
-	return (struct ledger_attempt_spec){.traceparent = w->traceparent[0] != '\0'
-								   ? w->traceparent
-								   : NULL,
-					    .tracestate = w->tracestate[0] != '\0' ? w->tracestate
-										   : NULL,
-					    .request_id = q->rid,
-					    .attempt_id = aid,
-					    .replica = gw->replicas[pick->index].name,
-					    .model_revision = pick->revision,
-					    .lease_ms = gw->lease_ms,
-					    .max_attempts = gw->max_attempts,
-					    .gateway = gw->id,
-					    .identity = pick->identity,
-					    .input_sha256 = input};
+	return (struct ledger_attempt_spec){
+		.traceparent = w->traceparent[0] != '\0' ? w->traceparent : NULL,
+		.tracestate = w->tracestate[0] != '\0' ? w->tracestate : NULL,
+		.request_id = q->rid,
+		.attempt_id = aid,
+		.replica = gw->replicas[pick->index].name,
+		.model_revision = pick->revision,
+		.lease_ms = gw->lease_ms,
+		.max_attempts = gw->max_attempts,
+		.gateway = gw->id,
+		.identity = pick->identity,
+		.input_sha256 = input};
 }
 
 /* Starts a run of the attempt begun for @p q, which takes its body and @p span. */
@@ -532,7 +531,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		if (here.traceparent[0] != '\0')
 			ledger_client_attempt_set_trace(source, here.traceparent,
 							here.tracestate[0] != '\0' ? here.tracestate
-										    : NULL);
+										   : NULL);
 	}
 	if (ledger_client_failover(source, LEDGER_SIGNAL_HEARTBEAT_TIMEOUT, &opts, &d, &err) !=
 	    LEDGER_CLIENT_OK) {

@@ -659,20 +659,18 @@ static struct ledger_attempt_spec next_spec(struct gateway_run *r,
 					    const struct gateway_replica_pick *pick,
 					    const char *aid, const struct gateway_trace_wire *w)
 {
-	return (struct ledger_attempt_spec){.traceparent = w->traceparent[0] != '\0'
-								   ? w->traceparent
-								   : NULL,
-					    .tracestate = w->tracestate[0] != '\0' ? w->tracestate
-										   : NULL,
-					    .request_id = r->rid,
-					    .attempt_id = aid,
-					    .replica = gw->replicas[pick->index].name,
-					    .model_revision = pick->revision,
-					    .lease_ms = gw->lease_ms,
-					    .max_attempts = gw->max_attempts,
-					    .gateway = gw->id,
-					    .identity = pick->identity,
-					    .input_sha256 = r->input_sha256};
+	return (struct ledger_attempt_spec){
+		.traceparent = w->traceparent[0] != '\0' ? w->traceparent : NULL,
+		.tracestate = w->tracestate[0] != '\0' ? w->tracestate : NULL,
+		.request_id = r->rid,
+		.attempt_id = aid,
+		.replica = gw->replicas[pick->index].name,
+		.model_revision = pick->revision,
+		.lease_ms = gw->lease_ms,
+		.max_attempts = gw->max_attempts,
+		.gateway = gw->id,
+		.identity = pick->identity,
+		.input_sha256 = r->input_sha256};
 }
 
 /* Starts the attempt the run was handed. @return NULL, or the client error to answer with */
@@ -725,8 +723,8 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 		pick = gateway_replica_pick(gw, r->model, r->replica, r->revision);
 	if (pick.index != GATEWAY_REPLICA_NONE) {
 		snprintf(next_aid, sizeof(next_aid), "a%u", r->attempts + 1);
-		next_span = gateway_trace_attempt_start(&r->parent, gw, pick.index, r->model,
-							next_aid);
+		next_span =
+			gateway_trace_attempt_start(&r->parent, gw, pick.index, r->model, next_aid);
 		gateway_trace_attempt_wire(next_span, &r->parent, &w);
 		next = next_spec(r, &pick, next_aid, &w);
 		opts.next = &next;
@@ -996,7 +994,8 @@ static char *first_event(struct gateway_run *r, char **event)
 			/* The point of no retry: durable before the first byte goes out. */
 			atomic_store(&r->engine_first_us, now_us());
 			upstream_quiet_from_now(r->up); /* the wait was ours, not the replica's */
-			if (ledger_client_attempt_deliver(r->attempt, 1, &err) == LEDGER_CLIENT_OK) {
+			if (ledger_client_attempt_deliver(r->attempt, 1, &err) ==
+			    LEDGER_CLIENT_OK) {
 				first_delta(r);
 				break;
 			}

@@ -35,7 +35,7 @@ struct gateway_run_start {
 	size_t replica;    /* its replica, whose request in flight the run takes (and gives back) */
 	bool stream;       /* an SSE stream was asked for; else one JSON answer */
 	const char *model; /* the model asked for, or NULL */
-	const char *revision; /* the request's model revision: every rerun's */
+	const char *revision;        /* the request's model revision: every rerun's */
 	struct gateway_trace *trace; /* the span of the request that starts the run, or NULL:
 	                                the run holds a reference; its attempts' parent */
 	struct ledger_span *span;    /* the begun attempt's span, taken; or NULL */

@@ -28,9 +28,9 @@ struct gateway_trace {
 	struct ledger_trace_ctx from; /* its client's context (for the tracestate) */
 	char trace_id[33];            /* ctx's ids in hex, for the log lines */
 	char span_id[17];
-	char method[16];              /* the known method, or "" */
-	unsigned status;              /* the answer's status; 0: none written */
-	char code[64];                /* a refusal's error code, or "" */
+	char method[16]; /* the known method, or "" */
+	unsigned status; /* the answer's status; 0: none written */
+	char code[64];   /* a refusal's error code, or "" */
 };
 
 static __thread struct gateway_trace *current;
@@ -46,7 +46,7 @@ void gateway_trace_stop(void)
 }
 
 /* The methods the HTTP conventions know; any other is "_OTHER". */
-static const char *const known_methods[] = {"GET",  "HEAD",    "POST",  "PUT",   "DELETE",
+static const char *const known_methods[] = {"GET",     "HEAD",    "POST",  "PUT",   "DELETE",
 					    "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"};
 
 static const char *method_of(const char *method)
@@ -88,8 +88,7 @@ static void read_parent(const struct wire_http_head *head, struct ledger_trace_c
 		if (strcasecmp(f->name, "traceparent") == 0) {
 			tp = f->value;
 			ntp++;
-		} else if (strcasecmp(f->name, "tracestate") == 0 &&
-			   (len = strlen(f->value)) > 0) {
+		} else if (strcasecmp(f->name, "tracestate") == 0 && (len = strlen(f->value)) > 0) {
 			if (ts_len + (ts_len > 0) + len > LEDGER_TRACESTATE_MAX) {
 				over = true;
 				continue;
@@ -145,8 +144,8 @@ static void set_server(struct ledger_span *span, const char *authority, size_t l
 		ledger_span_set_int(span, "server.port", port);
 }
 
-struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head,
-					  struct wire_conn *conn, bool https)
+struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, struct wire_conn *conn,
+					  bool https)
 {
 	struct gateway_trace *t;
 	struct ledger_trace_ctx parent;
@@ -167,8 +166,8 @@ struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head,
 	t->from = parent;
 	method = method_of(head->method);
 	snprintf(t->method, sizeof(t->method), "%s", method != NULL ? method : "");
-	t->span = ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER, &parent,
-				    0);
+	t->span =
+		ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER, &parent, 0);
 	ledger_span_context(t->span, &parent, &t->ctx);
 	if (t->ctx.valid) {
 		ledger_trace_hex(t->ctx.trace_id, sizeof(t->ctx.trace_id), t->trace_id);
@@ -300,8 +299,8 @@ void gateway_trace_repeat(struct gateway_trace *t, int row)
 void gateway_trace_resumed(struct gateway_trace *t, int64_t last_event_id,
 			   const struct ledger_trace_ctx *original)
 {
-	struct ledger_trace_attr attr = {"ledger.last_event_id", LEDGER_ATTR_INT,
-					 {.i = last_event_id}};
+	struct ledger_trace_attr attr = {
+		"ledger.last_event_id", LEDGER_ATTR_INT, {.i = last_event_id}};
 	char trace_id[33], span_id[17];
 
 	if (t == NULL)

@@ -37,8 +37,8 @@ void gateway_trace_stop(void);
  * @return a new reference, or NULL: tracing off and no context to pass on,
  *         a probe, or out of memory
  */
-struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head,
-					  struct wire_conn *conn, bool https);
+struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, struct wire_conn *conn,
+					  bool https);
 
 /** Takes one more reference of @p t (the run keeps one). */
 void gateway_trace_hold(struct gateway_trace *t);
