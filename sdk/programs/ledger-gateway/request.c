@@ -488,6 +488,19 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 	ledger_client_error_clear(&err);
 }
 
+/* The calls on an adopted attempt (a dead gateway's) carry the context of the request's span. */
+static void trace_adopted(const struct gateway_request *q, struct ledger_attempt *source)
+{
+	struct ledger_trace_ctx own;
+	struct gateway_trace_wire w;
+
+	gateway_trace_context(q->trace, &own);
+	gateway_trace_attempt_wire(NULL, &own, &w);
+	if (w.traceparent[0] != '\0')
+		ledger_client_attempt_set_trace(source, w.traceparent,
+						w.tracestate[0] != '\0' ? w.tracestate : NULL);
+}
+
 /*
  * Row 6: the newest attempt's lease ran out while the request is open, so
  * the gateway that ran it is gone. Reported as heartbeat_timeout, with the
@@ -521,18 +534,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		goto out;
 	}
 	gateway_log("taking over", q->rid, aid, NULL);
-	/* The dead gateway's attempt is reported in this request's trace. */
-	{
-		struct ledger_trace_ctx own;
-		struct gateway_trace_wire here;
-
-		gateway_trace_context(q->trace, &own);
-		gateway_trace_attempt_wire(NULL, &own, &here);
-		if (here.traceparent[0] != '\0')
-			ledger_client_attempt_set_trace(source, here.traceparent,
-							here.tracestate[0] != '\0' ? here.tracestate
-										   : NULL);
-	}
+	trace_adopted(q, source);
 	if (ledger_client_failover(source, LEDGER_SIGNAL_HEARTBEAT_TIMEOUT, &opts, &d, &err) !=
 	    LEDGER_CLIENT_OK) {
 		if (err.status == 0)

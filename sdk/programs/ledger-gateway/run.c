@@ -1351,7 +1351,6 @@ static void detach(struct gateway_run *r, uint64_t gen)
 		uint32_t hold = !r->keyed         ? 0
 				: r->written == 0 ? gw->first_byte_hold_ms
 						  : gw->resume_hold_ms;
-
 		struct ledger_trace_attr attr = {"ledger.hold_ms", LEDGER_ATTR_INT, {.i = hold}};
 
 		r->attached = false;
