@@ -10,7 +10,9 @@ replica that runs tools would. What is checked: the request's SERVER span
 continues its client's trace; each attempt is a CLIENT span under it whose
 context the engine got in traceparent and ledgerd's spans of the
 attempt's calls hang under; first_delta and failover events; refusals and
-repeats; the log lines' ids; the tracer's counters on /metrics. And the
+repeats (a replay, a resume, the next attempt of an abandoned request);
+whole answers; the log lines' ids; the tracer's counters on /metrics;
+tracing off, the client's context passed on as it came. And the
 issue's own test: a span of the official OpenTelemetry JS SDK, the
 official openai client calling the gateway inside it, an engine's claim,
 ledgerd's claim and its database span, all one trace, each span the child
@@ -106,7 +108,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         self._json(200, {"weights_revision": "w1", "tokenizer": "t1"})
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         plan = self.server.plan
         headers = {k.lower(): v for k, v in self.headers.items()}
         with plan.lock:
@@ -122,6 +124,13 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             return
         if claim is not None:
             plan.claims.append(self._claim(claim, headers))
+        if not asked.get("stream"):
+            self._json(200, {"id": "c1", "object": "chat.completion", "model": "m",
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant",
+                                                      "content": "hello traced"}}],
+                             "usage": {"completion_tokens": 2}})
+            return
         self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -204,13 +213,19 @@ class Stack:
             self.close()
             raise
 
-    def start_gateway(self, env, name="gateway.log"):
+    def start_gateway(self, env, name="gateway.log", extra=()):
         argv = [GATEWAY, "--listen", "127.0.0.1:0", "--ledger-url", self.ledgerd.url,
                 "--ledger-token", self.token, "--lease-ms", 3000, "--soft-timeout-ms", 1000,
-                "--stall-timeout-ms", 5000, "--probe-interval-ms", 200]
+                "--stall-timeout-ms", 5000, "--probe-interval-ms", 200, *extra]
         for e in self.engines:
             argv += ["--replica", "%s=%s" % (e.name, e.url)]
         return Process(argv, self.folder / name, env=env).wait_ready()
+
+    def traced_env(self):
+        env = env_without_otel()
+        env.update(otel_env(self.receiver, self.protocol))
+        env["GATEWAY_KEY_SECRET"] = SECRET
+        return env
 
     def post(self, headers=None, body=None, gateway=None):
         """One streamed completion: (status, lower-cased headers, body text)."""
@@ -546,6 +561,72 @@ def test_a_resume_is_the_repeats_span_and_the_run_goes_on_under_the_first(json_s
     assert events(repeat, "first_delta") and not events(first, "first_delta")
     assert repeat.attributes["ledger.outcome"] == "completed"
     assert len(stack.plan.completions(rid)) == 1
+
+
+def leave_before_first_byte(gw, key, traceparent, after_s):
+    """A keyed streamed completion whose client closes its connection after @after_s."""
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    s = socket.create_connection((gw.host, gw.port))
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n"
+               "Idempotency-Key: %s\r\ntraceparent: %s\r\n\r\n"
+               % (len(body), key, traceparent)).encode() + body)
+    time.sleep(after_s)
+    s.close()
+
+
+def test_a_repeat_of_an_abandoned_request_runs_its_next_attempt_under_its_own_span(json_stack):
+    stack = json_stack
+    gw = stack.start_gateway(stack.traced_env(), "gateway-short-hold.log",
+                             ("--first-byte-hold-ms", 200))
+    try:
+        key = "abandoned-%s" % uuid.uuid4().hex
+        first_trace, again_trace = "a1" * 16, "b2" * 16
+        with stack.plan.lock:
+            stack.plan.delay_s = 1.0
+        leave_before_first_byte(gw, key, "00-%s-%s-01" % (first_trace, "01" * 8), 0.2)
+        # Its hold ran out: the attempt was cancelled, the request abandoned.
+        def gateway_attempts(spans, trace_id):
+            return [x for x in spans if x.trace_id == trace_id and x.kind == CLIENT
+                    and service(x) == "ledger-gateway"]
+        spans = stack.wait(lambda s: gateway_attempts(s, first_trace),
+                           "the abandoned attempt's span")
+        [a1] = gateway_attempts(spans, first_trace)
+        assert a1.attributes["ledger.attempt.outcome"] == "cancelled"
+        assert a1.attributes["ledger.attempt_id"] == "a1" and not events(a1, "first_delta")
+        with stack.plan.lock:
+            stack.plan.delay_s = 0
+        status, headers, text = stack.post(
+            {"traceparent": "00-%s-%s-01" % (again_trace, "02" * 8), "Idempotency-Key": key},
+            gateway=gw)
+        assert status == 200 and "traced" in text, text
+        rid = headers["x-request-id"]
+        spans = stack.wait(lambda s: gateway_attempts(s, again_trace), "the repeat's attempt")
+        repeat = server_span([x for x in spans if x.trace_id == again_trace], rid)
+        assert repeat.attributes["ledger.repeat.row"] == 9
+        [a2] = attempt_spans(spans, repeat)
+        assert a2.attributes["ledger.attempt_id"] == "a2"
+        assert a2.attributes["ledger.attempt.outcome"] == "finished"
+        assert repeat.attributes["ledger.attempts"] == 2
+        assert repeat.attributes["ledger.outcome"] == "completed"
+        first = server_span([x for x in spans if x.trace_id == first_trace], rid)
+        assert a1.parent_span_id == first.span_id and events(first, "client_disconnected")
+    finally:
+        gw.stop()
+
+
+def test_a_whole_answer_is_traced_as_a_stream_is(stack):
+    status, headers, body = stack.post({"traceparent": TRACEPARENT},
+                                       body={"model": "m", "messages": [], "stream": False})
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "hello traced"
+    rid = headers["x-request-id"]
+    _, server, [at] = request_done(stack, rid, 1)
+    assert server.attributes["http.response.status_code"] == 200
+    assert at.attributes["ledger.attempt.outcome"] == "finished"
+    assert server.attributes["ledger.outcome"] == "completed"
+    assert len(events(at, "first_delta")) == 1 and len(events(server, "first_delta")) == 1
+    assert [a["headers"]["traceparent"] for a in stack.plan.completions(rid)] == [
+        traceparent_of(at)]
 
 
 def test_metrics_count_the_tracers_work(stack):
