@@ -23,7 +23,6 @@ import fcntl
 import http.client
 import http.server
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -395,7 +394,8 @@ def test_the_log_lines_of_a_traced_request_name_its_trace(stack):
     rid = headers["x-request-id"]
     _, server, [at] = request_done(stack, rid, 1)
     lines = wait_until(lambda: [x for x in read_json_lines(stack.gateway.log_path)
-                                if x.get("request_id") == rid and x.get("msg") == "attempt started"], 5)
+                                if x.get("request_id") == rid
+                                and x.get("msg") == "attempt started"], 5)
     assert lines, "no log line of the attempt"
     assert (lines[0]["trace_id"], lines[0]["span_id"]) == (TRACE_ID, at.span_id)
 
