@@ -10,7 +10,8 @@ replica that runs tools would. What is checked: the request's SERVER span
 continues its client's trace; each attempt is a CLIENT span under it whose
 context the engine got in traceparent and ledgerd's spans of the
 attempt's calls hang under; first_delta and failover events; refusals and
-repeats (a replay, a resume, the next attempt of an abandoned request);
+repeats (a replay, a resume, the next attempt of an abandoned request, a
+take-over of a dead gateway's attempt);
 whole answers; the log lines' ids; the tracer's counters on /metrics;
 tracing off, the client's context passed on as it came. And the
 issue's own test: a span of the official OpenTelemetry JS SDK, the
@@ -613,6 +614,51 @@ def test_a_repeat_of_an_abandoned_request_runs_its_next_attempt_under_its_own_sp
         assert a1.parent_span_id == first.span_id and events(first, "client_disconnected")
     finally:
         gw.stop()
+
+
+def test_a_take_over_reports_the_dead_gateways_attempt_in_the_repeats_trace(json_stack):
+    stack = json_stack
+    dead = stack.start_gateway(stack.traced_env(), "gateway-killed.log")
+    key = "taken-over-%s" % uuid.uuid4().hex
+    with stack.plan.lock:
+        stack.plan.delay_s = 2.0
+    try:
+        leave_before_first_byte(dead, key, TRACEPARENT, 0.5)
+        dead.proc.kill()  # its attempt stays live in ledgerd until its lease runs out
+    finally:
+        dead.stop()
+    with stack.plan.lock:
+        stack.plan.delay_s = 0
+    again = "c3" * 16
+    # Row 5 until the dead gateway's lease ran out, then row 6.
+    deadline = time.monotonic() + 15
+    while True:
+        status, headers, text = stack.post({"traceparent": "00-%s-%s-01" % (again, "03" * 8),
+                                            "Idempotency-Key": key})
+        if status != 409 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert status == 200 and "traced" in text, text
+    rid = headers["x-request-id"]
+
+    def repeat_of(spans):
+        return [x for x in spans if x.trace_id == again and service(x) == "ledger-gateway"
+                and x.kind == SERVER and x.attributes.get("ledger.repeat.row") == 6]
+    spans = stack.wait(lambda s: repeat_of(s) and attempt_spans(s, repeat_of(s)[0])
+                       and [x for x in ledgerd_spans(s, rid) if x.name.endswith("/failover")],
+                       "the take-over's spans")
+    [repeat] = repeat_of(spans)
+    [failover] = events(repeat, "failover")
+    assert failover["attributes"] == {"ledger.signal": "heartbeat_timeout",
+                                      "ledger.action": "retry_prefill",
+                                      "ledger.attempt_id": "a1",
+                                      "ledger.next_attempt_id": "a2"}
+    [a2] = attempt_spans(spans, repeat)
+    assert a2.attributes["ledger.attempt_id"] == "a2"
+    assert repeat.attributes["ledger.attempts"] == 2
+    # ledgerd's span of the dead gateway's failover is in the repeat's trace, under its span.
+    [reported] = [x for x in ledgerd_spans(spans, rid) if x.name.endswith("/failover")]
+    assert (reported.trace_id, reported.parent_span_id) == (again, repeat.span_id)
 
 
 def test_a_whole_answer_is_traced_as_a_stream_is(stack):
