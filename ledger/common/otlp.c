@@ -55,20 +55,33 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 	return len;
 }
 
+size_t ledger_otlp_utf8_cap(size_t len, size_t max)
+{
+	/* Each input byte gives at most 3 output bytes (one U+FFFD). */
+	size_t cap = (len < max ? len : max) * 3 + 1;
+
+	return cap > max + 1 ? max + 1 : cap;
+}
+
 char *ledger_otlp_utf8_dup(const char *s, size_t len, size_t max, size_t *out_len)
+{
+	char *out = malloc(ledger_otlp_utf8_cap(len, max));
+	size_t n;
+
+	if (!out)
+		return NULL;
+	n = ledger_otlp_utf8_copy(out, s, len, max);
+	if (out_len)
+		*out_len = n;
+	return out;
+}
+
+size_t ledger_otlp_utf8_copy(char *out, const char *s, size_t len, size_t max)
 {
 	static const char replacement[] = "\xef\xbf\xbd";
 	const unsigned char *u = (const unsigned char *)s;
-	size_t i = 0, o = 0, cap;
-	char *out;
+	size_t i = 0, o = 0;
 
-	/* Each input byte gives at most 3 output bytes (one U+FFFD). */
-	cap = (len < max ? len : max) * 3 + 1;
-	if (cap > max + 1)
-		cap = max + 1;
-	out = malloc(cap);
-	if (!out)
-		return NULL;
 	while (i < len) {
 		size_t seq = utf8_seq(u + i, len - i);
 		const char *from = seq ? s + i : replacement;
@@ -81,9 +94,7 @@ char *ledger_otlp_utf8_dup(const char *s, size_t len, size_t max, size_t *out_le
 		i += seq ? seq : 1;
 	}
 	out[o] = '\0';
-	if (out_len)
-		*out_len = o;
-	return out;
+	return o;
 }
 
 void ledger_otlp_attr_clear(struct ledger_otlp_attr *a)
@@ -100,23 +111,15 @@ void ledger_otlp_attr_clear(struct ledger_otlp_attr *a)
 
 void ledger_otlp_span_free(struct ledger_span *s)
 {
-	size_t i, j;
-
 	if (!s)
 		return;
-	for (i = 0; i < s->n_attrs; i++)
-		ledger_otlp_attr_clear(&s->attrs[i]);
-	free(s->attrs);
-	for (i = 0; i < s->n_events; i++) {
-		for (j = 0; j < s->events[i].n_attrs; j++)
-			ledger_otlp_attr_clear(&s->events[i].attrs[j]);
-		free(s->events[i].attrs);
-		free(s->events[i].name);
+	/* The last block is the span's own, freed with it. */
+	while (s->text && s->text->next) {
+		struct ledger_otlp_text *t = s->text;
+
+		s->text = t->next;
+		free(t);
 	}
-	free(s->events);
-	free(s->tracestate);
-	free(s->name);
-	free(s->status_message);
 	free(s);
 }
 

@@ -20,13 +20,14 @@
 #define LEDGER_OTLP_MAX_EVENTS 128 /* events of a span */
 #define LEDGER_OTLP_MAX_STR 4096   /* bytes of a string value, cut at a UTF-8 boundary */
 
-/* One attribute, owning its key and string value (valid UTF-8 both). */
+/* One attribute, its key and string value valid UTF-8 both: owned by the
+ * attribute in a resource, by its span's text in a span (see below). */
 struct ledger_otlp_attr {
-	char *key; /* owned */
+	char *key;
 	enum ledger_attr_type type;
 	union {
 		struct {
-			char *p;    /* owned, NUL-terminated */
+			char *p;    /* NUL-terminated */
 			size_t len; /* bytes, without the NUL */
 		} s;
 		int64_t i;
@@ -36,14 +37,26 @@ struct ledger_otlp_attr {
 };
 
 struct ledger_otlp_event {
-	char *name; /* owned */
+	char *name;
 	uint64_t time_ns;
-	struct ledger_otlp_attr *attrs; /* owned, n_attrs of them */
-	size_t n_attrs;
+	struct ledger_otlp_attr *attrs; /* n_attrs of them */
+	size_t n_attrs, cap_attrs;
 	uint32_t dropped_attrs; /* past LEDGER_OTLP_MAX_ATTRS */
 };
 
-/* The span itself: the opaque struct ledger_span of trace.h. */
+/*
+ * A span's text: its strings and arrays, carved from blocks that are freed
+ * with the span, never one by one. The first block comes in the span's own
+ * allocation, so a span of the usual size costs one malloc() and one free().
+ */
+struct ledger_otlp_text {
+	struct ledger_otlp_text *next; /* the block before; NULL: the span's own */
+	size_t used, cap;
+	_Alignas(max_align_t) char data[];
+};
+
+/* The span itself: the opaque struct ledger_span of trace.h. Its strings
+ * and arrays are in its text. */
 struct ledger_span {
 	uint8_t trace_id[16];
 	uint8_t span_id[8];
@@ -51,19 +64,20 @@ struct ledger_span {
 	bool has_parent;
 	bool recording;   /* sampled: exported when it ends */
 	uint8_t flags;    /* W3C trace-flags it passes on */
-	char *tracestate; /* owned; NULL: none */
-	char *name;       /* owned */
+	char *tracestate; /* NULL: none */
+	char *name;
 	enum ledger_span_kind kind;
 	uint64_t start_ns, end_ns;
-	struct ledger_otlp_attr *attrs; /* owned */
+	struct ledger_otlp_attr *attrs;
 	size_t n_attrs, cap_attrs;
 	uint32_t dropped_attrs;
-	struct ledger_otlp_event *events; /* owned */
+	struct ledger_otlp_event *events;
 	size_t n_events, cap_events;
 	uint32_t dropped_events;
 	enum ledger_span_status status;
-	char *status_message;     /* owned; NULL: none */
-	struct ledger_span *next; /* the tracer's queue */
+	char *status_message;         /* NULL: none */
+	struct ledger_span *next;     /* the tracer's queue */
+	struct ledger_otlp_text *text; /* the newest block of its text */
 };
 
 /* What every span of a request shares: the resource and the scope. */
@@ -93,10 +107,19 @@ void ledger_otlp_encode_json(const struct ledger_otlp_resource *res,
  */
 char *ledger_otlp_utf8_dup(const char *s, size_t len, size_t max, size_t *out_len);
 
+/** The bytes ledger_otlp_utf8_dup() needs for @p len bytes cut at @p max, with the NUL. */
+size_t ledger_otlp_utf8_cap(size_t len, size_t max);
+
+/**
+ * As ledger_otlp_utf8_dup(), into @p out of ledger_otlp_utf8_cap(len, max)
+ * bytes. @return the length written, without the NUL
+ */
+size_t ledger_otlp_utf8_copy(char *out, const char *s, size_t len, size_t max);
+
 /** Frees an attribute's key and string value (not @p a itself). NULL-safe. */
 void ledger_otlp_attr_clear(struct ledger_otlp_attr *a);
 
-/** Frees a span and all it owns. NULL-safe. */
+/** Frees a span and its text. NULL-safe. */
 void ledger_otlp_span_free(struct ledger_span *s);
 
 #endif

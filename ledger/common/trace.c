@@ -167,22 +167,79 @@ uint64_t ledger_trace_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Fills @p out from the kernel's generator, else OpenSSL's; aborts with neither. */
+static void random_bytes(uint8_t *out, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = getrandom(out + got, n - got, 0);
+
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	/* No getrandom(2) (an old kernel, a seccomp filter): OpenSSL's. */
+	if (got < n && RAND_bytes(out, (int)n) != 1) {
+		LOG_ERROR("trace: no source of random bytes");
+		abort();
+	}
+}
+
+/*
+ * Ids come from xoshiro256** in each thread, seeded from the kernel once:
+ * a system call for every id would cost more than the rest of a span.
+ * W3C Trace Context asks ids to be random enough to be unique, not secret.
+ */
+static _Thread_local uint64_t rng[4];
+static _Thread_local bool rng_seeded;
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(void)
+{
+	uint64_t out = rotl(rng[1] * 5, 7) * 9, t = rng[1] << 17;
+
+	rng[2] ^= rng[0];
+	rng[3] ^= rng[1];
+	rng[1] ^= rng[2];
+	rng[0] ^= rng[3];
+	rng[2] ^= t;
+	rng[3] = rotl(rng[3], 45);
+	return out;
+}
+
+/* A child of fork() starts in a copy of the thread that forked: it must not
+ * draw the parent's ids. */
+static void rng_forget(void)
+{
+	rng_seeded = false;
+}
+
+static void rng_at_fork(void)
+{
+	pthread_atfork(NULL, NULL, rng_forget);
+}
+
 void ledger_trace_random_id(uint8_t *out, size_t n)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	if (!rng_seeded) {
+		pthread_once(&once, rng_at_fork);
+		do
+			random_bytes((uint8_t *)rng, sizeof(rng));
+		while (rng[0] == 0 && rng[1] == 0 && rng[2] == 0 && rng[3] == 0);
+		rng_seeded = true;
+	}
 	do {
-		size_t got = 0;
+		for (size_t i = 0; i < n; i += 8) {
+			uint64_t r = rng_next();
 
-		while (got < n) {
-			ssize_t r = getrandom(out + got, n - got, 0);
-
-			if (r <= 0)
-				break;
-			got += (size_t)r;
-		}
-		/* No getrandom(2) (an old kernel, a seccomp filter): OpenSSL's. */
-		if (got < n && RAND_bytes(out, (int)n) != 1) {
-			LOG_ERROR("trace: no source of random bytes");
-			abort();
+			memcpy(out + i, &r, n - i < 8 ? n - i : 8);
 		}
 	} while (all_zero(out, n));
 }

@@ -36,8 +36,9 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").split(",")]
 WORKLOADS = os.environ.get("BENCH_WORKLOADS",
-                           "tool_call,tool_call_unbatched,replay,attempt_cycle,dbos,large"
-                           ).split(",")
+                           "tool_call,tool_call_unbatched,replay,attempt_cycle,dbos,tracing,"
+                           "large").split(",")
+TRACING_CONCURRENCY = 32
 REPLAY_CONCURRENCY = 64
 BATCH = 16  # calls per transaction in tool_call_batch.sql (gen_pgbench.py)
 MINIMAL = HERE / "minimal"
@@ -142,12 +143,12 @@ class Postgres:
 
 
 class Ledgerd:
-    def __init__(self, url, *extra):
+    def __init__(self, url, *extra, env=None):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [str(LEDGERD), "serve", "--database-url", url, "--listen",
              "127.0.0.1:%d" % self.port, "--log-level", "warn", "--gc-interval", "1d"]
-            + list(extra), stderr=subprocess.DEVNULL)
+            + list(extra), stderr=subprocess.DEVNULL, env=env)
         deadline = time.time() + 10
         while True:
             try:
@@ -181,6 +182,13 @@ class Ledgerd:
     def cpu_seconds(self):
         fields = Path("/proc/%d/stat" % self.proc.pid).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def counter(self, name):
+        """The value of the counter @name on /metrics (0 when it is not there)."""
+        import urllib.request
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        m = re.search(r"^%s (\d+)$" % name, text, re.M)
+        return int(m.group(1)) if m else 0
 
     def peak_rss_mib(self):
         for line in Path("/proc/%d/status" % self.proc.pid).read_text().splitlines():
@@ -488,6 +496,8 @@ def main():
         for conc in CONCURRENCY if "attempt_cycle" in WORKLOADS else ():
             point("attempt_cycle", conc, "attempt_cycle.sql", "attempt_cycle.lua",
                   tokens["router"], 3)
+        if "tracing" in WORKLOADS:
+            meta["tracing"] = tracing_point(pg, tokens["agent"])
         if "large" in WORKLOADS and 32 in CONCURRENCY:
             # Last: the same tool call point over a store that is no longer small.
             meta["large_size"] = fill_large(pg)
@@ -498,6 +508,90 @@ def main():
     finally:
         pg.stop()
     report(rows, cores, meta, minimal, dbos_points)
+
+
+class SpanSink:
+    """A collector that takes OTLP/HTTP exports and keeps only their count and
+    bytes: what a collector that keeps up costs ledgerd, and no more."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        sink = self
+        self.posts, self.bytes = 0, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                self.rfile.read(n)
+                sink.posts += 1
+                sink.bytes += n
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def tracing_point(pg, token):
+    """tool_call at TRACING_CONCURRENCY with tracing off, on (every span sampled, sent to
+    a sink that keeps up) and on with its collector down (nothing listens), one run of
+    each in turn so that the machine's drift falls on all three alike; medians."""
+    sink = SpanSink()
+    down = free_port()
+    base = dict(os.environ)
+    for k in list(base):
+        if k.startswith("OTEL_"):
+            del base[k]
+    configs = {
+        "off": base,
+        "on": dict(base, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:%d/v1/traces"
+                   % sink.port, OTEL_TRACES_SAMPLER="always_on"),
+        "down": dict(base, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:%d/v1/traces"
+                     % down, OTEL_TRACES_SAMPLER="always_on"),
+    }
+    per_s = {name: [] for name in configs}
+    spans = {name: {"exported": 0, "dropped": 0, "failed": 0} for name in configs}
+    try:
+        for i in range(REPEATS):
+            for name, env in configs.items():
+                led = Ledgerd(pg.url, env=env)
+                try:
+                    r = wrk(led.url, "tool_call.lua", TRACING_CONCURRENCY,
+                            {"LEDGER_TOKEN": token, "BENCH_RUN": "tracing-%s-%d-%d" % (
+                                name, i, time.time()),
+                             "BENCH_REPLAY_KEYS": str(REPLAY_KEYS)})
+                    per_s[name].append(r[0] / 2)
+                    for k in spans[name]:
+                        spans[name][k] += led.counter("ledger_trace_spans_%s_total" % k)
+                finally:
+                    led.stop()
+                pg.checkpoint()
+    finally:
+        sink.stop()
+    out = {name + "_per_s": round(statistics.median(v), 1) for name, v in per_s.items()}
+    out["on_ratio"] = round(out["on_per_s"] / out["off_per_s"], 3)
+    out["down_ratio"] = round(out["down_per_s"] / out["off_per_s"], 3)
+    out["spans"] = spans
+    out["sink_posts"], out["sink_bytes"] = sink.posts, sink.bytes
+    log("tracing at %d: off %.1f/s, on %.1f/s (x%.3f), collector down %.1f/s (x%.3f); "
+        "spans exported %d, dropped %d" % (
+            TRACING_CONCURRENCY, out["off_per_s"], out["on_per_s"], out["on_ratio"],
+            out["down_per_s"], out["down_ratio"], spans["on"]["exported"],
+            spans["on"]["dropped"]))
+    return out
 
 
 def find(rows, workload, conc):
@@ -542,6 +636,13 @@ def targets(rows, meta, minimal, dbos_points):
     r = tc32["ledgerd_per_s"] / d32["per_s"] if tc32 and d32 else None
     target("tool_call at 32, x DBOS Transact one-step workflow at 32", ">= 25",
            r and round(r, 1), r and r >= 25)
+    tr = meta.get("tracing", {})
+    r = tr.get("on_ratio")
+    target("tool_call at %d with tracing on (every span sampled and exported), x off"
+           % TRACING_CONCURRENCY, ">= 0.95", r, r is not None and r >= 0.95)
+    r = tr.get("down_ratio")
+    target("tool_call at %d with tracing on and its collector down, x off"
+           % TRACING_CONCURRENCY, ">= 0.95", r, r is not None and r >= 0.95)
     large = find(rows, "tool_call_large", 32)
     r = large.get("ratio_empty") if large else None
     target("tool_call at 32 with %dM settled calls and %dM tombstones stored, x empty"
@@ -562,6 +663,7 @@ def report(rows, cores, meta, minimal, dbos_points):
          "large_calls": LARGE_CALLS, "large_tombstones": LARGE_TOMBSTONES,
          "large_size": meta.get("large_size"),
          "batch_ceiling_per_s": meta.get("batch_ceiling_per_s"),
+         "tracing": meta.get("tracing"),
          "rows": rows, "targets": goals}, indent=2) + "\n")
     lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
              "",
@@ -618,6 +720,17 @@ def report(rows, cores, meta, minimal, dbos_points):
                     "-" if r["calls_per_batch"] is None else "%.2f" % r["calls_per_batch"]))
         lines += ["", "Minimal SQL in perfect batches of ten, %d clients: %.0f tool calls/s."
                   % (MINIMAL_BATCH_CLIENTS, meta["minimal_batch10_per_s"])]
+    if meta.get("tracing"):
+        tr = meta["tracing"]
+        lines += ["", "| tracing, tool_call at %d | per s | x off | spans exported "
+                  "| dropped | failed |" % TRACING_CONCURRENCY, "|---|---:|---:|---:|---:|---:|"]
+        for name in ("off", "on", "down"):
+            s = tr["spans"][name]
+            lines.append("| %s | %.0f | %.3f | %d | %d | %d |" % (
+                {"off": "off", "on": "on, a sink that keeps up",
+                 "down": "on, collector down"}[name], tr[name + "_per_s"],
+                tr[name + "_per_s"] / tr["off_per_s"], s["exported"], s["dropped"],
+                s["failed"]))
     lines += ["", "| target | goal | figure | met |", "|---|---|---:|---|"]
     for g in goals:
         lines.append("| %s | %s | %s | %s |" % (

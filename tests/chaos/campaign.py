@@ -609,6 +609,9 @@ class Report:
                        sum(len(v.get("events", [])) for v in final["requests"].values()))
         self.router_events = Counter(e.get("event") for e in run["clients"]
                                      if e.get("kind") == "router")
+        # Exchanges ledgerd answered, by client process (those on sdkwrap's transport).
+        self.answered = Counter(e.get("proc") for e in run["clients"]
+                                if e.get("kind") == "http" and e.get("status") is not None)
         self.final_errors = final.get("errors", [])
 
     def rss_lines(self):

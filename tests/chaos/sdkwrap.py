@@ -96,14 +96,15 @@ class LoggedTransport(Transport):
         if len(self._targets) > 1 and self._pref == i:
             self._pref = (i + 1) % len(self._targets)
 
-    def _send_once(self, method, path, body):
+    def _send_once(self, method, path, body, trace):
         i = self._pref
         conn = self._conn(i)
         sent = time.time()
         sent_mono = time.monotonic()
         text = body.decode("utf-8") if body else None
         try:
-            conn.request(method, self._prefix + path, body=body, headers=self._headers)
+            conn.request(method, self._end.prefix + path, body=body,
+                         headers={**trace, **self._end.headers})
             response = conn.getresponse()
             answer = response.read().decode("utf-8", "replace")
         except BaseException as e:

@@ -41,6 +41,11 @@ def test_chaos_campaign(capsys):
         report.folder, reproduce)
     assert report.failovers >= 1, "seed %d: no promotion of the standby happened\n%s\n" \
         "reproduce: %s" % (seed, text, reproduce)
+    # Each Python agent was answered by ledgerd: a transport that cannot send
+    # would leave the campaign to the other clients and prove nothing of these.
+    silent = ["agent-%d" % (i + 1) for i in range(campaign.PY_AGENTS)
+              if not report.answered.get("agent-%d" % (i + 1))]
+    assert not silent, "seed %d: %s never answered by ledgerd\n%s" % (seed, silent, text)
     assert report.acknowledged >= MIN_ACKNOWLEDGED, \
         "seed %d: only %d acknowledged completions were checked\n%s\nreproduce: %s" % (
             seed, report.acknowledged, text, reproduce)

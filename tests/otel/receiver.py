@@ -78,9 +78,10 @@ class ProtobufDecoder:
         self._proc = subprocess.Popen(["node", str(NODE_DIR / "decode.mjs")], cwd=NODE_DIR,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def decode(self, body):
+    def decode(self, body, kind=b"p"):
+        """@body (protobuf, or with kind b"j" OTLP/JSON) as the schema reads it."""
         with self._lock:
-            self._proc.stdin.write(struct.pack(">I", len(body)) + body)
+            self._proc.stdin.write(struct.pack(">I", len(body) + 1) + kind + body)
             self._proc.stdin.flush()
             line = self._proc.stdout.readline()
         if not line:
@@ -197,6 +198,7 @@ class Receiver:
         """@tls: None, or (certificate, key) PEM files: then it serves https."""
         self.spans = []
         self.requests = []  # (content type, headers, status answered)
+        self.bodies = []    # (content type, body) of each request taken
         self.errors = []    # bodies that could not be read, with why
         self.status = 200
         self._cond = threading.Condition()
@@ -271,6 +273,7 @@ class Receiver:
                     self.spans.extend(got)
         with self._cond:
             self.requests.append((ctype, headers, status))
+            self.bodies.append((ctype, body))
             self._cond.notify_all()
         # An empty ExportTraceServiceResponse: {} in JSON, no bytes in protobuf.
         self._reply(handler, status, b"{}" if status == 200 and ctype == "application/json" else b"")

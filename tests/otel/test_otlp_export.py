@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tlsutil import make_pki  # noqa: E402
-from receiver import NODE_DIR, ROOT, Receiver, _locked, node_ready, otel_env  # noqa: E402
+from receiver import NODE_DIR, ROOT, Receiver, _locked, decoder, node_ready, otel_env  # noqa: E402
 
 # TRACE_EMIT: another build of it (a sanitizer's, say), used as it is.
 EMIT = Path(os.environ.get("TRACE_EMIT", ROOT / "build" / "tests" / "trace_emit"))
@@ -363,3 +363,51 @@ def test_failing_then_recovering_is_logged_once_each(emit_built):
     assert err.count("trace export to") == 1, err
     assert "HTTP status 400" in err
     assert err.count("recovered") == 1, err
+
+
+def _without_empty(v):
+    """proto3 writes no empty list; OTLP/JSON may."""
+    if isinstance(v, dict):
+        return {k: _without_empty(x) for k, x in v.items() if x != []}
+    if isinstance(v, list):
+        return [_without_empty(x) for x in v]
+    return v
+
+
+def test_ledgerds_json_is_all_the_schemas(emit_built):
+    """Every field of ledgerd's OTLP/JSON is one the official schema knows, with
+    the value's type it has: read into the schema's message and back, nothing
+    is lost or changed (a misspelt or unknown field would vanish)."""
+    script = SCRIPT + "\n".join([
+        "span\tbusy\tbusy\t1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\trojo=1,congo=2",
+    ] + ["attr\tbusy\tk%d\ti\t%d" % (i, i) for i in range(130)] + [
+        "end\tbusy",
+    ]) + "\n"
+    with Receiver() as rx:
+        out, _ = emit_c(script, OTEL_EXPORTER_OTLP_ENDPOINT=rx.url,
+                        OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+        rx.wait_for(count=5)
+        bodies = [b for ctype, b in rx.bodies if ctype == "application/json"]
+    assert out["exported"] == 5
+    for body in bodies:
+        sent = json.loads(body)
+        assert _without_empty(decoder().decode(body, b"j")) == _without_empty(sent)
+    # The same fields in protobuf, as the official decoder reads them.
+    with Receiver() as rx:
+        out, _ = emit_c(script, OTEL_EXPORTER_OTLP_ENDPOINT=rx.url)
+        rx.wait_for(count=5)
+        decoded = [decoder().decode(b) for ctype, b in rx.bodies]
+    spans = [s for d in decoded for rs in d["resourceSpans"] for ss in rs["scopeSpans"]
+             for s in ss["spans"]]
+    (busy,) = [s for s in spans if s["name"] == "busy"]
+    assert busy["traceState"] == "rojo=1,congo=2"
+    assert busy["droppedAttributesCount"] == 2 and len(busy["attributes"]) == 128
+    assert busy["flags"] == 1
+    version = (ROOT / "VERSION").read_text().strip()
+    assert decoded[0]["resourceSpans"][0]["scopeSpans"][0]["scope"] == {"name": "ledgerd",
+                                                                       "version": version}
+    # What the check had to carry: the fields the JS comparison does not.
+    text = b"".join(bodies).decode()
+    for field in ('"traceState":"rojo=1,congo=2"', '"flags":1', '"droppedAttributesCount":2',
+                  '"version":"%s"' % version, '"intValue":"-7"', '"doubleValue":0.25'):
+        assert field in text, field

@@ -5,7 +5,8 @@
  * variables, as in ledgerd. The script, on stdin, one command a line,
  * fields separated by tabs:
  *
- *   span   ID NAME KIND PARENT   PARENT: "-", an ID, or a traceparent
+ *   span   ID NAME KIND PARENT [TRACESTATE]
+ *                                PARENT: "-", an ID, or a traceparent
  *   attr   ID KEY TYPE VALUE     TYPE: s, i, b (true/false), d
  *   event  ID NAME [KEY TYPE VALUE]...
  *   status ID CODE [MESSAGE]
@@ -105,7 +106,8 @@ static void start(char **f, size_t n)
 		ledger_span_context(p->span, NULL, &parent_ctx);
 		parent = &parent_ctx;
 	} else if (strcmp(f[4], "-") != 0) {
-		ledger_trace_ctx_parse(&parent_ctx, f[4], strlen(f[4]), NULL, 0);
+		ledger_trace_ctx_parse(&parent_ctx, f[4], strlen(f[4]), n > 5 ? f[5] : NULL,
+				       n > 5 ? strlen(f[5]) : 0);
 		parent = &parent_ctx;
 	}
 	s = &spans[n_spans++];

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ledger/common/otlp.h"
@@ -236,7 +237,8 @@ static void fixed_span(void)
 	fixed_event_attrs[0] =
 		(struct ledger_otlp_attr){.key = (char *)"b", .type = LEDGER_ATTR_BOOL};
 	fixed_event_attrs[0].v.b = true;
-	fixed_events[0] = (struct ledger_otlp_event){(char *)"e", 1500, fixed_event_attrs, 1, 0};
+	fixed_events[0] = (struct ledger_otlp_event){
+		.name = (char *)"e", .time_ns = 1500, .attrs = fixed_event_attrs, .n_attrs = 1};
 	fixed.events = fixed_events;
 	fixed.n_events = 1;
 	fixed.status = LEDGER_SPAN_STATUS_ERROR;
@@ -821,6 +823,15 @@ static void test_trace_span_limits_and_context(void **state)
 	memset(big, 'x', sizeof(big));
 	ledger_span_set_strn(s, "a0", big, sizeof(big));
 	assert_int_equal(s->attrs[1].v.s.len, LEDGER_OTLP_MAX_STR);
+	/* Every attribute survives the span's text growing past its first block. */
+	assert_string_equal(s->attrs[0].key, "k");
+	assert_string_equal(s->attrs[1].key, "a0");
+	assert_memory_equal(s->attrs[1].v.s.p, big, LEDGER_OTLP_MAX_STR);
+	assert_int_equal(s->attrs[1].v.s.p[LEDGER_OTLP_MAX_STR], '\0');
+	assert_string_equal(s->attrs[LEDGER_OTLP_MAX_ATTRS - 1].key, "a126");
+	assert_true(s->attrs[LEDGER_OTLP_MAX_ATTRS - 1].v.b);
+	assert_string_equal(s->tracestate, "a=b");
+	assert_string_equal(s->name, "op");
 	/* Events: 128 at most, each with 128 attributes at most. */
 	for (i = 0; i < LEDGER_OTLP_MAX_ATTRS + 2; i++) {
 		char *k = malloc(16);
@@ -1017,6 +1028,64 @@ static void test_trace_sender_blocks_signals(void **state)
 	clear_env(NULL);
 }
 
+/* Ids drawn by several threads at once, and by a parent and its forked
+ * child, are all different: each thread seeds its own generator, and a child
+ * of fork() seeds again. */
+#define IDS_PER_THREAD 4096
+#define ID_THREADS 4
+
+static void *draw_ids(void *arg)
+{
+	uint8_t(*ids)[8] = arg;
+
+	for (int i = 0; i < IDS_PER_THREAD; i++)
+		ledger_trace_random_id(ids[i], 8);
+	return NULL;
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+	return memcmp(a, b, 8);
+}
+
+static void test_trace_ids_are_distinct_across_threads_and_fork(void **state)
+{
+	static uint8_t ids[ID_THREADS * IDS_PER_THREAD + 2][8];
+	pthread_t threads[ID_THREADS];
+	int fds[2];
+	pid_t child;
+	size_t n = ID_THREADS * IDS_PER_THREAD;
+
+	(void)state;
+	for (int t = 0; t < ID_THREADS; t++) {
+		void *first = ids[t * IDS_PER_THREAD];
+
+		assert_int_equal(pthread_create(&threads[t], NULL, draw_ids, first), 0);
+	}
+	for (int t = 0; t < ID_THREADS; t++)
+		pthread_join(threads[t], NULL);
+	/* This thread draws first, so its generator is seeded before the fork. */
+	ledger_trace_random_id(ids[n], 8);
+	assert_int_equal(pipe(fds), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		uint8_t id[8];
+
+		ledger_trace_random_id(id, 8);
+		_exit(write(fds[1], id, sizeof(id)) == (ssize_t)sizeof(id) ? 0 : 1);
+	}
+	ledger_trace_random_id(ids[n], 8); /* the parent's next draw */
+	assert_int_equal(read(fds[0], ids[n + 1], 8), 8);
+	close(fds[0]);
+	close(fds[1]);
+	assert_true(waitpid(child, NULL, 0) == child);
+	n += 2;
+	qsort(ids, n, 8, compare_ids);
+	for (size_t i = 1; i < n; i++)
+		assert_memory_not_equal(ids[i - 1], ids[i], 8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1030,6 +1099,7 @@ int main(void)
 		cmocka_unit_test(test_trace_utf8_dup),
 		cmocka_unit_test(test_trace_sampler_table),
 		cmocka_unit_test(test_trace_sampler_ratio),
+		cmocka_unit_test(test_trace_ids_are_distinct_across_threads_and_fork),
 		cmocka_unit_test_setup(test_trace_env_defaults, clear_env),
 		cmocka_unit_test_setup(test_trace_env_endpoint, clear_env),
 		cmocka_unit_test_setup(test_trace_env_protocol_and_timeout, clear_env),

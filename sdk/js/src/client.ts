@@ -2,6 +2,7 @@
 
 import type { JsonObject } from "./errors.js";
 import { quoteId, Transport } from "./http.js";
+import type { TraceContext } from "./tracing.js";
 import {
   type Attempt, beginAttempt, type BeginAttemptOptions, failover, type FailoverDecision,
   type FailoverOptions, type FailoverSignal,
@@ -34,6 +35,13 @@ export interface LedgerOptions {
    */
   maxResultBytes?: number;
   userAgent?: string;
+  /**
+   * A W3C trace context for every call of this client, for callers without
+   * OpenTelemetry: its traceparent is sent as given (a malformed one is not
+   * sent). With `@opentelemetry/api` installed, it is instead the parent of
+   * the client's spans, in place of the active context. See tracing in the README.
+   */
+  trace?: TraceContext;
 }
 
 /** A client of one ledgerd with one token; share one per process. */
@@ -42,6 +50,7 @@ export class Ledger {
   readonly retryMs: number;
   readonly completeRetryMs: number;
   readonly maxResultBytes: number;
+  private readonly trace: TraceContext | undefined;
   private readonly transport: Transport;
 
   constructor(options: LedgerOptions) {
@@ -49,8 +58,9 @@ export class Ledger {
     this.retryMs = options.retryMs ?? 30_000;
     this.completeRetryMs = options.completeRetryMs ?? 300_000;
     this.maxResultBytes = checkMaxResultBytes(options.maxResultBytes ?? MAX_RESULT_BYTES);
+    this.trace = options.trace;
     this.transport = new Transport(options.url, options.token, {
-      timeoutMs: options.timeoutMs ?? 10_000, userAgent: options.userAgent,
+      timeoutMs: options.timeoutMs ?? 10_000, userAgent: options.userAgent, trace: options.trace,
     });
   }
 
@@ -76,10 +86,16 @@ export class Ledger {
    *   ResultExpired, ResultNotKeptError (finished, its result not kept: fn
    *   not called, never again), LedgerUnavailable (fn not called),
    *   LedgerError for any other refusal (`attempt_required`...).
+   *
+   * With `@opentelemetry/api` installed, the call is an `execute_tool {tool}`
+   * span (GenAI semantic conventions), child of `options.trace`, else of the
+   * client's `trace`, else of the active context; the calls to ledgerd it
+   * makes carry that span as their parent, and `fn` runs in its context.
    */
   toolCall<T>(options: ToolCallOptions, fn: ToolFunction<T>): Promise<ToolCallResult<T>> {
     const defaults = {
       retryMs: this.retryMs, completeRetryMs: this.completeRetryMs, maxResultBytes: this.maxResultBytes,
+      trace: this.trace,
     };
     return new ToolCall<T>(this.transport, options, defaults).run(fn);
   }

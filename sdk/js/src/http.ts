@@ -13,6 +13,7 @@ import {
   type ErrorEnvelope, errorFromAnswer, isObject, LedgerError, LedgerUnavailable,
   TLSVerificationFailed,
 } from "./errors.js";
+import { type TraceContext, type TraceHeaders, traceHeaders } from "./tracing.js";
 
 export const VERSION = "0.1.0";
 
@@ -89,6 +90,8 @@ export function quoteId(id: string): string {
 export interface TransportOptions {
   timeoutMs: number;
   userAgent?: string;
+  /** The trace context of every call that has none of its own (see tracing.ts). */
+  trace?: TraceContext;
 }
 
 export interface CallOptions {
@@ -96,6 +99,11 @@ export interface CallOptions {
   retryMs: number;
   /** Stops the waits between retries (never an exchange in flight: see send). */
   signal?: AbortSignal;
+  /**
+   * The trace headers of this call (a tool call's span's); by default, the
+   * active context's, or the client's explicit one.
+   */
+  trace?: TraceHeaders;
 }
 
 function envelope(answer: Answer): ErrorEnvelope {
@@ -141,9 +149,9 @@ export class Transport {
    * One exchange. The caller's signal is not passed to fetch on purpose: a
    * claim cut off in flight may have landed, and only its answer says so.
    */
-  private async send(method: string, path: string, body: string | null): Promise<Answer> {
+  private async send(method: string, path: string, body: string | null, trace: TraceHeaders): Promise<Answer> {
     const response = await fetch(this.base + path, {
-      method, headers: this.headers, body, signal: AbortSignal.timeout(this.options.timeoutMs),
+      method, headers: { ...trace, ...this.headers }, body, signal: AbortSignal.timeout(this.options.timeoutMs),
     });
     const text = await response.text();
     let parsed: unknown = null;
@@ -165,11 +173,13 @@ export class Transport {
   async call(method: string, path: string, body: string | null, options: CallOptions): Promise<Answer> {
     const deadline = performance.now() + options.retryMs;
     const backoff = new Backoff();
+    // Taken once: a retry is the same call, in the same trace.
+    const trace = options.trace ?? await traceHeaders(this.options.trace);
     for (;;) {
       let failure: LedgerError;
       let hintMs = 0;
       try {
-        const answer = await this.send(method, path, body);
+        const answer = await this.send(method, path, body, trace);
         if (answer.status < 400) return answer;
         if (!UNAVAILABLE.has(answer.status)) throw errorFromAnswer(answer.status, envelope(answer));
         failure = new LedgerUnavailable(answer.status, envelope(answer));

@@ -23,6 +23,7 @@ export {
   Attempt, type BeginAttemptOptions, type FailoverAction, type FailoverDecision, type FailoverOptions,
   type FailoverSignal, type NextAttemptOptions, type SettledToolCall,
 } from "./router.js";
+export { type TraceContext } from "./tracing.js";
 export {
   stableToolCallId, ToolCallCounter, type ToolCallOptions, type ToolCallResult, type ToolFunction,
 } from "./toolcall.js";

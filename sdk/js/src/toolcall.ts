@@ -21,6 +21,7 @@ import { Heartbeat } from "./heartbeat.js";
 import { type Answer, Backoff, jsonBody, quoteId, sleep, type Transport } from "./http.js";
 import { argsSha256, canonicalize } from "./jcs.js";
 import type { Attempt } from "./router.js";
+import { type TraceContext, ToolSpan } from "./tracing.js";
 
 /** A tool's side effect: gets the claim's fencing token and the idempotency key. */
 export type ToolFunction<T> = (fencingToken: number, idempotencyKey: string) => T | Promise<T>;
@@ -54,6 +55,11 @@ export interface ToolCallOptions {
    * client's maxResultBytes).
    */
   maxResultBytes?: number;
+  /**
+   * The W3C trace context this call descends from (default: the client's
+   * `trace`, else OpenTelemetry's active context); a malformed one is not sent.
+   */
+  trace?: TraceContext;
 }
 
 export interface ToolCallResult<T> {
@@ -93,6 +99,8 @@ export interface ToolCallDefaults {
   retryMs: number;
   completeRetryMs: number;
   maxResultBytes: number;
+  /** The client's explicit trace context, if any. */
+  trace?: TraceContext;
 }
 
 // Polling a key another holder has: its completion may come at any moment,
@@ -149,6 +157,12 @@ function dumpJson(value: unknown): string {
   }) as string | undefined;
   if (text === undefined) throw new TypeError(`a tool's result of type ${typeof value} is not JSON`);
   return text;
+}
+
+/** The error name a failed call's recorded result holds (`{"error", "message"}`), else "failed". */
+function recordedErrorName(result: unknown): string {
+  const name = isObject(result) ? result.error : undefined;
+  return typeof name === "string" && name !== "" ? name : "failed";
 }
 
 function failureResult(e: unknown): string {
@@ -223,6 +237,11 @@ export class ToolCall<T> {
   private readonly path: string;
   private readonly claimBody: string;
   private readonly maxResultBytes: number;
+  private readonly attemptId: string | undefined;
+  // Set by run: the span whose children the calls to ledgerd are.
+  private span: ToolSpan | null = null;
+  // The tool threw (its failure was recorded), as opposed to ledgerd refusing.
+  private toolThrew = false;
 
   constructor(private readonly transport: Transport, private readonly options: ToolCallOptions,
               private readonly defaults: ToolCallDefaults) {
@@ -234,6 +253,7 @@ export class ToolCall<T> {
       }
       attemptId = attempt.attemptId;
     }
+    this.attemptId = attemptId;
     this.maxResultBytes = checkMaxResultBytes(options.maxResultBytes ?? defaults.maxResultBytes);
     this.path = `/v1/requests/${quoteId(requestId)}/tool-calls/${quoteId(toolCallId)}/`;
     const raw: Record<string, string> = {};
@@ -265,19 +285,32 @@ export class ToolCall<T> {
   }
 
   private post(action: string, body: string, retryMs: number, signal?: AbortSignal): Promise<Answer> {
-    return this.transport.call("POST", this.path + action, body, { retryMs, signal });
+    return this.transport.call("POST", this.path + action, body, { retryMs, signal, trace: this.span?.headers });
   }
 
   /** Claims the key, then replays the recorded result or runs `fn` and records it. */
   async run(fn: ToolFunction<T>): Promise<ToolCallResult<T>> {
+    const { requestId, toolCallId, tool } = this.options;
+    const span = await ToolSpan.start({ requestId, toolCallId, tool, attemptId: this.attemptId },
+                                      this.options.trace, this.defaults.trace);
+    this.span = span;
+    let done: ToolCallResult<T>;
     try {
-      return await this.claimAndRun(fn);
+      done = await this.claimAndRun(fn);
     } catch (e) {
       if (this.options.attempt !== undefined && (e instanceof ArgsMismatch || e instanceof AttemptFenced)) {
         this.options.attempt.revoked = true;
       }
+      const recordedFailed = this.toolThrew && !(e instanceof Retryable) && !(e instanceof NotExecuted);
+      span.fail(e, recordedFailed ? "failed" : undefined,
+                !this.toolThrew && e instanceof LedgerError ? e.code : undefined);
       throw e;
     }
+    span.finish({
+      outcome: done.outcome, replayed: done.replayed, executed: done.executed, idempotencyKey: done.idempotencyKey,
+      replayedError: done.replayed && done.outcome === "failed" ? recordedErrorName(done.result) : undefined,
+    });
+    return done;
   }
 
   private async claimAndRun(fn: ToolFunction<T>): Promise<ToolCallResult<T>> {
@@ -297,6 +330,7 @@ export class ToolCall<T> {
     if (body.status !== "claimed") throw unexpected(answer);
     const key = String(body.idempotency_key);
     const token = Number(body.fencing_token);
+    this.span?.claimed(key, token);
     if (signal?.aborted) {
       // Aborted while the claim was in flight: the tool has not run, so
       // saying so frees the key now rather than leaving it to run out unknown.
@@ -334,11 +368,13 @@ export class ToolCall<T> {
     let resultJson: string;
     try {
       try {
-        resultJson = dumpJson(await fn(token, key));
+        const span = this.span;
+        resultJson = dumpJson(await (span !== null ? span.run(() => fn(token, key)) : fn(token, key)));
       } finally {
         await heartbeat.stop();
       }
     } catch (e) {
+      this.toolThrew = true;
       await this.recordFailure(key, token, e);
       throw e;
     }

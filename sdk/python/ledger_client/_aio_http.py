@@ -13,8 +13,10 @@ import asyncio
 import os
 import ssl
 import time
+from collections.abc import Mapping
 
 from ._http import Answer, Backoff, Endpoint, judge, read_answer, tls_failure, unreachable
+from ._trace import trace_headers
 from .errors import LedgerError
 
 # The longest head and body ledgerd's answers may have; longer is a broken answer.
@@ -46,8 +48,10 @@ class AsyncTransport:
     """
 
     def __init__(self, url: str, token: str, *, timeout_s: float,
-                 ca_file: str | os.PathLike[str] | None = None, max_idle: int = 8) -> None:
+                 ca_file: str | os.PathLike[str] | None = None, max_idle: int = 8,
+                 traceparent: str | None = None, tracestate: str | None = None) -> None:
         self._end = Endpoint.parse(url, token, ca_file)
+        self.trace = (traceparent, tracestate)  # the client's own trace context, if any
         self._timeout_s = timeout_s
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -77,9 +81,12 @@ class AsyncTransport:
             reader, writer = await asyncio.open_connection(end.host, port)
         return _Connection(reader, writer)
 
-    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
-        head = "%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (method, self._end.prefix + path,
-                                                      self._host_header, self._fixed_headers)
+    def _request(self, method: str, path: str, body: bytes | None,
+                 trace: Mapping[str, str]) -> bytes:
+        # The trace headers were checked to be single header lines (_trace.py).
+        head = "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s" % (
+            method, self._end.prefix + path, self._host_header, self._fixed_headers,
+            "".join("%s: %s\r\n" % kv for kv in trace.items()))
         if body is not None or method in ("POST", "PUT"):
             head += "Content-Length: %d\r\n" % len(body or b"")
         return (head + "\r\n").encode("latin-1") + (body or b"")
@@ -136,14 +143,15 @@ class AsyncTransport:
             if await reader.readexactly(2) != b"\r\n":
                 raise _BrokenAnswer("a chunk does not end with CRLF")
 
-    async def _send_once(self, method: str, path: str, body: bytes | None) -> Answer:
+    async def _send_once(self, method: str, path: str, body: bytes | None,
+                         trace: Mapping[str, str]) -> Answer:
         """One exchange within ``timeout_s``.
 
         An idle connection the server has closed meanwhile fails at once,
         before any answer: the same request goes out once more on a new
         connection, as http.client does on a connection it finds closed.
         """
-        request = self._request(method, path, body)
+        request = self._request(method, path, body, trace)
         while True:
             reused = bool(self._idle)
             conn: _Connection | None = None
@@ -165,8 +173,9 @@ class AsyncTransport:
             return answer
 
     async def call(self, method: str, path: str, body: bytes | None = None, *,
-                   retry_s: float) -> Answer:
-        """Sends one call; returns ledgerd's answer, or raises, as Transport.call does.
+                   retry_s: float, trace: Mapping[str, str] | None = None) -> Answer:
+        """Sends one call; returns ledgerd's answer, or raises, as Transport.call does
+        (``trace`` too: None takes the current context of the calling task).
 
         Raises:
             TLSVerificationFailed: ledgerd's certificate failed verification
@@ -177,9 +186,11 @@ class AsyncTransport:
         """
         deadline = time.monotonic() + retry_s
         backoff = Backoff()
+        if trace is None:
+            trace = trace_headers(self.trace)
         while True:
             try:
-                answer = await self._send_once(method, path, body)
+                answer = await self._send_once(method, path, body, trace)
             except ssl.SSLCertVerificationError as e:
                 raise tls_failure(e) from e
             except (OSError, EOFError, asyncio.LimitOverrunError) as e:

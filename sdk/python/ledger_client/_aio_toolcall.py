@@ -41,7 +41,8 @@ class AsyncToolCall(ToolCallBase):
     _transport: AsyncTransport
 
     async def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
-        return await self._transport.call("POST", self._path + action, body, retry_s=retry_s)
+        return await self._transport.call("POST", self._path + action, body, retry_s=retry_s,
+                                          trace=self._trace)
 
     async def run(self, fn: AsyncToolFunction, wait_s: float) -> ToolCallResult:
         """Claims the key, then replays the recorded result or runs ``fn`` and records it.

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._trace import trace_headers
 from ._version import __version__
 from .errors import LedgerError, LedgerUnavailable, TLSVerificationFailed, error_from_answer
 
@@ -88,10 +89,12 @@ class Transport:
     """
 
     def __init__(self, url: str, token: str, *, timeout_s: float,
-                 ca_file: str | os.PathLike[str] | None = None) -> None:
+                 ca_file: str | os.PathLike[str] | None = None,
+                 traceparent: str | None = None, tracestate: str | None = None) -> None:
         self._end = Endpoint.parse(url, token, ca_file)
         self._timeout_s = timeout_s
         self._local = threading.local()
+        self.trace = (traceparent, tracestate)  # the client's own trace context, if any
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
@@ -111,10 +114,12 @@ class Transport:
             conn.close()
             self._local.conn = None
 
-    def _send_once(self, method: str, path: str, body: bytes | None) -> Answer:
+    def _send_once(self, method: str, path: str, body: bytes | None,
+                   trace: Mapping[str, str]) -> Answer:
         conn = self._connection()
         try:
-            conn.request(method, self._end.prefix + path, body=body, headers=self._end.headers)
+            conn.request(method, self._end.prefix + path, body=body,
+                         headers={**trace, **self._end.headers})
             response = conn.getresponse()
             text = response.read().decode("utf-8", "replace")
         except BaseException:
@@ -124,11 +129,13 @@ class Transport:
         return read_answer(response.status, text)
 
     def call(self, method: str, path: str, body: bytes | None = None, *,
-             retry_s: float) -> Answer:
+             retry_s: float, trace: Mapping[str, str] | None = None) -> Answer:
         """Sends one call; returns ledgerd's answer, or raises.
 
         A lost answer or an unavailable ledgerd is retried with the same
-        bytes for up to ``retry_s`` seconds (0: a single try).
+        bytes for up to ``retry_s`` seconds (0: a single try). ``trace``:
+        the call's trace headers (a tool call's); None: the client's trace
+        context, else OpenTelemetry's current one (see _trace.py).
 
         Raises:
             TLSVerificationFailed: ledgerd's certificate failed verification
@@ -139,9 +146,11 @@ class Transport:
         """
         deadline = time.monotonic() + retry_s
         backoff = Backoff()
+        if trace is None:
+            trace = trace_headers(self.trace)
         while True:
             try:
-                answer = self._send_once(method, path, body)
+                answer = self._send_once(method, path, body, trace)
             except ssl.SSLCertVerificationError as e:
                 raise tls_failure(e) from e
             except (OSError, http.client.HTTPException) as e:

@@ -47,13 +47,15 @@ class AsyncLedger:
                  retry_s: float = 30.0, complete_retry_s: float = 300.0,
                  ca_file: str | os.PathLike[str] | None = None,
                  max_result_bytes: int = MAX_RESULT_BYTES,
-                 max_idle_connections: int = 8) -> None:
+                 max_idle_connections: int = 8,
+                 traceparent: str | None = None, tracestate: str | None = None) -> None:
         self.url = url
         self.retry_s = retry_s
         self.complete_retry_s = complete_retry_s
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self._transport = AsyncTransport(url, token, timeout_s=timeout_s, ca_file=ca_file,
-                                         max_idle=max_idle_connections)
+                                         max_idle=max_idle_connections,
+                                         traceparent=traceparent, tracestate=tracestate)
 
     def __repr__(self) -> str:
         return "<AsyncLedger %s>" % self.url
@@ -76,7 +78,8 @@ class AsyncLedger:
                         attempt_id: str | None = None, attempt: AsyncAttempt | None = None,
                         owner: str | None = None, lease_ms: int | None = None,
                         tool_dedupes: bool = False, store_args: bool = False,
-                        wait_s: float = 0, max_result_bytes: int | None = None
+                        wait_s: float = 0, max_result_bytes: int | None = None,
+                        traceparent: str | None = None, tracestate: str | None = None
                         ) -> ToolCallResult:
         """Runs ``fn(idempotency_key, fencing_token)`` at most once for this key.
 
@@ -85,7 +88,8 @@ class AsyncLedger:
         it runs, and a wait for another holder sleeps without blocking the
         loop. A cancelled ``fn`` is like an interrupted one: nothing is
         recorded, since the effect may be half done; once the lease runs
-        out the key is ``outcome_unknown``.
+        out the key is ``outcome_unknown``. OpenTelemetry's current context
+        is the calling task's, taken as the call starts.
         """
         if attempt is not None:
             if attempt_id is not None and attempt_id != attempt.attempt_id:
@@ -96,7 +100,8 @@ class AsyncLedger:
                              tool_dedupes=tool_dedupes, store_args=store_args,
                              retry_s=self.retry_s, complete_retry_s=self.complete_retry_s,
                              max_result_bytes=(self.max_result_bytes if max_result_bytes is None
-                                               else max_result_bytes))
+                                               else max_result_bytes),
+                             traceparent=traceparent, tracestate=tracestate)
         try:
             return await call.run(fn, wait_s)
         except (ArgsMismatch, AttemptFenced):

@@ -45,6 +45,11 @@ class Ledger:
             length and SHA-256 only, and so is one ledgerd refuses as too
             large a body: the completion is never lost to its size, and a
             rerun of the key raises :class:`ResultNotKept`.
+        traceparent, tracestate: a W3C trace context for every call of this
+            client, for a caller without OpenTelemetry (a call's own wins).
+            A malformed traceparent is not sent; without one, the calls
+            carry OpenTelemetry's current context when ``opentelemetry``
+            can be imported, else no trace context.
 
     Raises:
         ValueError: a URL that is not http(s), a ``ca_file`` that cannot
@@ -55,12 +60,14 @@ class Ledger:
     def __init__(self, url: str, token: str, *, timeout_s: float = 10.0,
                  retry_s: float = 30.0, complete_retry_s: float = 300.0,
                  ca_file: str | os.PathLike[str] | None = None,
-                 max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+                 max_result_bytes: int = MAX_RESULT_BYTES,
+                 traceparent: str | None = None, tracestate: str | None = None) -> None:
         self.url = url
         self.retry_s = retry_s
         self.complete_retry_s = complete_retry_s
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
-        self._transport = Transport(url, token, timeout_s=timeout_s, ca_file=ca_file)
+        self._transport = Transport(url, token, timeout_s=timeout_s, ca_file=ca_file,
+                                    traceparent=traceparent, tracestate=tracestate)
 
     def __repr__(self) -> str:
         return "<Ledger %s>" % self.url
@@ -72,7 +79,8 @@ class Ledger:
                   attempt: Attempt | None = None, owner: str | None = None,
                   lease_ms: int | None = None, tool_dedupes: bool = False,
                   store_args: bool = False, wait_s: float = 0,
-                  max_result_bytes: int | None = None) -> ToolCallResult:
+                  max_result_bytes: int | None = None, traceparent: str | None = None,
+                  tracestate: str | None = None) -> ToolCallResult:
         """Runs ``fn(idempotency_key, fencing_token)`` at most once for this key.
 
         The key is ``"{request_id}:{tool_call_id}"``. Each invocation claims
@@ -129,6 +137,10 @@ class Ledger:
             wait_s: how long to wait for another holder.
             max_result_bytes: this call's bound of a result sent whole
                 (None: the client's).
+            traceparent, tracestate: the W3C trace context this call's
+                requests to ledgerd carry (claim, renewals, completion),
+                in place of the client's or OpenTelemetry's current one; a
+                malformed traceparent is not sent.
 
         Raises:
             InProgress: another holder still has the key after ``wait_s``.
@@ -152,7 +164,8 @@ class Ledger:
                         tool_dedupes=tool_dedupes, store_args=store_args,
                         retry_s=self.retry_s, complete_retry_s=self.complete_retry_s,
                         max_result_bytes=(self.max_result_bytes if max_result_bytes is None
-                                          else max_result_bytes))
+                                          else max_result_bytes),
+                        traceparent=traceparent, tracestate=tracestate)
         try:
             return call.run(fn, wait_s)
         except (ArgsMismatch, AttemptFenced):

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from ._heartbeat import Heartbeat
 from ._http import Answer, Backoff, Transport, json_body, quote_id
+from ._trace import trace_headers
 from .errors import InProgress, LedgerError, NotExecuted, Retryable
 from .jcs import args_sha256, canonicalize
 
@@ -301,8 +302,12 @@ class ToolCallBase:
     def __init__(self, transport: Any, request_id: str, tool_call_id: str, *,
                  args: Any, tool: str | None, attempt_id: str | None, owner: str | None,
                  lease_ms: int | None, tool_dedupes: bool, store_args: bool,
-                 retry_s: float, complete_retry_s: float, max_result_bytes: int) -> None:
+                 retry_s: float, complete_retry_s: float, max_result_bytes: int,
+                 traceparent: str | None = None, tracestate: str | None = None) -> None:
         self._transport = transport
+        # Taken here, in the caller's thread or task: the renewals run
+        # elsewhere, and every call of this tool call carries the same.
+        self._trace = trace_headers((traceparent, tracestate), transport.trace)
         self._path = tool_call_path(request_id, tool_call_id)
         self._lease_ms = lease_ms
         self._retry_s = retry_s
@@ -322,7 +327,8 @@ class ToolCall(ToolCallBase):
     _transport: Transport
 
     def _post(self, action: str, body: bytes, retry_s: float) -> Answer:
-        return self._transport.call("POST", self._path + action, body, retry_s=retry_s)
+        return self._transport.call("POST", self._path + action, body, retry_s=retry_s,
+                                    trace=self._trace)
 
     def run(self, fn: ToolFunction, wait_s: float) -> ToolCallResult:
         """Claims the key, then replays the recorded result or runs ``fn`` and records it.
