@@ -19,6 +19,7 @@
 
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "sdk/programs/ledger-mcp/intercept.h"
 
 /* One intercepted call while ledger_client_tool_call() runs it. */
@@ -55,10 +56,10 @@ static enum ledger_tool_status forward_tool(void *ctx, const char *idempotency_k
 	*result_json = NULL;
 	r->forwarded = true;
 	/*
-	 * A context other than the client's is the execute_tool span's: the
-	 * server gets it in _meta. The client's own (tracing off) stays as sent.
+	 * Traced, the context is the execute_tool span's: the server gets it in
+	 * _meta. Off (or no span could be made), the client's bytes stay as sent.
 	 */
-	if (traceparent != NULL &&
+	if (ledger_trace_enabled() && traceparent != NULL &&
 	    (r->lc->traceparent == NULL || strcmp(traceparent, r->lc->traceparent) != 0) &&
 	    mcp_message_with_trace(r->m, r->origin->text, r->origin->len, traceparent, tracestate,
 				   &rewritten) &&

@@ -11,7 +11,9 @@ from server.mjs's count file (its _meta) and from the exact bytes tap.py
 """
 
 import json
+import os
 import re
+import shutil
 import sys
 import time
 
@@ -243,3 +245,84 @@ def test_without_tracing_the_server_gets_the_clients_bytes(env, rx, kind):
         assert stack.server_headers() == [{"traceparent": TRACEPARENT}]
     time.sleep(0.3)
     assert rx.requests == []
+
+
+def test_without_tracing_a_later_version_of_traceparent_is_left_as_it_is(env):
+    """Tracing off, a traceparent of a later W3C version (read by its first four
+    fields) is not rewritten in the version-00 form the tracer writes."""
+    stack = Traced(env, "stdio", {})
+    future = "01-%s-%s-01-later" % (TRACE_ID, PARENT_ID)
+    meta = dict(mcp.keys(), traceparent=future)
+    try:
+        run = stack.run([call("charge", charge("o-t6"), meta)])
+        sent, received = stack.sent(), stack.received()
+    finally:
+        stack.close()
+    assert run.calls()[0]["ok"], run
+    assert received == sent
+    assert stack.counts.events("started", meta=meta)[0]["traceparent"] == future
+
+
+def test_traced_ledger_mcp_leaks_nothing(env, rx):
+    """ledger-mcp stdio under valgrind, traced: a call rewritten for the server,
+    its replay, and the exit that sends the spans."""
+    if shutil.which("valgrind") is None:
+        pytest.fail("valgrind is missing: scripts/deps.sh test installs it")
+    counts = env.counts()
+    log = env.tmp / ("valgrind-%s.log" % counts.path.stem)
+    argv = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+            "--errors-for-leak-kinds=definite,indirect", "--log-file=%s" % log] + \
+        env.stdio_proxy_argv()
+    e = dict(otel(rx), MCP_TEST_COUNT_FILE=str(counts.path))
+    meta = dict(mcp.keys(), traceparent=TRACEPARENT, tracestate=TRACESTATE)
+    run = mcp.run_client({"transport": {"type": "stdio", "command": argv[0], "args": argv[1:],
+                                        "env": e},
+                          "timeout_ms": 120000,
+                          "steps": [call("charge", charge("o-vg"), meta, repeat=2)]})
+    assert [c["ok"] for c in run.calls()] == [True, True], run
+    pid = run.lines[0]["pid"]
+    deadline = time.monotonic() + 60
+    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists("/proc/%d" % pid), "ledger-mcp did not exit"
+    assert log.read_text() == ""
+    spans = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == mcp.rid_of(meta),
+                        count=2)
+    assert sorted(s.attributes["ledger.outcome"] for s in spans) == ["executed", "replayed"]
+    got = counts.events("started", meta=meta)[0]
+    assert parts(got["traceparent"])[0] == TRACE_ID
+
+
+def test_traced_ledger_mcp_http_leaks_nothing(env, rx):
+    """The same in http mode, where the W3C headers are swapped for the span's too."""
+    if shutil.which("valgrind") is None:
+        pytest.fail("valgrind is missing: scripts/deps.sh test installs it")
+    counts = env.counts()
+    server = env.http_server(counts)
+    log = env.tmp / ("valgrind-http-%s.log" % counts.path.stem)
+    argv = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+            "--errors-for-leak-kinds=definite,indirect", "--log-file=%s" % log,
+            mcp.LEDGER_MCP, "http", "--listen", "127.0.0.1:0", "--upstream", server.url,
+            "--ledger-url", env.url, "--token", env.agent]
+    proxy = mcp.Proc(argv, env.tmp / ("ledger-mcp-vg-%s.log" % counts.path.stem),
+                     env=dict(env.proxy_env(), **otel(rx)))
+    meta = mcp.keys()
+    try:
+        entry = proxy.wait_log(lambda e: e.get("msg") == "listening" and "address" in e,
+                               timeout=60)
+        run = mcp.run_client({"transport": {"type": "http",
+                                            "url": "http://%s/mcp" % entry["address"],
+                                            "headers": {"traceparent": TRACEPARENT,
+                                                        "tracestate": TRACESTATE}},
+                              "timeout_ms": 120000,
+                              "steps": [call("charge", charge("o-vgh"), meta, repeat=2)]})
+    finally:
+        assert proxy.stop(timeout=60) == 0
+        server.stop()
+    assert [c["ok"] for c in run.calls()] == [True, True], run
+    assert log.read_text() == ""
+    spans = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == mcp.rid_of(meta),
+                        count=2)
+    assert all(s.parent_span_id == PARENT_ID for s in spans)
+    got = counts.events("started", meta=meta)[0]
+    assert parts(got["traceparent"])[0] == TRACE_ID

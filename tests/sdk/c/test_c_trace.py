@@ -10,6 +10,7 @@ traceparent and tracestate headers of every call to ledgerd.
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -291,3 +292,40 @@ def test_every_call_of_an_attempt_carries_its_context(service, agent, recorder, 
     # The library writes no span for attempts: the router does.
     time.sleep(0.5)
     assert [s.name for s in rx.spans] == []
+
+
+def test_the_tracer_stays_inside_the_library(agent):
+    """The tracer is linked in, and not one of its symbols is exported: a
+    program with a tracer of its own (ledger-mcp, a user's) never clashes."""
+    so = subprocess.run(["nm", "-D", "--defined-only", str(BUILD / "libledger_client.so")],
+                        check=True, capture_output=True, text=True).stdout.split("\n")
+    ar = subprocess.run(["nm", "--defined-only", str(BUILD / "libledger_client.a")],
+                        check=True, capture_output=True, text=True).stdout.split("\n")
+    local = [line for line in ar if re.search(r" [tdbr] ledger_trace_init$", line)]
+    assert local, "the archive holds no tracer"
+    for line in so + ar:
+        name = line.split()[-1] if line.split() else ""
+        kind = line.split()[1] if len(line.split()) == 3 else ""
+        if kind.isupper() and re.match(r"ledger_(trace|span|otlp)_", name):
+            raise AssertionError("exported: %s" % line)
+
+
+def test_a_traced_call_and_attempt_leak_nothing(service, agent, recorder, rx):
+    """Under valgrind, traced: the span, its headers, the tool's context, the
+    tracer's start and stop with the client, an attempt's copied contexts."""
+    if shutil.which("valgrind") is None:
+        pytest.fail("valgrind is missing: scripts/deps.sh test installs it")
+    vg = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+          "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99"]
+    env = env_for(service, recorder, **traced(rx))
+    rid = new_id()
+    done = subprocess.run(vg + [str(agent), "call", rid, "call_00", "send_email", "{}",
+                                TRACEPARENT, TRACESTATE, "slow"],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "executed"
+    assert span_of(rx, rid).parent_span_id == PARENT_ID
+    done = subprocess.run(vg + [str(agent), "attempt", new_id(), TRACEPARENT, TRACESTATE,
+                                TRACEPARENT, "-"],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
