@@ -7,7 +7,9 @@ server is not called. Without tracing the server gets the client's bytes.
 
 The spans are read from tests/otel/receiver.py; what the server received
 from server.mjs's count file (its _meta) and from the exact bytes tap.py
-(stdio) and server.mjs's bodies file (HTTP) logged.
+(stdio) and server.mjs's bodies file (HTTP) logged. End to end, a ledgerd
+that traces too puts its span of the claim under the same execute_tool
+span; under valgrind, traced, the proxy leaks nothing in either mode.
 """
 
 import json
@@ -21,7 +23,7 @@ import pytest
 
 pytest.register_assert_rewrite("mcp_helpers")
 import mcp_helpers as mcp  # noqa: E402
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, Ledgerd  # noqa: E402
 from mcp_helpers import call  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "otel"))
@@ -326,3 +328,29 @@ def test_traced_ledger_mcp_http_leaks_nothing(env, rx):
     assert all(s.parent_span_id == PARENT_ID for s in spans)
     got = counts.events("started", meta=meta)[0]
     assert parts(got["traceparent"])[0] == TRACE_ID
+
+
+def test_ledgerd_and_the_server_are_both_under_the_execute_tool_span(env, rx, tmp_path):
+    """End to end, ledgerd tracing to the same receiver: its span of the claim
+    and the server's context are the execute_tool span's children."""
+    led = Ledgerd(env.service.database_url, tmp_path / "ledgerd-traced.log",
+                  extra_env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.url + "/v1/traces",
+                             "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    counts = env.counts()
+    meta = dict(mcp.keys(), traceparent=TRACEPARENT)
+    try:
+        transport = env.stdio(counts, ledger_url="http://%s:%d" % (led.host, led.port),
+                              extra_env=otel(rx))
+        run = mcp.run_client({"transport": transport,
+                              "steps": [call("charge", charge("o-t7"), meta)]})
+        assert run.calls()[0]["ok"], run
+        span = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == mcp.rid_of(meta)
+                           and s.name.startswith("execute_tool"))[0]
+        claim = rx.wait_for(lambda s: s.kind == 2 and s.name.endswith("/claim")
+                            and s.trace_id == TRACE_ID)[0]
+        assert claim.parent_span_id == span.span_id
+        assert span.parent_span_id == PARENT_ID
+        got = counts.events("started", meta=meta)[0]
+        assert parts(got["traceparent"]) == (TRACE_ID, span.span_id)
+    finally:
+        led.stop()

@@ -4,7 +4,9 @@ proxy, with its OTEL_* variables pointed at the OTLP receiver of
 tests/otel/receiver.py. What is checked is what leaves the process: the
 execute_tool span (name, kind, parent, trace id, GenAI and ledger
 attributes, error.type) in http/json and http/protobuf, and the
-traceparent and tracestate headers of every call to ledgerd.
+traceparent and tracestate headers of every call to ledgerd; end to end,
+a ledgerd that traces too puts its SERVER spans under the execute_tool
+span; under valgrind nothing leaks.
 """
 
 import json
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from answer_thief import AnswerThief
-from conftest import ROOT, LEDGERD, new_id
+from conftest import ROOT, LEDGERD, Ledgerd, new_id
 
 sys.path.insert(0, str(ROOT / "tests" / "otel"))
 from receiver import Receiver, otel_env  # noqa: E402
@@ -329,3 +331,28 @@ def test_a_traced_call_and_attempt_leak_nothing(service, agent, recorder, rx):
                                 TRACEPARENT, "-"],
                           env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
+
+
+def test_ledgerds_spans_are_children_of_the_execute_tool_span(service, agent, rx, tmp_path):
+    """End to end, with a ledgerd that traces to the same receiver: each of its
+    SERVER spans for the call (claim, renewals, complete) is the execute_tool
+    span's child, in the caller's trace."""
+    led = Ledgerd(service.database_url, tmp_path / "ledgerd-traced.log",
+                  extra_env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.url + "/v1/traces",
+                             "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    rec = Recorder(led)
+    try:
+        rid = new_id()
+        got = call(agent, env_for(service, rec, **traced(rx)), rid, mode="slow")
+        assert got["outcome"] == "executed", got
+        span = rx.wait_for(lambda s: s.attributes.get("ledger.request_id") == rid
+                           and s.name.startswith("execute_tool"))[0]
+        n = len(rec.requests("/v1/requests/%s/" % rid))
+        server = rx.wait_for(lambda s: s.kind == 2 and s.trace_id == TRACE_ID
+                             and s.parent_span_id == span.span_id, count=n)
+        routes = sorted({s.name.rsplit("/", 1)[-1] for s in server})
+        assert routes == ["claim", "complete", "renew"], [s.name for s in server]
+        assert all(s.resource.get("service.name") == "ledgerd" for s in server)
+    finally:
+        rec.close()
+        led.stop()
