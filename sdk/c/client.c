@@ -7,11 +7,15 @@
  * Every call is bounded: 3 s to connect, timeout_ms in all, and
  * LEDGER_CLIENT_MAX_ANSWER bytes of answer. An https URL is verified
  * always (chain and host name), against the CA file when one is given.
+ * A call made in a trace carries it to ledgerd as traceparent and
+ * tracestate headers; a client takes a reference of the process's tracer
+ * (ledger/common/trace.h) for as long as it is open.
  */
 #include "sdk/c/client_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +277,18 @@ enum ledger_client_err client_open(const struct ledger_client_options *opts,
 		goto out;
 	if (opts->ca_file != NULL && (c->ca_file = strdup(opts->ca_file)) == NULL)
 		goto out;
+	/*
+	 * The program's tracer, configured by OTEL_* alone: a program that links
+	 * the library gets tracing without a call of its own. Its name is the
+	 * program's (OTEL_SERVICE_NAME overrides it); the first reference taken
+	 * in the process names it.
+	 */
+	ledger_trace_init(program_invocation_short_name != NULL &&
+					  program_invocation_short_name[0] != '\0'
+				  ? program_invocation_short_name
+				  : "ledger_client",
+			  LEDGER_VERSION);
+	c->traced = true;
 	*out = c;
 	c = NULL;
 	rc = LEDGER_CLIENT_OK;
@@ -298,6 +314,8 @@ void ledger_client_close(struct ledger_client *c)
 	free(c->ca_file);
 	free(c->base);
 	pthread_mutex_destroy(&c->lock);
+	if (c->traced)
+		ledger_trace_shutdown(); /* the last reference sends what is queued */
 	free(c);
 }
 
@@ -534,14 +552,53 @@ enum ledger_client_err client_answer_read(long status, char *body, size_t len,
 	return LEDGER_CLIENT_OK;
 }
 
+void client_trace_parse(struct ledger_trace_ctx *out, const char *traceparent,
+			const char *tracestate)
+{
+	ledger_trace_ctx_parse(out, traceparent, traceparent != NULL ? strlen(traceparent) : 0,
+			       tracestate, tracestate != NULL ? strlen(tracestate) : 0);
+}
+
+/*
+ * The headers of one call in a trace: the client's own and traceparent
+ * (and tracestate, when the context has one), a list of the call's own.
+ * @return false when out of memory (*@p out freed and NULL)
+ */
+static bool trace_headers(const struct curl_slist *base, const struct ledger_trace_ctx *trace,
+			  struct curl_slist **out)
+{
+	char line[sizeof("tracestate: ") + LEDGER_TRACESTATE_MAX];
+	char tp[LEDGER_TRACEPARENT_LEN + 1];
+	bool ok = true;
+
+	*out = NULL;
+	for (const struct curl_slist *n = base; n != NULL && ok; n = n->next)
+		ok = add_header(out, n->data);
+	ledger_trace_ctx_format(trace, tp);
+	snprintf(line, sizeof(line), "traceparent: %s", tp);
+	ok = ok && add_header(out, line);
+	/* The parser kept only printable ASCII: no header can be smuggled in. */
+	if (ok && trace->tracestate[0] != '\0') {
+		snprintf(line, sizeof(line), "tracestate: %s", trace->tracestate);
+		ok = add_header(out, line);
+	}
+	if (!ok) {
+		free_headers(*out);
+		*out = NULL;
+	}
+	return ok;
+}
+
 /* A pooled handle keeps its last call's options: this call's URL, headers, method and sink. */
 static bool set_request(const struct ledger_client *c, struct client_conn *k, const char *url,
-			const struct ledger_buf *body, struct sink *s)
+			const struct ledger_buf *body, const struct curl_slist *headers,
+			struct sink *s)
 {
+	if (headers == NULL)
+		headers = body == NULL ? c->get_headers : c->post_headers;
 	if (curl_easy_setopt(k->curl, CURLOPT_URL, url) != CURLE_OK ||
 	    curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, s) != CURLE_OK ||
-	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER,
-			     body == NULL ? c->get_headers : c->post_headers) != CURLE_OK)
+	    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, headers) != CURLE_OK)
 		return false;
 	if (body == NULL)
 		return curl_easy_setopt(k->curl, CURLOPT_HTTPGET, 1L) == CURLE_OK;
@@ -612,10 +669,12 @@ static enum ledger_client_err exchange(struct client_conn *k, struct sink *s, ui
 
 enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
+				   const struct ledger_trace_ctx *trace,
 				   struct ledger_client_answer *ans,
 				   struct ledger_client_error *err)
 {
 	struct ledger_buf url = LEDGER_BUF_INIT;
+	struct curl_slist *headers = NULL;
 	struct sink s = {LEDGER_BUF_INIT, false};
 	struct client_conn *k = NULL;
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
@@ -629,13 +688,16 @@ enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 	ledger_buf_puts(&url, path);
 	if (url.oom || (body != NULL && body->oom))
 		goto out;
+	if (trace != NULL && trace->valid &&
+	    !trace_headers(body == NULL ? c->get_headers : c->post_headers, trace, &headers))
+		goto out;
 	k = conn_get(c);
 	if (k == NULL) {
 		rc = LEDGER_CLIENT_ERR_INTERNAL;
 		client_error_set(err, "", "libcurl could not make a handle");
 		goto out;
 	}
-	if (!set_request(c, k, url.data, body, &s)) {
+	if (!set_request(c, k, url.data, body, headers, &s)) {
 		rc = LEDGER_CLIENT_ERR_INTERNAL;
 		client_error_set(err, "", "libcurl refused an option");
 		goto out;
@@ -654,8 +716,10 @@ out:
 		/* Unhook the stack buffer and the body before the handle is reused. */
 		(void)curl_easy_setopt(k->curl, CURLOPT_WRITEDATA, NULL);
 		(void)curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, NULL);
+		(void)curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
 		conn_put(c, k);
 	}
+	free_headers(headers);
 	if (rc != LEDGER_CLIENT_OK)
 		ledger_client_answer_clear(ans);
 	ledger_buf_free(&url);
@@ -665,13 +729,14 @@ out:
 
 enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
-				   struct client_answer *ans, struct ledger_client_error *err)
+				   const struct ledger_trace_ctx *trace, struct client_answer *ans,
+				   struct ledger_client_error *err)
 {
 	struct ledger_client_answer raw;
 	enum ledger_client_err rc;
 
 	memset(ans, 0, sizeof(*ans));
-	rc = client_send(c, path, body, retry_ms, &raw, err);
+	rc = client_send(c, path, body, retry_ms, trace, &raw, err);
 	if (rc != LEDGER_CLIENT_OK)
 		return rc;
 	return client_answer_parse(&raw, ans, err);

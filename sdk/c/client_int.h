@@ -13,6 +13,7 @@
 #include "ledger/common/buf.h"
 #include "ledger/common/json.h"
 #include "ledger/common/json_number.h"
+#include "ledger/common/trace.h"
 #include "sdk/c/ledger_client.h"
 
 struct client_conn; /* one pooled libcurl handle */
@@ -27,6 +28,7 @@ struct ledger_client {
 	uint32_t retry_ms;               /* re-sending a call that got no answer or a 503 */
 	uint32_t complete_retry_ms;      /* the same for recording what a tool did */
 	size_t max_result_bytes;         /* a longer result is completed as its digest */
+	bool traced;                     /* holds a reference of the process's tracer */
 	pthread_mutex_t lock;            /* guards idle */
 	struct client_conn *idle;        /* handles not in use, each keeping its connection */
 };
@@ -72,7 +74,8 @@ enum ledger_client_err client_tool_call_resolve(struct ledger_client *c,
 						struct ledger_client_error *err);
 
 /**
- * POSTs @p body (GET when NULL) to @p path and re-sends the very same
+ * POSTs @p body (GET when NULL) to @p path, with @p trace's traceparent and
+ * tracestate headers when it is valid (NULL: none), and re-sends the very same
  * request while no answer comes or the answer is 502/503/504, with capped,
  * jittered back-off, for up to @p retry_ms (0: sent once). Every POST of
  * the API is idempotent under such a retry.
@@ -84,13 +87,15 @@ enum ledger_client_err client_tool_call_resolve(struct ledger_client *c,
  */
 enum ledger_client_err client_send(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
+				   const struct ledger_trace_ctx *trace,
 				   struct ledger_client_answer *ans,
 				   struct ledger_client_error *err);
 
 /** As client_send(), and the 2xx answer must be a JSON object: @p ans has it parsed. */
 enum ledger_client_err client_call(struct ledger_client *c, const char *path,
 				   const struct ledger_buf *body, uint32_t retry_ms,
-				   struct client_answer *ans, struct ledger_client_error *err);
+				   const struct ledger_trace_ctx *trace, struct client_answer *ans,
+				   struct ledger_client_error *err);
 
 /*
  * Reading an answer, apart from the exchange that got it: each takes what
@@ -210,5 +215,9 @@ void client_ticker_stop(struct client_ticker *t);
 
 /** Marks @p a revoked (tool-call wrapper, failover). */
 void client_attempt_revoke(struct ledger_attempt *a);
+
+/** Reads a caller's traceparent and tracestate (either may be NULL) into @p out. */
+void client_trace_parse(struct ledger_trace_ctx *out, const char *traceparent,
+			const char *tracestate);
 
 #endif

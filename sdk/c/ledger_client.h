@@ -16,6 +16,12 @@
  * a struct ledger_client_error when ledgerd refused or could not be reached.
  * Out-parameters own their memory and have a clear or free function, all
  * NULL-safe. No function aborts on bad input or on a bad answer.
+ *
+ * Tracing: the first open client starts the process's OpenTelemetry tracer
+ * from the OTEL_* variables (none set: off; docs/tracing-sdk-c.md). A tool
+ * call is then an execute_tool span, and every call to ledgerd carries the
+ * W3C traceparent (and tracestate) it runs in; with tracing off a caller's
+ * context is passed on to ledgerd as it was given.
  */
 #ifndef LEDGER_CLIENT_H
 #define LEDGER_CLIENT_H
@@ -217,6 +223,8 @@ enum ledger_tool_status {
  * Sets @p *result_json to a malloc'd JSON text (or leaves it NULL for
  * null); the wrapper frees it. A text that is not JSON is recorded as a
  * JSON string holding it. While the tool runs, its claim is renewed.
+ * It runs on the thread that called ledger_client_tool_call(), where
+ * ledger_client_tool_traceparent() gives the context it runs in.
  */
 typedef enum ledger_tool_status (*ledger_tool_fn)(void *ctx, const char *idempotency_key,
 						  uint64_t fencing_token, char **result_json);
@@ -292,6 +300,16 @@ LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kin
  * stored outcome (out->call), completed_at, result_bytes and result_sha256
  * filled from ledgerd's refusal (out->error has all of it).
  *
+ * With tracing on, the call is an `execute_tool {tool}` span (kind
+ * INTERNAL; "execute_tool" when call->tool is NULL), a child of
+ * call->traceparent (a new trace when it is NULL or malformed, never a
+ * refusal), with OpenTelemetry's GenAI attributes (gen_ai.operation.name,
+ * gen_ai.tool.name, gen_ai.tool.call.id, error.type) and the ledger's
+ * (ledger.request_id, ledger.tool_call_id, ledger.attempt_id,
+ * ledger.outcome, ledger.replayed, ledger.fencing_token): see
+ * docs/tracing-sdk-c.md. Its claim, renewals and record carry the span's
+ * traceparent; with tracing off they carry call->traceparent when valid.
+ *
  * @param call borrowed for the call
  * @param ctx passed to @p tool_fn untouched
  * @param out filled whatever the return value; clear with
@@ -306,6 +324,17 @@ LEDGER_CLIENT_API const char *ledger_client_outcome_name(enum ledger_outcome_kin
 static inline LEDGER_CLIENT_MUSTCHECK enum ledger_client_err
 ledger_client_tool_call(struct ledger_client *c, const struct ledger_call *call,
 			ledger_tool_fn tool_fn, void *ctx, struct ledger_outcome *out);
+
+/**
+ * The trace context the running tool is in, for it to pass on to what it
+ * calls (an MCP server's params._meta, an HTTP request's headers). Called
+ * from a ledger_tool_fn, on its thread: the traceparent of the call's
+ * execute_tool span, or with tracing off call->traceparent when it is valid;
+ * NULL when there is none, and outside a tool. Thread-safe.
+ * @param tracestate if not NULL, set to the context's tracestate or NULL
+ * @return borrowed, like *@p tracestate, until the tool function returns
+ */
+LEDGER_CLIENT_API const char *ledger_client_tool_traceparent(const char **tracestate);
 
 /**
  * Names the @p k-th tool call of a logical request ("call_07"). A rerun on
@@ -388,6 +417,19 @@ LEDGER_CLIENT_API const char *ledger_client_attempt_settled(const struct ledger_
 
 /** Stops the heartbeat if running and frees @p a. NULL-safe. */
 LEDGER_CLIENT_API void ledger_client_attempt_free(struct ledger_attempt *a);
+
+/**
+ * Sets the trace context every later call on @p a carries (renew and the
+ * heartbeat, deliver, cancel, cancel-ack, finish, client events, failover):
+ * for an adopted handle, or when the context changes. A handle begun with
+ * a spec has the spec's; a failover decision's next attempt its source's
+ * (or its next spec's, when that names one). A malformed or NULL
+ * @p traceparent leaves the calls without one. Both are copied.
+ * Thread-safe, the heartbeat running or not. NULL-safe.
+ */
+LEDGER_CLIENT_API void ledger_client_attempt_set_trace(struct ledger_attempt *a,
+						       const char *traceparent,
+						       const char *tracestate);
 
 /** The attempt's id and request id; borrowed from @p a. */
 LEDGER_CLIENT_API const char *ledger_client_attempt_id(const struct ledger_attempt *a);

@@ -36,7 +36,7 @@ static enum ledger_client_err get(struct ledger_client *c, const struct ledger_b
 {
 	if (path->oom)
 		return LEDGER_CLIENT_ERR_NOMEM;
-	return client_send(c, path->data, NULL, c->retry_ms, out, err);
+	return client_send(c, path->data, NULL, c->retry_ms, NULL, out, err);
 }
 
 enum ledger_client_err ledger_client_request_get(struct ledger_client *c, const char *request_id,
@@ -195,7 +195,7 @@ enum ledger_client_err client_tool_call_resolve(struct ledger_client *c,
 	}
 	/* A resolve is idempotent under retry like every POST: the same one again
 	 * is answered as the first time. */
-	rc = client_send(c, path.data, &body, c->retry_ms, out, err);
+	rc = client_send(c, path.data, &body, c->retry_ms, NULL, out, err);
 out:
 	ledger_buf_free(&path);
 	ledger_buf_free(&body);

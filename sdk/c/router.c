@@ -9,6 +9,9 @@
  * Once ledgerd says the attempt has no rights (attempt_fenced), a tool call
  * under it diverged, or a failover decision revoked it, the handle is
  * revoked for good and refuses to deliver, renew or finish without asking.
+ * Every call on a handle carries the trace context it was given (its spec's,
+ * ledger_client_attempt_set_trace()'s, or its source's after a failover);
+ * the router writes the attempt's spans, the library none.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,11 +29,13 @@ struct ledger_attempt {
 	char *request_id;
 	char *attempt_id;
 	uint64_t epoch;
-	uint32_t lease_ms;         /* as granted by begin */
-	char *settled;             /* the begin answer's settled_tool_calls, or NULL */
-	atomic_bool revoked;       /* lost its rights; never cleared */
-	atomic_uint client_events; /* client events recorded: the next one's n */
-	struct client_ticker beat; /* the heartbeat, when started */
+	uint32_t lease_ms;             /* as granted by begin */
+	char *settled;                 /* the begin answer's settled_tool_calls, or NULL */
+	atomic_bool revoked;           /* lost its rights; never cleared */
+	atomic_uint client_events;     /* client events recorded: the next one's n */
+	struct client_ticker beat;     /* the heartbeat, when started */
+	pthread_mutex_t trace_lock;    /* guards trace: set while the heartbeat reads it */
+	struct ledger_trace_ctx trace; /* what its calls carry; not valid: nothing */
 };
 
 const char *ledger_client_attempt_id(const struct ledger_attempt *a)
@@ -73,6 +78,7 @@ void ledger_client_attempt_free(struct ledger_attempt *a)
 	if (a == NULL)
 		return;
 	client_ticker_stop(&a->beat);
+	pthread_mutex_destroy(&a->trace_lock);
 	free(a->request_id);
 	free(a->attempt_id);
 	free(a->settled);
@@ -89,8 +95,35 @@ static struct ledger_attempt *attempt_new(struct ledger_client *c, const char *r
 	a->c = c;
 	atomic_init(&a->revoked, false);
 	atomic_init(&a->client_events, 0);
+	pthread_mutex_init(&a->trace_lock, NULL);
 	a->request_id = strdup(request_id);
 	return a;
+}
+
+/* A copy of @p a's trace context, for one call. */
+static void trace_of(struct ledger_attempt *a, struct ledger_trace_ctx *out)
+{
+	pthread_mutex_lock(&a->trace_lock);
+	*out = a->trace;
+	pthread_mutex_unlock(&a->trace_lock);
+}
+
+static void trace_set(struct ledger_attempt *a, const struct ledger_trace_ctx *ctx)
+{
+	pthread_mutex_lock(&a->trace_lock);
+	a->trace = *ctx;
+	pthread_mutex_unlock(&a->trace_lock);
+}
+
+void ledger_client_attempt_set_trace(struct ledger_attempt *a, const char *traceparent,
+				     const char *tracestate)
+{
+	struct ledger_trace_ctx ctx;
+
+	if (a == NULL)
+		return;
+	client_trace_parse(&ctx, traceparent, tracestate);
+	trace_set(a, &ctx);
 }
 
 enum ledger_client_err ledger_client_attempt_adopt(struct ledger_client *c, const char *request_id,
@@ -200,6 +233,7 @@ enum ledger_client_err client_attempt_begin(struct ledger_client *c,
 	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
 	struct client_answer ans;
+	struct ledger_trace_ctx trace;
 	enum ledger_client_err rc;
 
 	if (out == NULL)
@@ -213,12 +247,15 @@ enum ledger_client_err client_attempt_begin(struct ledger_client *c,
 	client_path(&path, spec->request_id, "attempts", (const char *)NULL);
 	ledger_jsonw_init(&w, &body);
 	write_spec(&w, spec, true);
+	client_trace_parse(&trace, spec->traceparent, spec->tracestate);
 	rc = path.oom ? LEDGER_CLIENT_ERR_NOMEM
-		      : client_call(c, path.data, &body, c->retry_ms, &ans, err);
+		      : client_call(c, path.data, &body, c->retry_ms, &trace, &ans, err);
 	if (rc == LEDGER_CLIENT_OK) {
 		rc = client_attempt_from(c, spec->request_id, ans.root, out, err);
-		if (rc == LEDGER_CLIENT_OK)
+		if (rc == LEDGER_CLIENT_OK) {
 			(*out)->settled = client_dup_raw(ans.root, "settled_tool_calls");
+			(*out)->trace = trace;
+		}
 		client_answer_clear(&ans);
 	}
 	ledger_buf_free(&path);
@@ -234,13 +271,16 @@ static enum ledger_client_err attempt_post(struct ledger_attempt *a, const char 
 	struct ledger_buf path = LEDGER_BUF_INIT;
 	struct client_answer ans;
 	struct ledger_client_error local = {0};
+	struct ledger_trace_ctx trace;
 	enum ledger_client_err rc;
 
 	if (err == NULL)
 		err = &local;
+	trace_of(a, &trace);
 	client_path(&path, a->request_id, "attempts", a->attempt_id, verb, (const char *)NULL);
-	rc = path.oom || body->oom ? LEDGER_CLIENT_ERR_NOMEM
-				   : client_call(a->c, path.data, body, a->c->retry_ms, &ans, err);
+	rc = path.oom || body->oom
+		     ? LEDGER_CLIENT_ERR_NOMEM
+		     : client_call(a->c, path.data, body, a->c->retry_ms, &trace, &ans, err);
 	if (rc == LEDGER_CLIENT_OK)
 		client_answer_clear(&ans);
 	if (rc == LEDGER_CLIENT_ERR_REFUSED && strcmp(err->code, "attempt_fenced") == 0)
@@ -284,15 +324,17 @@ static bool heartbeat_tick(void *arg)
 	struct ledger_buf path = LEDGER_BUF_INIT;
 	struct client_answer ans;
 	struct ledger_client_error err = {0};
+	struct ledger_trace_ctx trace;
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
 
 	if (ledger_client_attempt_revoked(a))
 		return false;
+	trace_of(a, &trace);
 	/* One try per tick: the next tick is the retry. */
 	ledger_buf_printf(&body, "{\"lease_ms\":%u}", a->lease_ms);
 	client_path(&path, a->request_id, "attempts", a->attempt_id, "renew", (const char *)NULL);
 	if (!body.oom && !path.oom)
-		rc = client_call(a->c, path.data, &body, 0, &ans, &err);
+		rc = client_call(a->c, path.data, &body, 0, &trace, &ans, &err);
 	if (rc == LEDGER_CLIENT_OK)
 		client_answer_clear(&ans);
 	if (rc == LEDGER_CLIENT_ERR_REFUSED && strcmp(err.code, "attempt_fenced") == 0)
@@ -605,6 +647,7 @@ enum ledger_client_err client_decision_read(struct ledger_attempt *source,
 		rc = client_attempt_from(source->c, source->request_id, next, &out->next, err);
 		if (rc != LEDGER_CLIENT_OK)
 			goto out;
+		trace_of(source, &out->next->trace); /* the same request, the same trace */
 	}
 	if (out->action != LEDGER_FAILOVER_KEEP_WAITING)
 		client_attempt_revoke(source);
@@ -623,6 +666,7 @@ enum ledger_client_err client_failover(struct ledger_attempt *source,
 	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
 	struct ledger_jsonw w;
 	struct client_answer ans;
+	struct ledger_trace_ctx trace;
 	const char *name = ledger_client_signal_name(signal);
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
 
@@ -657,12 +701,21 @@ enum ledger_client_err client_failover(struct ledger_attempt *source,
 	ledger_jsonw_object_end(&w);
 	if (path.oom || body.oom)
 		goto out;
-	rc = client_call(source->c, path.data, &body, source->c->retry_ms, &ans, err);
+	trace_of(source, &trace);
+	rc = client_call(source->c, path.data, &body, source->c->retry_ms, &trace, &ans, err);
 	if (rc == LEDGER_CLIENT_OK) {
 		rc = client_decision_read(source, &ans, out, err);
 		client_answer_clear(&ans);
 		if (rc != LEDGER_CLIENT_OK)
 			client_decision_clear(out);
+		else if (out->next != NULL && opts != NULL && opts->next != NULL &&
+			 opts->next->traceparent != NULL) {
+			/* A next attempt given a context of its own runs in it. */
+			client_trace_parse(&trace, opts->next->traceparent,
+					   opts->next->tracestate);
+			if (trace.valid)
+				out->next->trace = trace;
+		}
 	} else if (rc == LEDGER_CLIENT_ERR_REFUSED && err != NULL &&
 		   (strcmp(err->code, "attempt_fenced") == 0 ||
 		    strcmp(err->code, "request_closed") == 0)) {

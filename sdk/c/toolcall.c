@@ -14,6 +14,11 @@
  * limit): the effect happened, its record must never be lost to the size
  * of its result.
  *
+ * With tracing on, a call is one execute_tool span (OpenTelemetry's GenAI
+ * semantic conventions 1.37.0; docs/tracing-sdk-c.md), the parent of every
+ * call it makes to ledgerd and of what the tool itself passes on
+ * (ledger_client_tool_traceparent()).
+ *
  * It also holds the fingerprint (the server's own JCS code) and stable ids.
  */
 #include <stdint.h>
@@ -35,6 +40,7 @@
 struct renewal {
 	struct ledger_client *c;
 	const char *path;
+	const struct ledger_trace_ctx *trace; /* the call's */
 	int64_t fencing_token;
 	uint32_t lease_ms;
 	char ended_by[48]; /* the refusal that ended renewing, "" if none; read after join */
@@ -57,7 +63,7 @@ static bool renew_tick(void *arg)
 	ledger_jsonw_int(&w, r->lease_ms);
 	ledger_jsonw_object_end(&w);
 	/* One try per tick: the next tick is the retry. */
-	rc = client_call(r->c, r->path, &body, 0, &ans, &err);
+	rc = client_call(r->c, r->path, &body, 0, r->trace, &ans, &err);
 	client_answer_clear(&ans);
 	ledger_buf_free(&body);
 	if (rc == LEDGER_CLIENT_ERR_REFUSED) {
@@ -410,6 +416,7 @@ static enum ledger_client_err record_body(struct ledger_buf *b, enum ledger_tool
 
 /* Records what the tool reported, retrying for as long as the client allows. */
 static enum ledger_client_err record(struct ledger_client *c, const struct ledger_call *call,
+				     const struct ledger_trace_ctx *trace,
 				     enum ledger_tool_status status, int64_t fencing_token,
 				     struct ledger_outcome *out)
 {
@@ -428,7 +435,7 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 		rc = LEDGER_CLIENT_ERR_NOMEM;
 		goto out;
 	}
-	rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
+	rc = client_call(c, path.data, &body, c->complete_retry_ms, trace, &ans, &out->error);
 	if ((rc == LEDGER_CLIENT_ERR_REFUSED || rc == LEDGER_CLIENT_ERR_PROTOCOL) &&
 	    form == RESULT_WHOLE && out->error.status == 413) {
 		/*
@@ -442,7 +449,8 @@ static enum ledger_client_err record(struct ledger_client *c, const struct ledge
 			client_error_set(&out->error, "", "no memory for the completion");
 			goto out;
 		}
-		rc = client_call(c, path.data, &body, c->complete_retry_ms, &ans, &out->error);
+		rc = client_call(c, path.data, &body, c->complete_retry_ms, trace, &ans,
+				 &out->error);
 	}
 	rc = client_record_read(call, rc, &ans, out);
 out:
@@ -486,10 +494,49 @@ enum ledger_client_err client_record_read(const struct ledger_call *call, enum l
 	return rc;
 }
 
+/* The context a running tool passes on, formatted; restored when the tool returns. */
+struct tool_trace {
+	char traceparent[LEDGER_TRACEPARENT_LEN + 1];
+	const char *tracestate; /* borrowed from the call's context; NULL: none */
+};
+
+/* The tool this thread runs now (tool_fn runs on the caller's thread), or NULL. */
+static _Thread_local const struct tool_trace *running_tool;
+
+const char *ledger_client_tool_traceparent(const char **tracestate)
+{
+	const struct tool_trace *t = running_tool;
+
+	if (tracestate != NULL)
+		*tracestate = t != NULL ? t->tracestate : NULL;
+	return t != NULL ? t->traceparent : NULL;
+}
+
+/* Calls the tool with @p trace as the context it passes on (a tool may call another). */
+static enum ledger_tool_status run_tool(const struct ledger_trace_ctx *trace,
+					ledger_tool_fn tool_fn, void *ctx, const char *key,
+					uint64_t fencing_token, char **raw)
+{
+	const struct tool_trace *outer = running_tool;
+	struct tool_trace mine;
+	enum ledger_tool_status status;
+
+	if (trace->valid) {
+		ledger_trace_ctx_format(trace, mine.traceparent);
+		mine.tracestate = trace->tracestate[0] != '\0' ? trace->tracestate : NULL;
+		running_tool = &mine;
+	} else {
+		running_tool = NULL;
+	}
+	status = tool_fn(ctx, key, fencing_token, raw);
+	running_tool = outer;
+	return status;
+}
+
 /* Runs the tool with its claim renewed, then records what it reported. */
 static enum ledger_client_err execute(struct ledger_client *c, const struct ledger_call *call,
-				      int64_t fencing_token, ledger_tool_fn tool_fn, void *ctx,
-				      struct ledger_outcome *out)
+				      const struct ledger_trace_ctx *trace, int64_t fencing_token,
+				      ledger_tool_fn tool_fn, void *ctx, struct ledger_outcome *out)
 {
 	struct ledger_buf renew_path = LEDGER_BUF_INIT;
 	struct client_ticker ticker;
@@ -505,6 +552,7 @@ static enum ledger_client_err execute(struct ledger_client *c, const struct ledg
 		return LEDGER_CLIENT_ERR_NOMEM;
 	r.c = c;
 	r.path = renew_path.data;
+	r.trace = trace;
 	r.fencing_token = fencing_token;
 	r.lease_ms = lease;
 	/* Without a renewal thread a tool longer than its lease ends unknown: refuse to start. */
@@ -513,7 +561,7 @@ static enum ledger_client_err execute(struct ledger_client *c, const struct ledg
 		client_error_set(&out->error, "", "could not start the renewal thread");
 		return LEDGER_CLIENT_ERR_INTERNAL;
 	}
-	status = tool_fn(ctx, out->idempotency_key, (uint64_t)fencing_token, &raw);
+	status = run_tool(trace, tool_fn, ctx, out->idempotency_key, (uint64_t)fencing_token, &raw);
 	client_ticker_stop(&ticker);
 	ledger_buf_free(&renew_path);
 	out->executed = true;
@@ -528,7 +576,139 @@ static enum ledger_client_err execute(struct ledger_client *c, const struct ledg
 	if (status > LEDGER_TOOL_UNKNOWN)
 		status =
 			LEDGER_TOOL_FAILED; /* an out-of-range report: the effect may have happened */
-	return record(c, call, status, fencing_token, out);
+	return record(c, call, trace, status, fencing_token, out);
+}
+
+/* Claims the key (waiting while another holder runs it), then runs the tool or replays. */
+static enum ledger_client_err claim_and_run(struct ledger_client *c, const struct ledger_call *call,
+					    const char *attempt_id, const char *sha,
+					    const struct ledger_trace_ctx *trace,
+					    ledger_tool_fn tool_fn, void *ctx,
+					    struct ledger_outcome *out, uint64_t *fencing_token)
+{
+	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
+	struct client_answer ans = {0};
+	char claim_id[2 * CLAIM_ID_BYTES + 1];
+	enum ledger_client_err rc = LEDGER_CLIENT_ERR_NOMEM;
+	uint64_t start = client_now_ms();
+	uint32_t delay = 50;
+
+	*fencing_token = 0;
+	if (!client_random_hex(claim_id, CLAIM_ID_BYTES)) {
+		client_error_set(&out->error, "", "no randomness for a claim_id");
+		return LEDGER_CLIENT_ERR_INTERNAL;
+	}
+	client_path(&path, call->request_id, "tool-calls", call->tool_call_id, "claim",
+		    (const char *)NULL);
+	claim_body(&body, call, claim_id, attempt_id, sha);
+	if (path.oom || body.oom ||
+	    asprintf(&out->idempotency_key, "%s:%s", call->request_id, call->tool_call_id) < 0) {
+		out->idempotency_key = NULL;
+		goto out;
+	}
+
+	for (;;) {
+		uint64_t waited;
+
+		rc = client_call(c, path.data, &body, c->retry_ms, trace, &ans, &out->error);
+		if (rc != LEDGER_CLIENT_ERR_REFUSED || strcmp(out->error.code, "in_progress") != 0)
+			break;
+		waited = client_now_ms() - start;
+		if (waited >= call->wait_ms)
+			break;
+		/* Another holder runs it: its answer will be ours once it completes. */
+		client_backoff(&delay, out->error.retry_after_ms, call->wait_ms - waited);
+		ledger_client_error_clear(&out->error);
+	}
+	rc = client_claim_read(call, rc, &ans, out, fencing_token);
+	client_answer_clear(&ans);
+	if (rc == LEDGER_CLIENT_OK && *fencing_token != 0)
+		rc = execute(c, call, trace, (int64_t)*fencing_token, tool_fn, ctx, out);
+out:
+	client_answer_clear(&ans);
+	ledger_buf_free(&path);
+	if (body.data != NULL)
+		explicit_bzero(body.data, body.len); /* it carries the claim_id */
+	ledger_buf_free(&body);
+	explicit_bzero(claim_id, sizeof(claim_id));
+	return rc;
+}
+
+/* The error.type of a call the library could not carry through. */
+static const char *err_type(enum ledger_client_err rc)
+{
+	switch (rc) {
+	case LEDGER_CLIENT_ERR_INVALID:
+		return "invalid_argument";
+	case LEDGER_CLIENT_ERR_NOMEM:
+		return "out_of_memory";
+	case LEDGER_CLIENT_ERR_UNAVAILABLE:
+		return "ledger_unavailable";
+	case LEDGER_CLIENT_ERR_PROTOCOL:
+		return "protocol_error";
+	default:
+		return "_OTHER"; /* the semantic conventions' fallback */
+	}
+}
+
+/*
+ * The error.type of an outcome, NULL for success: a tool that ran (or was
+ * replayed) and failed is "tool_failed"; a refusal the library knows is
+ * its outcome's name, any other ledgerd's code; an outcome that did not
+ * record what ran (released, unrecorded, abandoned) its name too.
+ */
+static const char *outcome_error_type(const struct ledger_outcome *o)
+{
+	switch (o->kind) {
+	case LEDGER_OUTCOME_EXECUTED:
+	case LEDGER_OUTCOME_REPLAYED:
+		return o->call == LEDGER_CALL_FAILED ? "tool_failed" : NULL;
+	case LEDGER_OUTCOME_REFUSED:
+		return o->error.code[0] != '\0' ? o->error.code : "refused";
+	default:
+		return ledger_client_outcome_name(o->kind);
+	}
+}
+
+/* The span's attributes known before the claim. */
+static void span_begin(struct ledger_span *span, const struct ledger_call *call,
+		       const char *attempt_id)
+{
+	ledger_span_set_str(span, "gen_ai.operation.name", "execute_tool");
+	if (call->tool != NULL)
+		ledger_span_set_str(span, "gen_ai.tool.name", call->tool);
+	ledger_span_set_str(span, "gen_ai.tool.call.id", call->tool_call_id);
+	ledger_span_set_str(span, "ledger.request_id", call->request_id);
+	ledger_span_set_str(span, "ledger.tool_call_id", call->tool_call_id);
+	if (attempt_id != NULL)
+		ledger_span_set_str(span, "ledger.attempt_id", attempt_id);
+}
+
+/* What the call came to, and the span's end. */
+static void span_finish(struct ledger_span *span, enum ledger_client_err rc,
+			const struct ledger_outcome *o, uint64_t fencing_token)
+{
+	const char *error_type = NULL;
+
+	if (span == NULL)
+		return;
+	if (fencing_token != 0)
+		ledger_span_set_int(span, "ledger.fencing_token", (int64_t)fencing_token);
+	/* A refusal the library has no outcome for is still an outcome: "refused". */
+	if (rc == LEDGER_CLIENT_OK || rc == LEDGER_CLIENT_ERR_REFUSED) {
+		ledger_span_set_str(span, "ledger.outcome", ledger_client_outcome_name(o->kind));
+		error_type = outcome_error_type(o);
+	} else {
+		error_type = o->error.code[0] != '\0' ? o->error.code : err_type(rc);
+	}
+	ledger_span_set_bool(span, "ledger.replayed",
+			     rc == LEDGER_CLIENT_OK && o->kind == LEDGER_OUTCOME_REPLAYED);
+	if (error_type != NULL) {
+		ledger_span_set_str(span, "error.type", error_type);
+		ledger_span_set_status(span, LEDGER_SPAN_STATUS_ERROR,
+				       o->error.message[0] != '\0' ? o->error.message : error_type);
+	}
+	ledger_span_end(span, 0);
 }
 
 enum ledger_client_err client_tool_call(struct ledger_client *c,
@@ -536,14 +716,12 @@ enum ledger_client_err client_tool_call(struct ledger_client *c,
 					       ledger_tool_fn tool_fn, void *ctx,
 					       struct ledger_outcome *out)
 {
-	struct ledger_buf path = LEDGER_BUF_INIT, body = LEDGER_BUF_INIT;
-	struct client_answer ans = {0};
-	char claim_id[2 * CLAIM_ID_BYTES + 1];
+	struct ledger_trace_ctx parent, trace;
+	struct ledger_span *span = NULL;
+	struct ledger_buf name = LEDGER_BUF_INIT;
 	char sha[65] = "";
 	const char *attempt_id = NULL;
 	enum ledger_client_err rc = LEDGER_CLIENT_ERR_INVALID;
-	uint64_t start = client_now_ms();
-	uint32_t delay = 50;
 	uint64_t fencing_token = 0;
 
 	if (out == NULL)
@@ -570,44 +748,23 @@ enum ledger_client_err client_tool_call(struct ledger_client *c,
 			return rc;
 		}
 	}
-	if (!client_random_hex(claim_id, CLAIM_ID_BYTES)) {
-		client_error_set(&out->error, "", "no randomness for a claim_id");
-		return LEDGER_CLIENT_ERR_INTERNAL;
+	/* A malformed traceparent is no reason to refuse a call: it starts a new trace. */
+	client_trace_parse(&parent, call->traceparent, call->tracestate);
+	if (ledger_trace_enabled()) {
+		ledger_buf_puts(&name, "execute_tool");
+		if (call->tool != NULL) {
+			ledger_buf_putc(&name, ' ');
+			ledger_buf_puts(&name, call->tool);
+		}
+		if (!name.oom)
+			span = ledger_span_start(name.data, LEDGER_SPAN_INTERNAL, &parent, 0);
+		ledger_buf_free(&name);
 	}
-	rc = LEDGER_CLIENT_ERR_NOMEM;
-	client_path(&path, call->request_id, "tool-calls", call->tool_call_id, "claim",
-		    (const char *)NULL);
-	claim_body(&body, call, claim_id, attempt_id, sha);
-	if (path.oom || body.oom ||
-	    asprintf(&out->idempotency_key, "%s:%s", call->request_id, call->tool_call_id) < 0) {
-		out->idempotency_key = NULL;
-		goto out;
-	}
-
-	for (;;) {
-		uint64_t waited;
-
-		rc = client_call(c, path.data, &body, c->retry_ms, &ans, &out->error);
-		if (rc != LEDGER_CLIENT_ERR_REFUSED || strcmp(out->error.code, "in_progress") != 0)
-			break;
-		waited = client_now_ms() - start;
-		if (waited >= call->wait_ms)
-			break;
-		/* Another holder runs it: its answer will be ours once it completes. */
-		client_backoff(&delay, out->error.retry_after_ms, call->wait_ms - waited);
-		ledger_client_error_clear(&out->error);
-	}
-	rc = client_claim_read(call, rc, &ans, out, &fencing_token);
-	client_answer_clear(&ans);
-	if (rc == LEDGER_CLIENT_OK && fencing_token != 0)
-		rc = execute(c, call, (int64_t)fencing_token, tool_fn, ctx, out);
-out:
-	client_answer_clear(&ans);
-	ledger_buf_free(&path);
-	if (body.data != NULL)
-		explicit_bzero(body.data, body.len); /* it carries the claim_id */
-	ledger_buf_free(&body);
-	explicit_bzero(claim_id, sizeof(claim_id));
+	span_begin(span, call, attempt_id);
+	/* Tracing off: the caller's own context goes on to ledgerd unchanged. */
+	ledger_span_context(span, &parent, &trace);
+	rc = claim_and_run(c, call, attempt_id, sha, &trace, tool_fn, ctx, out, &fencing_token);
+	span_finish(span, rc, out, fencing_token);
 	return rc;
 }
 

@@ -4,7 +4,8 @@
  * of which may be hostile. An input is one message: it is classified, read
  * as a tools/call, a response and a tools/list answer, and a response's
  * result is replayed. Nothing may crash or leak; a tools/call's spans stay
- * inside the input; a replay is always one valid JSON-RPC response.
+ * inside the input, and with its trace context rewritten it is still one
+ * tools/call, in that context; a replay is always one valid JSON-RPC response.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,6 +16,8 @@
 #include "sdk/programs/ledger-mcp/message.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define TRACEPARENT "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 #define CHECK(cond)                                                                                \
 	do {                                                                                       \
@@ -54,6 +57,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(call.keys != MCP_KEYS_OK ||
 		      (call.request_id != NULL && call.tool_call_id != NULL));
 		CHECK(call.keys != MCP_KEYS_INVALID || call.why[0] != '\0');
+		/* The forward's rewritten context: still one tools/call, in that context. */
+		for (int k = 0; k < 2; k++) {
+			struct mcp_tool_call again;
+
+			if (!mcp_message_with_trace(&m, text, size, TRACEPARENT, k ? "a=1" : NULL,
+						    &out))
+				break;
+			CHECK(!out.oom);
+			CHECK(mcp_message_parse(out.data, out.len, &check) == LEDGER_OK);
+			CHECK(mcp_message_tool_call(&check, &again));
+			CHECK(again.traceparent != NULL &&
+			      strcmp(again.traceparent, TRACEPARENT) == 0);
+			CHECK(k ? again.tracestate != NULL && strcmp(again.tracestate, "a=1") == 0
+				: again.tracestate == NULL);
+			mcp_message_free(&check);
+			ledger_buf_free(&out);
+		}
 	}
 	(void)mcp_message_batch_has_tool_call(&m);
 	(void)mcp_message_tools_each(&m, ignore_tool, &tools);

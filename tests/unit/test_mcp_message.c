@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_mcp_message.c: what ledger-mcp reads of a JSON-RPC message
  * and what it writes, table-driven: message kinds, ids as JSON-RPC compares
- * them, a tools/call's keys, server responses, and the replay, whose every
- * byte but the marker must be the stored one.
+ * them, a tools/call's keys, server responses, the replay, whose every
+ * byte but the marker must be the stored one, and the trace context
+ * rewritten in a forwarded call's _meta, every other byte the client's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -309,6 +310,77 @@ static void test_mcp_message_tools_list_hints(void **state)
 	mcp_message_free(&m);
 }
 
+/* The trace context of a forwarded tools/call: only _meta's two values change. */
+static void test_mcp_message_with_trace_changes_only_the_context(void **state)
+{
+#define TP "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+#define CALL(meta)                                                                                 \
+	"{\"jsonrpc\":\"2.0\", \"id\":7,\"method\":\"tools/call\",\"params\":"                     \
+	"{\"name\":\"t\",\"_meta\":" meta ",\"arguments\":{\"a\":[1, 2]}}} "
+	static const struct {
+		const char *in;
+		const char *tracestate; /* NULL: removed */
+		const char *out;        /* NULL: refused (no _meta object) */
+	} rows[] = {
+		/* replaced in place, spacing kept */
+		{CALL("{ \"k\":1, \"traceparent\" : \"old\" }"), NULL,
+		 CALL("{ \"k\":1, \"traceparent\" : \"" TP "\" }")},
+		/* not there: put first, before the other members */
+		{CALL("{\"k\":1}"), NULL, CALL("{\"traceparent\":\"" TP "\",\"k\":1}")},
+		{CALL("{}"), "a=1", CALL("{\"traceparent\":\"" TP "\",\"tracestate\":\"a=1\"}")},
+		{CALL("{ }"), NULL, CALL("{\"traceparent\":\"" TP "\" }")},
+		/* a tracestate replaced, or removed wherever it stands */
+		{CALL("{\"tracestate\":\"x\",\"traceparent\":\"y\"}"), "b=2",
+		 CALL("{\"tracestate\":\"b=2\",\"traceparent\":\"" TP "\"}")},
+		{CALL("{\"traceparent\":\"y\", \"tracestate\":\"x\"}"), NULL,
+		 CALL("{\"traceparent\":\"" TP "\"}")},
+		{CALL("{\"tracestate\":\"x\" , \"traceparent\":\"y\"}"), NULL,
+		 CALL("{ \"traceparent\":\"" TP "\"}")},
+		{CALL("{\"k\":1,\"tracestate\":\"x\",\"j\":2}"), NULL,
+		 CALL("{\"traceparent\":\"" TP "\",\"k\":1,\"j\":2}")},
+		/* removed as the only member while the traceparent is put in */
+		{CALL("{\"tracestate\":\"x\"}"), NULL, CALL("{\"traceparent\":\"" TP "\"}")},
+		/* a value that was no string is replaced too; a tracestate is escaped */
+		{CALL("{\"traceparent\":[1,{\"a\":2}]}"), "q=\"\\",
+		 CALL("{\"tracestate\":\"q=\\\"\\\\\",\"traceparent\":\"" TP "\"}")},
+		/* nothing to rewrite */
+		{CALL("[]"), NULL, NULL},
+		{"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\"}", NULL, NULL},
+		{"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"_meta\":{}}}", NULL, NULL},
+	};
+	(void)state;
+	for (size_t i = 0; i < N(rows); i++) {
+		struct mcp_message m;
+		struct ledger_buf out = LEDGER_BUF_INIT;
+		size_t len = strlen(rows[i].in);
+		bool done;
+
+		assert_int_equal(mcp_message_parse(rows[i].in, len, &m), LEDGER_OK);
+		done = mcp_message_with_trace(&m, rows[i].in, len, TP, rows[i].tracestate, &out);
+		if (rows[i].out == NULL) {
+			assert_false(done);
+			assert_int_equal(out.len, 0);
+		} else {
+			struct mcp_message again;
+
+			assert_true(done);
+			assert_false(out.oom);
+			if (out.len != strlen(rows[i].out) ||
+			    memcmp(out.data, rows[i].out, out.len))
+				fail_msg("row %zu: got %.*s\nwant %s", i, (int)out.len, out.data,
+					 rows[i].out);
+			/* Still one valid message, read as the same call with the new context. */
+			assert_int_equal(mcp_message_parse(out.data, out.len, &again), LEDGER_OK);
+			assert_int_equal(again.kind, MCP_MSG_REQUEST);
+			mcp_message_free(&again);
+		}
+		ledger_buf_free(&out);
+		mcp_message_free(&m);
+	}
+#undef CALL
+#undef TP
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -320,6 +392,7 @@ int main(void)
 		cmocka_unit_test(test_mcp_message_replay_adds_only_the_marker),
 		cmocka_unit_test(test_mcp_message_error_echoes_the_id),
 		cmocka_unit_test(test_mcp_message_tools_list_hints),
+		cmocka_unit_test(test_mcp_message_with_trace_changes_only_the_context),
 	};
 
 	return cmocka_run_group_tests_name("mcp_message", tests, NULL, NULL);

@@ -136,10 +136,45 @@ static void call_stream(void *ctx)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static void forward(void *ctx, struct mcp_forward *out)
+/* The value of the client's header @p name, or NULL. */
+static const char *header_of(const struct mcp_call *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_headers; i++)
+		if (strcasecmp(c->headers[i].name, name) == 0)
+			return c->headers[i].value;
+	return NULL;
+}
+
+/*
+ * The W3C headers the server gets once the context changed: the span's, in
+ * place of the client's, so its HTTP spans nest where its _meta says.
+ * @return false when out of memory (the client's headers stay)
+ */
+static bool set_trace_headers(struct mcp_call *c, const struct mcp_send *send)
+{
+	size_t cap = c->n_headers;
+
+	c->n_headers = mcp_upstream_headers_drop(c->headers, c->n_headers, "traceparent");
+	c->n_headers = mcp_upstream_headers_drop(c->headers, c->n_headers, "tracestate");
+	if (!mcp_upstream_headers_add(&c->headers, &c->n_headers, &cap, "traceparent", 11,
+				      send->traceparent, strlen(send->traceparent)))
+		return false;
+	return send->tracestate == NULL ||
+	       mcp_upstream_headers_add(&c->headers, &c->n_headers, &cap, "tracestate", 10,
+					send->tracestate, strlen(send->tracestate));
+}
+
+static void forward(void *ctx, const struct mcp_send *send, struct mcp_forward *out)
 {
 	struct mcp_call *c = ctx;
 
+	c->fwd.req.body = send->text;
+	c->fwd.req.body_len = send->len;
+	if (send->traceparent != NULL && !set_trace_headers(c, send))
+		LEDGER_LOG(LEDGER_LOG_WARN, NULL, NULL,
+			   "out of memory for the trace headers: the server gets the client's");
+	c->fwd.req.headers = c->headers;
+	c->fwd.req.n_headers = c->n_headers;
 	mcp_upstream_forward(&c->fwd, out);
 }
 
@@ -206,7 +241,12 @@ static void *call_main(void *arg)
 	struct mcp_call *c = arg;
 	struct mcp_answer a = {0};
 
-	if (mcp_intercept_run(c->p, &c->msg, forward, c, &a) != LEDGER_OK || a.text.oom) {
+	/* Copies: the forward may put others in the headers' place. */
+	char *tp = header_of(c, "traceparent") != NULL ? strdup(header_of(c, "traceparent")) : NULL;
+	char *ts = header_of(c, "tracestate") != NULL ? strdup(header_of(c, "tracestate")) : NULL;
+	const struct mcp_origin origin = {c->body.data, c->body.len, tp, ts};
+
+	if (mcp_intercept_run(c->p, &c->msg, &origin, forward, c, &a) != LEDGER_OK || a.text.oom) {
 		ledger_buf_free(&a.text);
 		a.source = MCP_FROM_PROXY;
 		mcp_message_error(&a.text, c->msg.id, -32603, "ledger-mcp: out of memory", NULL);
@@ -219,6 +259,8 @@ static void *call_main(void *arg)
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	ledger_buf_free(&a.text);
+	free(tp);
+	free(ts);
 	mcp_call_release(c);
 	return NULL;
 }

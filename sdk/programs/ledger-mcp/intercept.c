@@ -9,6 +9,9 @@
  *   JSON-RPC -32700/-32600/-32601/-32602 ─> released: the request was never run
  *   refused before delivery ─────────────> released
  *   any other error, death, broken stream > abandoned: the lease turns it unknown
+ *
+ * Traced, the forward carries the execute_tool span's context in _meta, so
+ * the server's spans are its children.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +19,15 @@
 
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "sdk/programs/ledger-mcp/intercept.h"
 
 /* One intercepted call while ledger_client_tool_call() runs it. */
 struct run {
 	struct mcp_proxy *p;
 	const struct mcp_message *m;
+	const struct mcp_origin *origin;
+	const struct ledger_call *lc; /* what was claimed: its trace context */
 	const struct mcp_tool_call *call;
 	mcp_forward_fn fwd;
 	void *fwd_ctx;
@@ -41,11 +47,30 @@ static enum ledger_tool_status forward_tool(void *ctx, const char *idempotency_k
 					    uint64_t fencing_token, char **result_json)
 {
 	struct run *r = ctx;
+	struct mcp_send send = {r->origin->text, r->origin->len, NULL, NULL};
+	struct ledger_buf rewritten = LEDGER_BUF_INIT;
+	const char *tracestate = NULL;
+	const char *traceparent = ledger_client_tool_traceparent(&tracestate);
 
 	(void)idempotency_key, (void)fencing_token;
 	*result_json = NULL;
 	r->forwarded = true;
-	r->fwd(r->fwd_ctx, &r->f);
+	/*
+	 * Traced, the context is the execute_tool span's: the server gets it in
+	 * _meta. Off (or no span could be made), the client's bytes stay as sent.
+	 */
+	if (ledger_trace_enabled() && traceparent != NULL &&
+	    (r->lc->traceparent == NULL || strcmp(traceparent, r->lc->traceparent) != 0) &&
+	    mcp_message_with_trace(r->m, r->origin->text, r->origin->len, traceparent, tracestate,
+				   &rewritten) &&
+	    !rewritten.oom) {
+		send.text = rewritten.data;
+		send.len = rewritten.len;
+		send.traceparent = traceparent;
+		send.tracestate = tracestate;
+	}
+	r->fwd(r->fwd_ctx, &send, &r->f);
+	ledger_buf_free(&rewritten);
 	if (r->f.sent == MCP_SENT_REFUSED)
 		return LEDGER_TOOL_NOT_EXECUTED;
 	if (r->f.sent != MCP_SENT_ANSWERED || r->f.response == NULL)
@@ -377,13 +402,20 @@ static void answer_of(const struct run *r, enum ledger_client_err rc,
 }
 
 enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message *m,
-				  mcp_forward_fn fwd, void *ctx, struct mcp_answer *out)
+				  const struct mcp_origin *origin, mcp_forward_fn fwd, void *ctx,
+				  struct mcp_answer *out)
 {
 	struct mcp_tool_call call;
 	struct mcp_tool_hint hint;
 	struct ledger_outcome o = {0};
-	struct run r = {.p = p, .m = m, .call = &call, .fwd = fwd, .fwd_ctx = ctx};
 	struct ledger_call lc = {0};
+	struct run r = {.p = p,
+			.m = m,
+			.origin = origin,
+			.lc = &lc,
+			.call = &call,
+			.fwd = fwd,
+			.fwd_ctx = ctx};
 	struct ledger_log_ids ids = {0};
 	enum ledger_client_err rc;
 	char *args = NULL;
@@ -405,6 +437,14 @@ enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message 
 	lc.lease_ms = p->set->lease_ms;
 	lc.wait_ms = p->set->wait_ms;
 	lc.tool_dedupes = hint_of(p, call.name, &hint) && hint.idempotent;
+	/* _meta's context first; the HTTP request's only when _meta has none. */
+	if (call.traceparent != NULL) {
+		lc.traceparent = call.traceparent;
+		lc.tracestate = call.tracestate;
+	} else {
+		lc.traceparent = origin->traceparent;
+		lc.tracestate = origin->tracestate;
+	}
 	rc = ledger_client_tool_call(p->client, &lc, forward_tool, &r, &o);
 	answer_of(&r, rc, &o, out);
 	ids.request_id = call.request_id;

@@ -73,13 +73,31 @@ struct mcp_forward {
 	char reason[200]; /* REFUSED, LOST: what happened, for the client and the log */
 };
 
+/* What is sent to the server for a claimed tools/call. */
+struct mcp_send {
+	const char *text; /* the message: the client's bytes, or those with the trace context
+	                     of _meta rewritten; borrowed for the call */
+	size_t len;
+	const char *traceparent; /* when not NULL, the context changed to this one (the
+	                            execute_tool span's): a transport that forwards the
+	                            client's W3C headers sends these instead */
+	const char *tracestate;  /* with it: its tracestate, or NULL for none */
+};
+
 /**
- * Sends the client's message (the one given to mcp_intercept_run(), byte
- * for byte) to the server and waits for its answer. Runs on the calling
- * thread, while ledgerd's claim is renewed on another.
+ * Sends @p send's message to the server and waits for its answer. Runs on
+ * the calling thread, while ledgerd's claim is renewed on another.
  * @param out zeroed; fill it
  */
-typedef void (*mcp_forward_fn)(void *ctx, struct mcp_forward *out);
+typedef void (*mcp_forward_fn)(void *ctx, const struct mcp_send *send, struct mcp_forward *out);
+
+/* What a transport knows of a message besides its JSON. */
+struct mcp_origin {
+	const char *text; /* the message's exact bytes, which it borrows */
+	size_t len;
+	const char *traceparent; /* the request's W3C traceparent header (http), or NULL */
+	const char *tracestate;  /* its tracestate header, or NULL */
+};
 
 /* Where the answer for the client came from. */
 enum mcp_source {
@@ -104,11 +122,20 @@ struct mcp_answer {
  * over --max-result-bytes is recorded as its length and SHA-256, and the
  * client still gets it whole. Thread-safe: one call per thread, any
  * number at once.
+ *
+ * Traced (docs/tracing-sdk-c.md): the call's execute_tool span is a child
+ * of params._meta.traceparent (or of @p origin's traceparent header when
+ * _meta has none; malformed: a new trace), and the server gets _meta's
+ * traceparent and tracestate rewritten to that span's context. With
+ * tracing off the client's bytes go as they came. A replay is answered as
+ * ever.
  * @param m borrowed for the call
+ * @param origin its bytes and headers, borrowed for the call
  * @param out filled (zero it first); the caller frees out->text
  * @return LEDGER_OK, or LEDGER_ERR_NOMEM with nothing to answer
  */
 LEDGER_MUSTCHECK enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message *m,
+						   const struct mcp_origin *origin,
 						   mcp_forward_fn fwd, void *ctx,
 						   struct mcp_answer *out);
 

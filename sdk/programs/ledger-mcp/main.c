@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ledger/common/log.h"
+#include "ledger/common/trace.h"
 #include "sdk/programs/ledger-mcp/http.h"
 #include "sdk/programs/ledger-mcp/intercept.h"
 #include "sdk/programs/ledger-mcp/stdio.h"
@@ -355,6 +356,13 @@ int main(int argc, char **argv)
 	sigaddset(&stop, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
+	/*
+	 * The tracer, configured by OTEL_* (docs/tracing-sdk-c.md). The C SDK's
+	 * archive keeps a tracer of its own, which the client starts from the
+	 * same variables under the same name; that one writes the execute_tool
+	 * spans.
+	 */
+	ledger_trace_init("ledger-mcp", LEDGER_VERSION);
 	opts.url = set.ledger_url;
 	opts.token = set.token;
 	opts.ca_file = set.ca_file;
@@ -372,8 +380,9 @@ int main(int argc, char **argv)
 
 	status = stdio_mode ? mcp_stdio_run(&proxy) : mcp_http_run(&proxy);
 
-	ledger_client_close(proxy.client);
+	ledger_client_close(proxy.client); /* sends the spans still queued */
 	mcp_intercept_free_hints(&proxy);
 	pthread_mutex_destroy(&proxy.hints_lock);
+	ledger_trace_shutdown();
 	return status;
 }

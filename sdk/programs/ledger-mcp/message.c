@@ -2,7 +2,8 @@
  * sdk/programs/ledger-mcp/message.c: reading JSON-RPC messages and writing ledger-mcp's own
  * answers. Every value that crosses the proxy keeps its exact bytes: ids are
  * echoed as the client wrote them, stored results are spliced in unchanged
- * and only ever gain the replayed marker.
+ * and only ever gain the replayed marker, and a forwarded tools/call
+ * changes in nothing but its _meta's trace context.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,14 @@ static bool read_key(const struct ledger_json_value *meta, const char *name, con
 	return true;
 }
 
+/* The decoded string member @p name of @p obj; NULL when absent or no string. */
+static const char *string_of(const struct ledger_json_value *obj, const char *name)
+{
+	const struct ledger_json_value *v = ledger_json_get(obj, name);
+
+	return v != NULL && v->type == LEDGER_JSON_STRING ? v->u.str.s : NULL;
+}
+
 bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *out)
 {
 	const struct ledger_json_value *params, *name, *args, *meta;
@@ -147,6 +156,8 @@ bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *ou
 	out->keys = MCP_KEYS_NONE;
 	if (meta == NULL || meta->type != LEDGER_JSON_OBJECT)
 		return true;
+	out->traceparent = string_of(meta, MCP_META_TRACEPARENT);
+	out->tracestate = string_of(meta, MCP_META_TRACESTATE);
 	if (!read_key(meta, MCP_META_REQUEST_ID, &out->request_id, out) ||
 	    !read_key(meta, MCP_META_TOOL_CALL_ID, &out->tool_call_id, out) ||
 	    !read_key(meta, MCP_META_ATTEMPT_ID, &out->attempt_id, out)) {
@@ -164,6 +175,138 @@ bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *ou
 			 out->request_id == NULL ? MCP_META_REQUEST_ID : MCP_META_TOOL_CALL_ID);
 		out->keys = MCP_KEYS_INVALID;
 	}
+	return true;
+}
+
+/* The position just past the '{' that opens @p obj's raw text. */
+static size_t after_brace(const struct ledger_json_value *obj)
+{
+	size_t i = 0;
+
+	while (i < obj->raw_len && obj->raw[i] != '{')
+		i++;
+	return i + 1;
+}
+
+/* One change of a message's bytes: [start, end) becomes text. */
+struct edit {
+	size_t start, end;
+	struct ledger_buf text;
+};
+
+/* The offset of @p v's first byte in @p text. */
+static size_t offset_of(const char *text, const struct ledger_json_value *v)
+{
+	return (size_t)(v->raw - text);
+}
+
+/* The index of member @p key of @p obj, or -1. */
+static long member_index(const struct ledger_json_value *obj, const char *key)
+{
+	for (size_t i = 0; i < obj->u.obj.count; i++)
+		if (strcmp(obj->u.obj.members[i].key, key) == 0)
+			return (long)i;
+	return -1;
+}
+
+/*
+ * The bytes of member @p i of @p obj with what separates it from its
+ * neighbours, so that cutting them leaves a valid object: from the end of
+ * the member before, or from just past the '{' through the comma after.
+ */
+static void member_span(const char *text, const struct ledger_json_value *obj, size_t i,
+			size_t *start, size_t *end)
+{
+	const struct ledger_json_value *v = &obj->u.obj.members[i].value;
+	size_t v_end = offset_of(text, v) + v->raw_len;
+
+	if (i > 0) {
+		const struct ledger_json_value *prev = &obj->u.obj.members[i - 1].value;
+
+		*start = offset_of(text, prev) + prev->raw_len;
+		*end = v_end;
+		return;
+	}
+	*start = offset_of(text, obj) + after_brace(obj);
+	*end = v_end;
+	if (obj->u.obj.count > 1) {
+		while (text[*end] != ',')
+			(*end)++;
+		(*end)++;
+	}
+}
+
+bool mcp_message_with_trace(const struct mcp_message *m, const char *text, size_t len,
+			    const char *traceparent, const char *tracestate, struct ledger_buf *out)
+{
+	const struct ledger_json_value *meta;
+	const char *keys[2] = {MCP_META_TRACEPARENT, MCP_META_TRACESTATE};
+	const char *values[2] = {traceparent, tracestate};
+	struct edit edits[3];
+	struct ledger_buf insert = LEDGER_BUF_INIT;
+	size_t n = 0, kept, at = 0;
+
+	if (m->kind != MCP_MSG_REQUEST)
+		return false;
+	meta = ledger_json_get(ledger_json_get(m->root, "params"), "_meta");
+	if (meta == NULL || meta->type != LEDGER_JSON_OBJECT)
+		return false;
+	kept = meta->u.obj.count;
+	for (size_t k = 0; k < 2; k++) {
+		long i = member_index(meta, keys[k]);
+		const struct ledger_json_value *v;
+
+		if (i < 0 && values[k] != NULL) {
+			/* Not there: put first, with the other new one. */
+			if (insert.len > 0)
+				ledger_buf_putc(&insert, ',');
+			ledger_jsonw_escape(&insert, keys[k], strlen(keys[k]));
+			ledger_buf_putc(&insert, ':');
+			ledger_jsonw_escape(&insert, values[k], strlen(values[k]));
+			continue;
+		}
+		if (i < 0)
+			continue;
+		v = &meta->u.obj.members[i].value;
+		edits[n].text = (struct ledger_buf)LEDGER_BUF_INIT;
+		if (values[k] != NULL) {
+			edits[n].start = offset_of(text, v);
+			edits[n].end = edits[n].start + v->raw_len;
+			ledger_jsonw_escape(&edits[n].text, values[k], strlen(values[k]));
+		} else {
+			member_span(text, meta, (size_t)i, &edits[n].start, &edits[n].end);
+			kept--;
+		}
+		n++;
+	}
+	if (insert.len > 0) {
+		if (kept > 0)
+			ledger_buf_putc(&insert, ',');
+		edits[n].start = edits[n].end = offset_of(text, meta) + after_brace(meta);
+		edits[n].text = insert;
+		insert = (struct ledger_buf)LEDGER_BUF_INIT;
+		n++;
+	}
+	/* In the order of the text; an insertion before a cut that starts where it is. */
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && (edits[j].start < edits[j - 1].start ||
+					     (edits[j].start == edits[j - 1].start &&
+					      edits[j].end == edits[j].start));
+		     j--) {
+			struct edit t = edits[j];
+
+			edits[j] = edits[j - 1];
+			edits[j - 1] = t;
+		}
+	for (size_t i = 0; i < n; i++) {
+		ledger_buf_append(out, text + at, edits[i].start - at);
+		ledger_buf_append(out, edits[i].text.data != NULL ? edits[i].text.data : "",
+				  edits[i].text.len);
+		out->oom |= edits[i].text.oom;
+		at = edits[i].end;
+		ledger_buf_free(&edits[i].text);
+	}
+	ledger_buf_append(out, text + at, len - at);
 	return true;
 }
 
@@ -239,16 +382,6 @@ void mcp_message_error(struct ledger_buf *out, const struct ledger_json_value *i
 	}
 	ledger_jsonw_object_end(&w);
 	ledger_jsonw_object_end(&w);
-}
-
-/* The position just past the '{' that opens @p obj's raw text. */
-static size_t after_brace(const struct ledger_json_value *obj)
-{
-	size_t i = 0;
-
-	while (i < obj->raw_len && obj->raw[i] != '{')
-		i++;
-	return i + 1;
 }
 
 /*

@@ -20,6 +20,9 @@
 #define MCP_META_TOOL_CALL_ID "io.ledgerd/tool_call_id"
 #define MCP_META_ATTEMPT_ID "io.ledgerd/attempt_id"
 #define MCP_META_REPLAYED "io.ledgerd/replayed"
+/* The _meta keys of W3C Trace Context, as MCP's tracing convention names them. */
+#define MCP_META_TRACEPARENT "traceparent"
+#define MCP_META_TRACESTATE "tracestate"
 
 enum mcp_kind {
 	MCP_MSG_REQUEST,      /* "method" and "id" */
@@ -73,6 +76,9 @@ struct mcp_tool_call {
 	const char *request_id;   /* params._meta["io.ledgerd/request_id"], decoded */
 	const char *tool_call_id; /* params._meta["io.ledgerd/tool_call_id"], decoded */
 	const char *attempt_id;   /* params._meta["io.ledgerd/attempt_id"], decoded, or NULL */
+	const char *traceparent;  /* params._meta.traceparent, decoded, or NULL (absent or no
+	                             string); read, not checked: a malformed one is ignored */
+	const char *tracestate;   /* params._meta.tracestate, the same */
 	enum mcp_keys keys;
 	char why[160]; /* MCP_KEYS_INVALID: what is wrong, for the client */
 };
@@ -82,6 +88,18 @@ struct mcp_tool_call {
  * @return true when @p m is a "tools/call" request, with @p out filled
  */
 bool mcp_message_tool_call(const struct mcp_message *m, struct mcp_tool_call *out);
+
+/**
+ * Writes the request @p m, whose exact text is the @p len bytes at @p text,
+ * to @p out with params._meta's "traceparent" set to @p traceparent and
+ * "tracestate" to @p tracestate (NULL: removed): a value already there is
+ * replaced in place, a member not there is put first in _meta. Every other
+ * byte is the client's. Check out->oom.
+ * @return false (nothing written) when @p m has no params._meta object
+ */
+bool mcp_message_with_trace(const struct mcp_message *m, const char *text, size_t len,
+			    const char *traceparent, const char *tracestate,
+			    struct ledger_buf *out);
 
 /** Whether the batch @p m holds a "tools/call" request. */
 bool mcp_message_batch_has_tool_call(const struct mcp_message *m);

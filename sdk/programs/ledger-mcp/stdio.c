@@ -114,8 +114,8 @@ static void to_client(struct stdio_proxy *sp, const char *s, size_t len)
 	(void)write_line(STDOUT_FILENO, &sp->out_lock, s, len);
 }
 
-/* Sends the worker's message to the server and waits for its answer. */
-static void forward(void *ctx, struct mcp_forward *out)
+/* Sends the worker's message (as intercept.c gives it) to the server and waits for its answer. */
+static void forward(void *ctx, const struct mcp_send *send, struct mcp_forward *out)
 {
 	struct worker *w = ctx;
 	struct stdio_proxy *sp = w->sp;
@@ -133,7 +133,7 @@ static void forward(void *ctx, struct mcp_forward *out)
 	sp->pending = &w->entry;
 	pthread_mutex_unlock(&sp->lock);
 
-	if (!write_line(sp->to_server, &sp->in_lock, w->line, w->len)) {
+	if (!write_line(sp->to_server, &sp->in_lock, send->text, send->len)) {
 		/* Not a whole line reached it: no server acts on half a message. */
 		out->sent = MCP_SENT_REFUSED;
 		snprintf(out->reason, sizeof(out->reason),
@@ -196,9 +196,10 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct stdio_proxy *sp = w->sp;
 	struct mcp_answer answer = {0};
+	const struct mcp_origin origin = {w->line, w->len, NULL, NULL};
 	bool cancelled;
 
-	if (mcp_intercept_run(sp->p, &w->msg, forward, w, &answer) == LEDGER_OK) {
+	if (mcp_intercept_run(sp->p, &w->msg, &origin, forward, w, &answer) == LEDGER_OK) {
 		pthread_mutex_lock(&sp->lock);
 		cancelled = w->entry.cancelled;
 		pthread_mutex_unlock(&sp->lock);

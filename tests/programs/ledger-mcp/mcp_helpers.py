@@ -268,12 +268,13 @@ class HttpServer(Proc):
 class HttpProxy(Proc):
     """ledger-mcp http in front of @upstream; url is the proxy's /mcp endpoint."""
 
-    def __init__(self, env, upstream, *flags, listen="127.0.0.1:0", ledger_url=None, token=None):
+    def __init__(self, env, upstream, *flags, listen="127.0.0.1:0", ledger_url=None, token=None,
+                 extra_env=None):
         argv = [LEDGER_MCP, "http", "--listen", listen, "--upstream", upstream,
                 "--ledger-url", ledger_url or env.url, "--token", token or env.agent,
                 "--log-level", "debug"] + list(flags)
         super().__init__(argv, env.tmp / ("ledger-mcp-http-%s.log" % secrets.token_hex(3)),
-                         env=env.proxy_env())
+                         env=dict(env.proxy_env(), **(extra_env or {})))
         entry = self.wait_log(lambda e: e.get("msg") == "listening" and "address" in e)
         self.address = entry["address"]
         self.url = "http://%s/mcp" % self.address

@@ -8,7 +8,8 @@
 // The script:
 //   {"transport": {"type": "stdio", "command": "...", "args": [...], "env": {...}, "cwd": "..."}
 //               | {"type": "http", "url": "http://127.0.0.1:PORT/mcp", "record": "PATH"?,
-//                  "urls": [...]? (client i connects to urls[i % length] instead)},
+//                  "urls": [...]? (client i connects to urls[i % length] instead),
+//                  "headers": {...}? (sent with every request)},
 //    "clients": N (default 1: N clients, each its own connection, run the steps at once),
 //    "timeout_ms": 60000 (every request's, unless a step says otherwise),
 //    "steps": [{"op": "list_tools"}, {"op": "ping"}, {"op": "list_resources"},
@@ -82,8 +83,9 @@ function makeTransport(t, recorder, index) {
   }
   if (t.type === "http") {
     const url = t.urls ? t.urls[index % t.urls.length] : t.url;
-    return new StreamableHTTPClientTransport(new URL(url),
-      recorder ? { fetch: recorder.fetchFn } : {});
+    const opts = recorder ? { fetch: recorder.fetchFn } : {};
+    if (t.headers) opts.requestInit = { headers: t.headers };
+    return new StreamableHTTPClientTransport(new URL(url), opts);
   }
   throw new Error(`unknown transport ${t.type}`);
 }

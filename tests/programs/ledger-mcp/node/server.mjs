@@ -13,6 +13,7 @@
 //   MCP_TEST_COUNT_FILE   one JSON line per event: {"event": "started" | "executed" |
 //                         "answered" | "cancelled" | "refused" (a JSON-RPC error
 //                         before running), tool, args, request_id, tool_call_id,
+//                         traceparent, tracestate (of its _meta, or null),
 //                         jsonrpc_id, session, pid, time}; "answered" adds the result
 //                         the tool returned (which the SDK does not send for a call
 //                         it aborted on notifications/cancelled)
@@ -55,6 +56,7 @@ function note(event, tool, args, extra, more = {}) {
     event, tool, args: args ?? null,
     request_id: meta["io.ledgerd/request_id"] ?? null,
     tool_call_id: meta["io.ledgerd/tool_call_id"] ?? null,
+    traceparent: meta.traceparent ?? null, tracestate: meta.tracestate ?? null,
     jsonrpc_id: extra?.requestId ?? null,
     session: extra?.sessionId ?? null,
     pid: process.pid, time: Date.now() / 1000, ...more,
@@ -210,7 +212,8 @@ function record(entry) {
 // What a test compares across the proxy: MCP's headers, a custom one, Host, and
 // hop-by-hop ones that must not cross it.
 const RECORDED_HEADERS = ["content-type", "mcp-session-id", "mcp-protocol-version", "accept",
-  "last-event-id", "x-test", "x-test-reply", "host", "te", "keep-alive", "proxy-authorization"];
+  "last-event-id", "x-test", "x-test-reply", "host", "te", "keep-alive", "proxy-authorization",
+  "traceparent", "tracestate"];
 
 function pick(headers) {
   const out = {};
