@@ -16,7 +16,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "ledger/common/otlp.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 
@@ -444,9 +443,8 @@ void gateway_trace_attempt_end(struct ledger_span *s, const char *outcome, const
 
 void gateway_trace_attempt_discard(struct ledger_span *s)
 {
-	/* trace.h ends every span into the queue; one that never stood for an attempt is
-	 * the caller's still, and otlp.h frees a span without exporting it. */
-	ledger_otlp_span_free(s);
+	/* One that never stood for an attempt is not exported. */
+	ledger_span_discard(s);
 }
 
 void gateway_trace_log_span(const struct ledger_span *s, const struct ledger_trace_ctx *parent)
