@@ -149,7 +149,8 @@ $(BUILD)/libledger_client.so: $(BUILD)/$(SDK_SONAME)
 # The objects that say LEDGER_VERSION (--version, ledger_client_version(), the
 # user agent) are built again when VERSION changes.
 $(BUILD)/pic/sdk/c/client.o $(BUILD)/api/cli/main.o $(BUILD)/api/service/server.o \
-$(BUILD)/sdk/programs/ledger-gateway/config.o $(BUILD)/sdk/programs/ledger-mcp/main.o \
+$(BUILD)/sdk/programs/ledger-gateway/config.o $(BUILD)/sdk/programs/ledger-gateway/trace.o \
+$(BUILD)/sdk/programs/ledger-mcp/main.o \
 $(BUILD)/sdk/programs/ledgerctl/ledgerctl.o: VERSION
 
 # One relocatable object whose hidden symbols are made local, so the static

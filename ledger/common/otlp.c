@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ledger/common/jsonw.h"
+#include "ledger/common/log.h"
 
 /* ---------------------------------------------------------------------- */
 /* Strings                                                                */
@@ -162,15 +163,6 @@ static void put_len(struct ledger_buf *b, unsigned field, const void *p, size_t 
 		ledger_buf_append(b, p, n);
 }
 
-/* A nested message, written into @p sub beforehand; @p sub is emptied. */
-static void put_msg(struct ledger_buf *b, unsigned field, struct ledger_buf *sub)
-{
-	if (sub->oom)
-		b->oom = true;
-	put_len(b, field, sub->data, sub->len);
-	ledger_buf_free(sub);
-}
-
 static void put_string(struct ledger_buf *b, unsigned field, const char *s)
 {
 	if (s && *s)
@@ -207,107 +199,213 @@ static void put_uint(struct ledger_buf *b, unsigned field, uint64_t v)
 	}
 }
 
-/* KeyValue { key = 1; AnyValue value = 2 }, AnyValue { string_value = 1;
- * bool_value = 2; int_value = 3; double_value = 4 }. */
-static void proto_attr(struct ledger_buf *b, unsigned field, const struct ledger_otlp_attr *a)
+/*
+ * A nested message is written in place: its length first, which the
+ * *_size() functions compute from what the writers below will write, field
+ * for field, so a batch is encoded in one pass over one buffer with no
+ * message built apart and copied.
+ */
+static size_t varint_size(uint64_t v)
 {
-	struct ledger_buf kv = LEDGER_BUF_INIT, any = LEDGER_BUF_INIT;
-	uint64_t bits;
+	size_t n = 1;
 
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* A length-delimited field of @p n bytes (fields here are below 16: one tag byte). */
+static size_t len_size(size_t n)
+{
+	return 1 + varint_size(n) + n;
+}
+
+static size_t string_size(const char *s)
+{
+	return s && *s ? len_size(strlen(s)) : 0;
+}
+
+static size_t uint_size(uint64_t v)
+{
+	return v ? 1 + varint_size(v) : 0;
+}
+
+static void put_msg_head(struct ledger_buf *b, unsigned field, size_t n)
+{
+	put_tag(b, field, WIRE_LEN);
+	put_varint(b, n);
+}
+
+/* AnyValue { string_value = 1; bool_value = 2; int_value = 3; double_value = 4 } */
+static size_t any_size(const struct ledger_otlp_attr *a)
+{
 	switch (a->type) {
 	case LEDGER_ATTR_STR:
-		put_len(&any, 1, a->v.s.p, a->v.s.len);
+		return len_size(a->v.s.len);
+	case LEDGER_ATTR_BOOL:
+		return 2;
+	case LEDGER_ATTR_INT:
+		return 1 + varint_size((uint64_t)a->v.i);
+	case LEDGER_ATTR_DOUBLE:
+		return 9;
+	}
+	return 0;
+}
+
+/* KeyValue { key = 1; AnyValue value = 2 } */
+static size_t kv_size(const struct ledger_otlp_attr *a)
+{
+	return string_size(a->key) + len_size(any_size(a));
+}
+
+static void proto_attr(struct ledger_buf *b, unsigned field, const struct ledger_otlp_attr *a)
+{
+	uint64_t bits;
+
+	put_msg_head(b, field, kv_size(a));
+	put_string(b, 1, a->key);
+	put_msg_head(b, 2, any_size(a));
+	switch (a->type) {
+	case LEDGER_ATTR_STR:
+		put_len(b, 1, a->v.s.p, a->v.s.len);
 		break;
 	case LEDGER_ATTR_BOOL:
-		put_tag(&any, 2, WIRE_VARINT);
-		put_varint(&any, a->v.b ? 1 : 0);
+		put_tag(b, 2, WIRE_VARINT);
+		put_varint(b, a->v.b ? 1 : 0);
 		break;
 	case LEDGER_ATTR_INT:
-		put_tag(&any, 3, WIRE_VARINT);
-		put_varint(&any,
-			   (uint64_t)a->v.i); /* int64: two's complement, 10 bytes if negative */
+		put_tag(b, 3, WIRE_VARINT);
+		put_varint(b, (uint64_t)a->v.i); /* int64: two's complement, 10 bytes if negative */
 		break;
 	case LEDGER_ATTR_DOUBLE:
 		memcpy(&bits, &a->v.d, sizeof(bits));
-		put_fixed64(&any, 4, bits);
+		put_fixed64(b, 4, bits);
 		break;
 	}
-	put_string(&kv, 1, a->key);
-	put_msg(&kv, 2, &any);
-	put_msg(b, field, &kv);
+}
+
+static size_t attrs_size(const struct ledger_otlp_attr *attrs, size_t n)
+{
+	size_t i, total = 0;
+
+	for (i = 0; i < n; i++)
+		total += len_size(kv_size(&attrs[i]));
+	return total;
 }
 
 /* Span.Event { time_unix_nano = 1 (fixed64); name = 2; attributes = 3;
  * dropped_attributes_count = 4 } */
+static size_t event_size(const struct ledger_otlp_event *e)
+{
+	return 9 + string_size(e->name) + attrs_size(e->attrs, e->n_attrs) +
+	       uint_size(e->dropped_attrs);
+}
+
 static void proto_event(struct ledger_buf *b, const struct ledger_otlp_event *e)
 {
-	struct ledger_buf ev = LEDGER_BUF_INIT;
 	size_t i;
 
-	put_fixed64(&ev, 1, e->time_ns);
-	put_string(&ev, 2, e->name);
+	put_msg_head(b, 11, event_size(e));
+	put_fixed64(b, 1, e->time_ns);
+	put_string(b, 2, e->name);
 	for (i = 0; i < e->n_attrs; i++)
-		proto_attr(&ev, 3, &e->attrs[i]);
-	put_uint(&ev, 4, e->dropped_attrs);
-	put_msg(b, 11, &ev);
+		proto_attr(b, 3, &e->attrs[i]);
+	put_uint(b, 4, e->dropped_attrs);
+}
+
+/* Status { message = 2; code = 3 } */
+static size_t status_size(const struct ledger_span *s)
+{
+	return (s->status == LEDGER_SPAN_STATUS_ERROR ? string_size(s->status_message) : 0) +
+	       uint_size((uint64_t)s->status);
 }
 
 /* Span { trace_id = 1; span_id = 2; trace_state = 3; parent_span_id = 4;
  * name = 5; kind = 6; start_time_unix_nano = 7; end_time_unix_nano = 8;
  * attributes = 9; dropped_attributes_count = 10; events = 11;
  * dropped_events_count = 12; status = 15; flags = 16 (fixed32) } */
-static void proto_span(struct ledger_buf *b, const struct ledger_span *s)
+static size_t span_size(const struct ledger_span *s)
 {
-	struct ledger_buf sp = LEDGER_BUF_INIT, st = LEDGER_BUF_INIT;
-	size_t i;
+	size_t i, n;
 
-	put_len(&sp, 1, s->trace_id, sizeof(s->trace_id));
-	put_len(&sp, 2, s->span_id, sizeof(s->span_id));
-	put_string(&sp, 3, s->tracestate);
-	if (s->has_parent)
-		put_len(&sp, 4, s->parent_span_id, sizeof(s->parent_span_id));
-	put_string(&sp, 5, s->name);
-	put_uint(&sp, 6, (uint64_t)s->kind);
-	put_fixed64(&sp, 7, s->start_ns);
-	put_fixed64(&sp, 8, s->end_ns);
-	for (i = 0; i < s->n_attrs; i++)
-		proto_attr(&sp, 9, &s->attrs[i]);
-	put_uint(&sp, 10, s->dropped_attrs);
+	n = len_size(sizeof(s->trace_id)) + len_size(sizeof(s->span_id)) +
+	    string_size(s->tracestate) + (s->has_parent ? len_size(sizeof(s->parent_span_id)) : 0) +
+	    string_size(s->name) + uint_size((uint64_t)s->kind) + 9 + 9 +
+	    attrs_size(s->attrs, s->n_attrs) + uint_size(s->dropped_attrs);
 	for (i = 0; i < s->n_events; i++)
-		proto_event(&sp, &s->events[i]);
-	put_uint(&sp, 12, s->dropped_events);
-	/* Status { message = 2; code = 3 } */
-	if (s->status == LEDGER_SPAN_STATUS_ERROR)
-		put_string(&st, 2, s->status_message);
-	put_uint(&st, 3, (uint64_t)s->status);
-	put_msg(&sp, 15, &st);
+		n += len_size(event_size(&s->events[i]));
+	n += uint_size(s->dropped_events) + len_size(status_size(s));
 	if (s->flags)
-		put_fixed32(&sp, 16, s->flags);
-	put_msg(b, 2, &sp);
+		n += 2 + 4; /* field 16: a two-byte tag */
+	return n;
+}
+
+static void proto_span(struct ledger_buf *b, const struct ledger_span *s, size_t size)
+{
+	size_t i, at;
+
+	put_msg_head(b, 2, size);
+	at = b->len;
+	put_len(b, 1, s->trace_id, sizeof(s->trace_id));
+	put_len(b, 2, s->span_id, sizeof(s->span_id));
+	put_string(b, 3, s->tracestate);
+	if (s->has_parent)
+		put_len(b, 4, s->parent_span_id, sizeof(s->parent_span_id));
+	put_string(b, 5, s->name);
+	put_uint(b, 6, (uint64_t)s->kind);
+	put_fixed64(b, 7, s->start_ns);
+	put_fixed64(b, 8, s->end_ns);
+	for (i = 0; i < s->n_attrs; i++)
+		proto_attr(b, 9, &s->attrs[i]);
+	put_uint(b, 10, s->dropped_attrs);
+	for (i = 0; i < s->n_events; i++)
+		proto_event(b, &s->events[i]);
+	put_uint(b, 12, s->dropped_events);
+	put_msg_head(b, 15, status_size(s));
+	if (s->status == LEDGER_SPAN_STATUS_ERROR)
+		put_string(b, 2, s->status_message);
+	put_uint(b, 3, (uint64_t)s->status);
+	if (s->flags)
+		put_fixed32(b, 16, s->flags);
+	/* The length written ahead is the length written (unless memory ran out). */
+	LEDGER_ASSERT(b->oom || b->len - at == size);
 }
 
 void ledger_otlp_encode_proto(const struct ledger_otlp_resource *res,
 			      struct ledger_span *const *spans, size_t n, struct ledger_buf *out)
 {
-	struct ledger_buf rs = LEDGER_BUF_INIT, r = LEDGER_BUF_INIT, ss = LEDGER_BUF_INIT,
-			  scope = LEDGER_BUF_INIT;
-	size_t i;
+	size_t i, resource, scope, scope_spans, resource_spans, *sizes;
 
-	/* Resource { attributes = 1 } */
-	for (i = 0; i < res->n_attrs; i++)
-		proto_attr(&r, 1, &res->attrs[i]);
-	/* InstrumentationScope { name = 1; version = 2 } */
-	put_string(&scope, 1, res->scope_name);
-	put_string(&scope, 2, res->scope_version);
+	sizes = malloc((n ? n : 1) * sizeof(*sizes));
+	if (!sizes) {
+		out->oom = true;
+		return;
+	}
+	/* Resource { attributes = 1 }; InstrumentationScope { name = 1; version = 2 } */
+	resource = attrs_size(res->attrs, res->n_attrs);
+	scope = string_size(res->scope_name) + string_size(res->scope_version);
 	/* ScopeSpans { scope = 1; spans = 2 } */
-	put_msg(&ss, 1, &scope);
-	for (i = 0; i < n; i++)
-		proto_span(&ss, spans[i]);
+	scope_spans = len_size(scope);
+	for (i = 0; i < n; i++) {
+		sizes[i] = span_size(spans[i]);
+		scope_spans += len_size(sizes[i]);
+	}
 	/* ResourceSpans { resource = 1; scope_spans = 2 } */
-	put_msg(&rs, 1, &r);
-	put_msg(&rs, 2, &ss);
+	resource_spans = len_size(resource) + len_size(scope_spans);
 	/* ExportTraceServiceRequest { resource_spans = 1 } */
-	put_msg(out, 1, &rs);
+	put_msg_head(out, 1, resource_spans);
+	put_msg_head(out, 1, resource);
+	for (i = 0; i < res->n_attrs; i++)
+		proto_attr(out, 1, &res->attrs[i]);
+	put_msg_head(out, 2, scope_spans);
+	put_msg_head(out, 1, scope);
+	put_string(out, 1, res->scope_name);
+	put_string(out, 2, res->scope_version);
+	for (i = 0; i < n; i++)
+		proto_span(out, spans[i], sizes[i]);
+	free(sizes);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -314,3 +314,8 @@ void ledger_span_end(struct ledger_span *s, uint64_t end_ns)
 		s->end_ns = s->start_ns;
 	ledger_trace_submit(s);
 }
+
+void ledger_span_discard(struct ledger_span *s)
+{
+	ledger_otlp_span_free(s);
+}

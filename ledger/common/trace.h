@@ -167,6 +167,10 @@ void ledger_span_add_event(struct ledger_span *s, const char *name, uint64_t tim
 void ledger_span_set_status(struct ledger_span *s, enum ledger_span_status status,
 			    const char *message);
 
+/** Frees @p s without exporting it (a span begun for something that never
+ *  happened). NULL-safe. */
+void ledger_span_discard(struct ledger_span *s);
+
 /**
  * Ends @p s at @p end_ns (0: now) and hands it to the tracer's queue, or
  * drops it (counted) when the queue is full; never blocks on I/O. @p s is

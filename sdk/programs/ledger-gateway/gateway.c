@@ -33,6 +33,7 @@
 #include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/request.h"
 #include "sdk/programs/ledger-gateway/run.h"
+#include "sdk/programs/ledger-gateway/trace.h"
 
 #define MAX_BODY (1u << 20)
 #define DRAIN_MS 30000u /* how long a stop waits for the streams in flight */
@@ -48,6 +49,7 @@ static struct gateway gw;
  */
 struct call {
 	struct gateway_request q;
+	const char *route; /* the route it took, as its span names it; NULL: none */
 };
 
 static void sleep_ms(uint64_t ms)
@@ -74,7 +76,10 @@ static void reply_invalid(struct call *c, unsigned status, const char *code, con
 	char headers[220];
 
 	json_decref(e);
+	gateway_trace_reply(c->q.trace, status, code);
+	gateway_trace_enter(c->q.trace); /* the polling thread's line names the request's trace */
 	gateway_log("refused", c->q.rid, NULL, "\"status\":%u,\"code\":\"%s\"", status, code);
+	gateway_trace_leave();
 	snprintf(headers, sizeof(headers),
 		 "Content-Type: application/json\r\nx-request-id: %s\r\nx-should-retry: %s\r\n"
 		 "%s%s%s",
@@ -90,7 +95,9 @@ static void *serve(void *arg)
 {
 	struct call *c = arg;
 
+	gateway_trace_enter(c->q.trace);
 	gateway_request_serve(&c->q);
+	gateway_trace_leave();
 	return NULL;
 }
 
@@ -174,6 +181,7 @@ static void reply_json(struct call *c, unsigned status, json_t *doc)
 		reply_invalid(c, 503, "unavailable", "out of memory", NULL);
 		return;
 	}
+	gateway_trace_reply(c->q.trace, status, NULL);
 	wire_conn_reply(c->q.conn, status, "Content-Type: application/json\r\n", text,
 			strlen(text));
 }
@@ -208,6 +216,7 @@ static bool serve_get(struct call *c, const char *target, unsigned listener)
 				     ledger_ready && replica_ready ? "ready" : "not_ready",
 				     "ledger", ledger_ready, "replicas", replicas));
 	} else if (!ops && path_is(target, "/v1/models")) {
+		c->route = "/v1/models";
 		reply_json(c, 200, gateway_replicas_models(&gw));
 	} else if ((ops || gw.ops_listen == NULL) && path_is(target, "/metrics")) {
 		char *text = gateway_metrics_text(&gw);
@@ -236,8 +245,14 @@ static void *on_begin(void *ctx, struct wire_conn *conn, const struct wire_http_
 		return NULL;
 	c->q.conn = conn;
 	c->q.last_event_id = -1;
+	/* The span starts before anything can refuse the request: a refusal is traced too. */
+	c->q.trace =
+		gateway_trace_begin(head, conn, listener == API_LISTENER && gw.tls_cert != NULL);
+	if (listener == API_LISTENER && path_is(head->target, "/v1/chat/completions"))
+		c->route = "/v1/chat/completions";
 	/* Every answer names a request: a keyed one's id replaces this one. */
 	if (!gateway_key_new_request_id(c->q.rid)) {
+		gateway_trace_release(c->q.trace);
 		free(c);
 		return NULL;
 	}
@@ -301,8 +316,14 @@ static void on_resume(void *call)
 static void on_end(void *call, bool replied)
 {
 	struct call *c = call;
+	bool chat = c->route != NULL && strcmp(c->route, "/v1/chat/completions") == 0;
 
 	(void)replied;
+	gateway_trace_end(c->q.trace, &(struct gateway_trace_end){.route = c->route,
+								  .rid = c->q.rid,
+								  .keyed = c->q.keyed,
+								  .model = c->q.model,
+								  .chat = chat});
 	free(c->q.body);
 	free(c->q.model);
 	free(c);
@@ -335,6 +356,7 @@ int main(int argc, char **argv)
 	config_parse(&gw, argc, argv);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		config_usage_exit("libcurl does not start");
+	gateway_trace_start(); /* off unless OTEL_* name an endpoint */
 	gateway_replicas_start(&gw);
 	gateway_run_setup(&gw);
 	gateway_request_setup(&gw);
@@ -411,6 +433,7 @@ int main(int argc, char **argv)
 		_exit(1);
 	}
 	wire_net_stop(net);
+	gateway_trace_stop(); /* the spans of the drained streams go out before the exit */
 	wire_tls_close(tls);
 	ledger_client_close(gw.ledger);
 	return 0;

@@ -11,21 +11,33 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The trace of the request the thread serves (trace.h), or "": none. */
+static __thread char log_trace_id[33], log_span_id[17];
+
+void gateway_log_trace(const char *trace_id, const char *span_id)
+{
+	snprintf(log_trace_id, sizeof(log_trace_id), "%s", trace_id != NULL ? trace_id : "");
+	snprintf(log_span_id, sizeof(log_span_id), "%s", span_id != NULL ? span_id : "");
+}
+
 static void put_line(const char *level, const char *msg, const char *rid, const char *aid,
 		     const char *extra)
 {
 	struct timespec ts;
-	char ids[200] = "", line[1200];
+	char ids[200] = "", trace[80] = "", line[1300];
 	int n;
 
 	if (rid != NULL && rid[0] != '\0')
 		snprintf(ids, sizeof(ids), ",\"request_id\":\"%s\"%s%s%s", rid,
 			 aid != NULL ? ",\"attempt_id\":\"" : "", aid != NULL ? aid : "",
 			 aid != NULL ? "\"" : "");
+	if (log_trace_id[0] != '\0')
+		snprintf(trace, sizeof(trace), ",\"trace_id\":\"%s\",\"span_id\":\"%s\"",
+			 log_trace_id, log_span_id);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	n = snprintf(line, sizeof(line),
-		     "{\"ts\":%lld.%03ld,\"level\":\"%s\",\"msg\":\"%s\"%s%s%s}\n",
-		     (long long)ts.tv_sec, ts.tv_nsec / 1000000L, level, msg, ids,
+		     "{\"ts\":%lld.%03ld,\"level\":\"%s\",\"msg\":\"%s\"%s%s%s%s}\n",
+		     (long long)ts.tv_sec, ts.tv_nsec / 1000000L, level, msg, ids, trace,
 		     extra[0] != '\0' ? "," : "", extra);
 	if (n > 0 && write(STDERR_FILENO, line,
 			   (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1) < 0) {

@@ -9,8 +9,8 @@
 #include "sdk/c/ledger_client.h"
 
 /**
- * Writes {"ts", "level": "info", "msg": @p msg, "request_id": @p rid, "attempt_id": @p aid}
- * and the JSON members @p fmt formats (no leading comma; NULL: none).
+ * Writes {"ts", "level": "info", "msg": @p msg, "request_id": @p rid, "attempt_id": @p aid,
+ * "trace_id", "span_id"} (the trace ids of gateway_log_trace(), if set) and the JSON members @p fmt formats (no leading comma; NULL: none).
  * @p rid and @p aid may be NULL.
  */
 void gateway_log(const char *msg, const char *rid, const char *aid, const char *fmt, ...)
@@ -23,6 +23,13 @@ void gateway_log(const char *msg, const char *rid, const char *aid, const char *
  */
 void gateway_log_ledger_failure(const char *msg, const char *rid, const char *aid,
 				const struct ledger_client_error *err);
+
+/**
+ * The calling thread's lines carry "trace_id" and "span_id" (lowercase hex)
+ * from now on: those of the request or attempt it serves (trace.h). NULL:
+ * none. Copied.
+ */
+void gateway_log_trace(const char *trace_id, const char *span_id);
 
 /** Writes {"ts", "level": "warn", "msg": @p msg}: a setting that weakens a promise. */
 void gateway_warn(const char *msg);

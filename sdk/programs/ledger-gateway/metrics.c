@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "ledger/common/buf.h"
+#include "ledger/common/trace.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 
 #define N_ACTIONS 6
@@ -36,6 +37,11 @@ void gateway_metrics_request(enum gateway_outcome outcome)
 {
 	if (outcome < GATEWAY_OUTCOME_COUNT)
 		atomic_fetch_add_explicit(&m.requests[outcome], 1, memory_order_relaxed);
+}
+
+const char *gateway_metrics_outcome_name(enum gateway_outcome outcome)
+{
+	return outcome < GATEWAY_OUTCOME_COUNT ? OUTCOMES[outcome] : "unknown";
 }
 
 void gateway_metrics_attempt(void)
@@ -75,6 +81,37 @@ void gateway_metrics_added_first_byte(uint64_t us)
 static unsigned long long get(atomic_ullong *v)
 {
 	return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+/* What the tracer counted (ledger/common/trace.h), named as ledgerd names it; zeros while off. */
+static void render_tracing(struct ledger_buf *b)
+{
+	struct ledger_trace_stats st;
+
+	ledger_trace_stats(&st);
+	ledger_buf_printf(b,
+			  "# HELP ledger_trace_spans_exported_total Spans the OTLP collector "
+			  "accepted.\n# TYPE ledger_trace_spans_exported_total counter\n"
+			  "ledger_trace_spans_exported_total %llu\n",
+			  (unsigned long long)st.spans_exported);
+	ledger_buf_printf(b,
+			  "# HELP ledger_trace_spans_dropped_total Spans dropped as they ended "
+			  "because the export queue was full.\n"
+			  "# TYPE ledger_trace_spans_dropped_total counter\n"
+			  "ledger_trace_spans_dropped_total %llu\n",
+			  (unsigned long long)st.spans_dropped);
+	ledger_buf_printf(b,
+			  "# HELP ledger_trace_spans_failed_total Spans lost because their export "
+			  "failed (collector unreachable or refusing).\n"
+			  "# TYPE ledger_trace_spans_failed_total counter\n"
+			  "ledger_trace_spans_failed_total %llu\n",
+			  (unsigned long long)st.spans_failed);
+	ledger_buf_printf(
+		b,
+		"# HELP ledger_trace_exports_failed_total Export requests to the OTLP "
+		"collector that failed.\n# TYPE ledger_trace_exports_failed_total counter\n"
+		"ledger_trace_exports_failed_total %llu\n",
+		(unsigned long long)st.exports_failed);
 }
 
 char *gateway_metrics_text(struct gateway *gw)
@@ -132,6 +169,7 @@ char *gateway_metrics_text(struct gateway *gw)
 			  "ledger_gateway_added_first_byte_seconds_count %llu\n",
 			  get(&m.first_byte_count), (double)get(&m.first_byte_sum_us) / 1e6,
 			  get(&m.first_byte_count));
+	render_tracing(&b);
 	if (b.oom) {
 		ledger_buf_free(&b);
 		return NULL;

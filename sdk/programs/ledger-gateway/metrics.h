@@ -23,6 +23,8 @@ enum gateway_outcome {
 };
 
 void gateway_metrics_request(enum gateway_outcome outcome);
+/** The outcome's label ("completed", ...): static text. */
+const char *gateway_metrics_outcome_name(enum gateway_outcome outcome);
 void gateway_metrics_attempt(void);
 void gateway_metrics_failover(enum ledger_failover_action action);
 void gateway_metrics_resume(void);

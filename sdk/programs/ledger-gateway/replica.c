@@ -694,6 +694,17 @@ void gateway_replica_saw(struct gateway *gw, size_t k, enum gateway_replica_seen
 	pthread_mutex_unlock(&rep->lock);
 }
 
+const char *gateway_replica_kind_name(struct gateway *gw, size_t k)
+{
+	struct replica *rep = &gw->replicas[k];
+	const char *name;
+
+	pthread_mutex_lock(&rep->lock);
+	name = KIND_NAMES[rep->kind];
+	pthread_mutex_unlock(&rep->lock);
+	return name;
+}
+
 bool gateway_replica_runs_tools(struct gateway *gw, size_t k)
 {
 	struct replica *rep = &gw->replicas[k];

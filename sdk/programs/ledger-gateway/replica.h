@@ -62,6 +62,9 @@ void gateway_replica_saw(struct gateway *gw, size_t k, enum gateway_replica_seen
 /** Whether replica @p k gets the X-Ledger-* headers: it runs tools, or is of kind ledger. */
 bool gateway_replica_runs_tools(struct gateway *gw, size_t k);
 
+/** Replica @p k's kind as its probes found it or it was declared ("vllm", ...): static text. */
+const char *gateway_replica_kind_name(struct gateway *gw, size_t k);
+
 /** Whether the probes of replica @p k find it down (an attempt that waits for it asks). */
 bool gateway_replica_is_down(struct gateway *gw, size_t k);
 

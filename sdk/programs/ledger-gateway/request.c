@@ -37,6 +37,7 @@
 #include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/run.h"
+#include "sdk/programs/ledger-gateway/trace.h"
 
 #define MAX_ROUNDS 4 /* decisions for one request, each after a race was lost */
 
@@ -106,6 +107,7 @@ static void decide_leave(struct deciding *e)
 static void reply(struct wire_conn *conn, unsigned status, const char *headers, const char *body,
 		  size_t len)
 {
+	gateway_trace_reply(gateway_trace_current(), status, NULL);
 	if (wire_stream_head(conn, status, headers, (int64_t)len) == LEDGER_OK &&
 	    wire_stream_write(conn, body, len) == LEDGER_OK)
 		wire_stream_end(conn, true);
@@ -138,6 +140,7 @@ static void refuse(struct wire_conn *conn, const char *rid, const struct refusal
 		 rid != NULL ? "x-request-id: " : "", rid != NULL ? rid : "",
 		 rid != NULL ? "\r\n" : "", f->retry ? "true" : "false", after);
 	gateway_log("refused", rid, NULL, "\"status\":%u,\"code\":\"%s\"", f->status, f->code);
+	gateway_trace_reply(gateway_trace_current(), f->status, f->code);
 	if (body == NULL)
 		wire_stream_end(conn, false);
 	else
@@ -251,6 +254,7 @@ static bool replay(struct gateway_request *q, json_t *answer, const char *final,
 		 "Content-Type: %s\r\n%sx-request-id: %s\r\nIdempotent-Replayed: true\r\n", type,
 		 sse ? "Cache-Control: no-cache\r\n" : "", q->rid);
 	gateway_metrics_replay(row);
+	gateway_trace_repeat(q->trace, row);
 	gateway_log("replayed", q->rid, NULL, "\"row\":%d,\"from_event\":%lld", row,
 		    (long long)q->last_event_id);
 	reply(q->conn, status >= 200 && status <= 599 ? (unsigned)status : 200, headers,
@@ -275,6 +279,7 @@ static void replay_error(struct gateway_request *q, const char *error, long stat
 		 "Idempotent-Replayed: true\r\n",
 		 q->rid, retry ? "true" : "false");
 	gateway_metrics_replay(8);
+	gateway_trace_repeat(q->trace, 8);
 	gateway_log("replayed", q->rid, NULL, "\"row\":8");
 	reply(q->conn, status >= 400 && status <= 599 ? (unsigned)status : 503, headers, error,
 	      strlen(error));
@@ -287,12 +292,16 @@ static void answer_ended(struct gateway_request *q, json_t *request, json_t *ans
 	long http = 503;
 	char *error = client_error_of(request, &http);
 
+	gateway_trace_outcome(q->trace, status,
+			      (int64_t)json_integer_value(json_object_get(request, "attempts")));
 	if (strcmp(status, "completed") == 0) {
-		if (answer == NULL || !replay(q, answer, NULL, 2))
+		if (answer == NULL || !replay(q, answer, NULL, 2)) {
+			gateway_trace_repeat(q->trace, 3);
 			refuse(q->conn, q->rid,
 			       &(struct refusal){409, "answer_not_kept",
 						 "the request completed; its answer was not kept",
 						 false, 0});
+		}
 	} else if (strcmp(status, "terminated") == 0 && error != NULL) {
 		/* No answer: the gateway that ran it died; only the error is known. */
 		if (!replay(q, answer, error, 7))
@@ -326,6 +335,7 @@ struct step {
 	json_t *answer;          /* ENDED: its kept answer, owned, or NULL */
 	struct refusal refusal;  /* REFUSE */
 	uint64_t wait_ms;        /* WAIT: then decide again */
+	int row;                 /* the row of "A repeat of a key" that applied; 0: a new request */
 };
 
 /* A refusal of POST attempts or of failover, as the client is answered. */
@@ -376,28 +386,37 @@ static void refused_attempt(const struct ledger_client_error *err, bool *waited,
 	json_decref(body);
 }
 
-/* What the attempt @p aid of @p q on the replica @p pick chose is begun with. */
+/*
+ * What the attempt @p aid of @p q on the replica @p pick chose is begun
+ * with, in the trace context @p w (its span's).
+ */
 static struct ledger_attempt_spec attempt_spec(const struct gateway_request *q, const char *aid,
 					       const struct gateway_replica_pick *pick,
-					       const char *input)
+					       const char *input,
+					       const struct gateway_trace_wire *w)
 {
-	return (struct ledger_attempt_spec){.request_id = q->rid,
-					    .attempt_id = aid,
-					    .replica = gw->replicas[pick->index].name,
-					    .model_revision = pick->revision,
-					    .lease_ms = gw->lease_ms,
-					    .max_attempts = gw->max_attempts,
-					    .gateway = gw->id,
-					    .identity = pick->identity,
-					    .input_sha256 = input};
+	return (struct ledger_attempt_spec){
+		.traceparent = w->traceparent[0] != '\0' ? w->traceparent : NULL,
+		.tracestate = w->tracestate[0] != '\0' ? w->tracestate : NULL,
+		.request_id = q->rid,
+		.attempt_id = aid,
+		.replica = gw->replicas[pick->index].name,
+		.model_revision = pick->revision,
+		.lease_ms = gw->lease_ms,
+		.max_attempts = gw->max_attempts,
+		.gateway = gw->id,
+		.identity = pick->identity,
+		.input_sha256 = input};
 }
 
-/* Starts a run of the attempt begun for @p q, which takes its body. */
+/* Starts a run of the attempt begun for @p q, which takes its body and @p span. */
 static void start_run(struct gateway_request *q, const char *input, unsigned attempts,
-		      struct ledger_attempt *attempt, const struct gateway_replica_pick *pick,
-		      struct step *s)
+		      struct ledger_attempt *attempt, struct ledger_span *span,
+		      const struct gateway_replica_pick *pick, struct step *s)
 {
 	struct gateway_run_start st = {.request_id = q->rid,
+				       .trace = q->trace,
+				       .span = span,
 				       .keyed = q->keyed,
 				       .input_sha256 = input,
 				       .body = q->body,
@@ -433,6 +452,9 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 	struct ledger_client_error err = {0};
 	struct ledger_attempt *attempt = NULL;
 	struct ledger_attempt_spec spec;
+	struct ledger_trace_ctx parent;
+	struct gateway_trace_wire w;
+	struct ledger_span *span;
 	char aid[16];
 
 	if (pick.index == GATEWAY_REPLICA_NONE) {
@@ -441,14 +463,22 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 		return;
 	}
 	snprintf(aid, sizeof(aid), "a%u", n + 1);
-	spec = attempt_spec(q, aid, &pick, input);
+	/* The attempt's span starts first: ledgerd's begin of it is its child. */
+	gateway_trace_context(q->trace, &parent);
+	span = gateway_trace_attempt_start(&parent, gw, pick.index, q->model, aid);
+	gateway_trace_attempt_wire(span, &parent, &w);
+	spec = attempt_spec(q, aid, &pick, input, &w);
 	if (ledger_client_attempt_begin(gw->ledger, &spec, &attempt, &err) == LEDGER_CLIENT_OK) {
-		start_run(q, input, n + 1, attempt, &pick, s); /* the run has the replica */
+		gateway_trace_attempt_begun(span, ledger_client_attempt_epoch(attempt));
+		start_run(q, input, n + 1, attempt, span, &pick, s); /* the run has the replica */
 		pick.index = GATEWAY_REPLICA_NONE;
-	} else if (err.status == 0) {
-		*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
 	} else {
-		refused_attempt(&err, waited, s);
+		gateway_trace_attempt_end(span, "not_begun",
+					  err.status == 0 ? "ledger_unavailable" : err.code);
+		if (err.status == 0)
+			*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
+		else
+			refused_attempt(&err, waited, s);
 	}
 	if (pick.index != GATEWAY_REPLICA_NONE)
 		gateway_replica_put(gw, pick.index);
@@ -456,6 +486,19 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 		gateway_log_ledger_failure("attempt not begun", q->rid, aid, &err);
 	gateway_replica_pick_clear(&pick);
 	ledger_client_error_clear(&err);
+}
+
+/* The calls on an adopted attempt (a dead gateway's) carry the context of the request's span. */
+static void trace_adopted(const struct gateway_request *q, struct ledger_attempt *source)
+{
+	struct ledger_trace_ctx own;
+	struct gateway_trace_wire w;
+
+	gateway_trace_context(q->trace, &own);
+	gateway_trace_attempt_wire(NULL, &own, &w);
+	if (w.traceparent[0] != '\0')
+		ledger_client_attempt_set_trace(source, w.traceparent,
+						w.tracestate[0] != '\0' ? w.tracestate : NULL);
 }
 
 /*
@@ -473,11 +516,17 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 	struct ledger_attempt_spec next;
 	struct ledger_decision d = {0};
 	struct ledger_attempt *source = NULL;
+	struct ledger_span *span = NULL; /* the rerun's, should ledgerd begin it */
+	struct ledger_trace_ctx parent;
+	struct gateway_trace_wire w;
 	char next_aid[16];
 
 	snprintf(next_aid, sizeof(next_aid), "a%u", n + 1);
 	if (pick.index != GATEWAY_REPLICA_NONE) {
-		next = attempt_spec(q, next_aid, &pick, input);
+		gateway_trace_context(q->trace, &parent);
+		span = gateway_trace_attempt_start(&parent, gw, pick.index, q->model, next_aid);
+		gateway_trace_attempt_wire(span, &parent, &w);
+		next = attempt_spec(q, next_aid, &pick, input, &w);
 		opts.next = &next;
 	}
 	if (ledger_client_attempt_adopt(gw->ledger, q->rid, aid, &source) != LEDGER_CLIENT_OK) {
@@ -485,14 +534,24 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		goto out;
 	}
 	gateway_log("taking over", q->rid, aid, NULL);
+	trace_adopted(q, source);
 	if (ledger_client_failover(source, LEDGER_SIGNAL_HEARTBEAT_TIMEOUT, &opts, &d, &err) !=
 	    LEDGER_CLIENT_OK) {
 		if (err.status == 0)
 			*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
 		else
 			refused_attempt(&err, waited, s);
-	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL && d.next != NULL) {
-		start_run(q, input, n + 1, ledger_client_decision_take_next(&d), &pick, s);
+		goto out;
+	}
+	gateway_trace_failover(q->trace, ledger_client_signal_name(LEDGER_SIGNAL_HEARTBEAT_TIMEOUT),
+			       ledger_client_action_name(d.action), aid,
+			       d.next != NULL ? next_aid : NULL);
+	if (d.action == LEDGER_FAILOVER_RETRY_PREFILL && d.next != NULL) {
+		struct ledger_attempt *taken = ledger_client_decision_take_next(&d);
+
+		gateway_trace_attempt_begun(span, ledger_client_attempt_epoch(taken));
+		start_run(q, input, n + 1, taken, span, &pick, s);
+		span = NULL;
 		pick.index = GATEWAY_REPLICA_NONE; /* the run has the replica */
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL) {
 		*s = (struct step){.kind = STEP_REFUSE, .refusal = NO_REPLICA};
@@ -508,6 +567,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		s->kind = STEP_AGAIN; /* the request ended: its view says how */
 	}
 out:
+	gateway_trace_attempt_discard(span); /* ledgerd began no rerun */
 	if (pick.index != GATEWAY_REPLICA_NONE)
 		gateway_replica_put(gw, pick.index);
 	ledger_client_attempt_free(source);
@@ -546,12 +606,15 @@ static void decide_open(struct gateway_request *q, const char *input, json_t *vi
 	if (holds && left > 0) {
 		s->kind = STEP_REFUSE;
 		s->refusal = IN_PROGRESS;
+		s->row = 5;
 	} else if ((holds || (state != NULL && strcmp(state, "expired") == 0)) &&
 		   json_is_string(json_object_get(a, "attempt_id"))) {
 		take_over(q, input, json_string_value(json_object_get(a, "attempt_id")), n,
 			  revision, waited, s);
+		s->row = 6;
 	} else {
 		begin_next(q, input, n, revision, waited, s);
+		s->row = 9;
 	}
 }
 
@@ -583,11 +646,12 @@ static void decide(struct gateway_request *q, const char *input, bool *waited, s
 	*s = (struct step){.kind = STEP_REFUSE, .refusal = LEDGER_DOWN};
 	if (run != NULL) {
 		if (gateway_run_same_input(run, input)) {
-			*s = (struct step){.kind = STEP_RUN, .run = run};
+			*s = (struct step){.kind = STEP_RUN, .run = run, .row = 4};
 			return;
 		}
 		gateway_run_release(run);
 		s->refusal = KEY_REUSED;
+		s->row = 1;
 		return;
 	}
 	if (ledger_client_request_get(gw->ledger, q->rid, NULL, &ans, &err) != LEDGER_CLIENT_OK) {
@@ -603,6 +667,7 @@ static void decide(struct gateway_request *q, const char *input, bool *waited, s
 		goto out;
 	if (kept_input != NULL && strcmp(kept_input, input) != 0) {
 		s->refusal = KEY_REUSED;
+		s->row = 1;
 	} else if (strcmp(status, "open") == 0) {
 		decide_open(q, input, view,
 			    (unsigned)json_integer_value(json_object_get(request, "attempts")),
@@ -612,6 +677,7 @@ static void decide(struct gateway_request *q, const char *input, bool *waited, s
 			   (unsigned)json_integer_value(json_object_get(request, "attempts")),
 			   json_string_value(json_object_get(request, "model_revision")), waited,
 			   s);
+		s->row = 9;
 	} else {
 		*s = (struct step){.kind = STEP_ENDED, .request = json_incref(request)};
 		fetch_answer(q, s);
@@ -634,6 +700,8 @@ static void serve_keyed(struct gateway_request *q, const char *input)
 		decide_enter(&entry);
 		decide(q, input, &waited, &s);
 		decide_leave(&entry);
+		if (s.row > 0)
+			gateway_trace_repeat(q->trace, s.row);
 		switch (s.kind) {
 		case STEP_RUN:
 			if (!s.starter)
@@ -653,6 +721,7 @@ static void serve_keyed(struct gateway_request *q, const char *input)
 			json_decref(s.answer);
 			return;
 		case STEP_REFUSE:
+			gateway_trace_outcome(q->trace, "refused", -1);
 			refuse(q->conn, q->rid, &s.refusal);
 			return;
 		case STEP_WAIT:
@@ -662,6 +731,7 @@ static void serve_keyed(struct gateway_request *q, const char *input)
 			break;
 		}
 	}
+	gateway_trace_outcome(q->trace, "refused", -1);
 	refuse(q->conn, q->rid, &IN_PROGRESS);
 }
 
@@ -678,6 +748,7 @@ static void serve_keyless(struct gateway_request *q, const char *input)
 		gateway_run_serve(s.run, q->conn, -1, true);
 		gateway_run_release(s.run);
 	} else {
+		gateway_trace_outcome(q->trace, "refused", -1);
 		refuse(q->conn, q->rid, s.kind == STEP_REFUSE ? &s.refusal : &LEDGER_DOWN);
 	}
 }

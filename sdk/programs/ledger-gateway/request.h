@@ -14,6 +14,7 @@
 #include "api/wire/conn.h"
 #include "sdk/programs/ledger-gateway/config.h"
 #include "sdk/programs/ledger-gateway/key.h"
+#include "sdk/programs/ledger-gateway/trace.h"
 
 /* A request as its head and body gave it. */
 struct gateway_request {
@@ -25,6 +26,7 @@ struct gateway_request {
 	bool keyed;                    /* the client named the logical request */
 	char rid[GATEWAY_RID_LEN + 1]; /* the request id its key derives, or a new one */
 	int64_t last_event_id;         /* keyed: the Last-Event-ID it sent; -1: none */
+	struct gateway_trace *trace;   /* its SERVER span, ended when the call ends; or NULL */
 };
 
 /** Remembers the settings every request reads (borrowed for the process's life). */

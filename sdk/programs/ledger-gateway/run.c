@@ -33,6 +33,7 @@
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
+#include "sdk/programs/ledger-gateway/trace.h"
 #include "sdk/programs/ledger-gateway/upstream.h"
 
 #define MAX_FENCE_WAIT_MS 60000u
@@ -83,8 +84,15 @@ struct gateway_run {
 	bool settled_any;   /* a tool call of the request is settled: a rerun under another
 	                         request id would run it again */
 	struct seen seen;
+	struct ledger_trace_ctx parent; /* the attempts' parent: the starting request's span */
+	struct ledger_span *span;       /* the current attempt's span, or NULL */
+	struct ledger_span *next_span;  /* the rerun's, made before ledgerd decides on it */
+	const char *attempt_end;        /* how the current attempt ended, as its span says */
+	char attempt_error[64];         /* its error.type, or "" */
 
 	/* Under lock. */
+	struct gateway_trace *trace; /* the span of the client attached last (held): the run's
+	                                events and outcome go there */
 	struct event *events;
 	size_t n_events, cap_events;
 	bool ended;             /* no event will come */
@@ -132,6 +140,50 @@ static void log_ledger_failure(const char *msg, const struct gateway_run *r,
 			       const struct ledger_client_error *err)
 {
 	gateway_log_ledger_failure(msg, r->rid, aid_of(r), err);
+}
+
+/* --- its spans --- */
+
+/* The span the run's events go to, with a reference for the caller (or NULL). */
+static struct gateway_trace *run_trace(struct gateway_run *r)
+{
+	struct gateway_trace *t;
+
+	pthread_mutex_lock(&r->lock);
+	t = r->trace;
+	gateway_trace_hold(t);
+	pthread_mutex_unlock(&r->lock);
+	return t;
+}
+
+/* Counts how the request's answer ended, and says it on the span of its client. */
+static void count_outcome(struct gateway_run *r, enum gateway_outcome outcome)
+{
+	struct gateway_trace *t = run_trace(r);
+
+	gateway_metrics_request(outcome);
+	gateway_trace_outcome(t, gateway_metrics_outcome_name(outcome), r->attempts);
+	gateway_trace_release(t);
+}
+
+/* Notes how the current attempt ended, for its span; the first word stays. */
+static void attempt_ended(struct gateway_run *r, const char *outcome, const char *error)
+{
+	if (r->attempt_end != NULL)
+		return;
+	r->attempt_end = outcome;
+	snprintf(r->attempt_error, sizeof(r->attempt_error), "%s", error != NULL ? error : "");
+}
+
+/* The first delta is delivered, the point of no retry: on the attempt's span and the request's. */
+static void first_delta(struct gateway_run *r)
+{
+	struct ledger_trace_attr attr = {"ledger.attempt_id", LEDGER_ATTR_STR, {.s = aid_of(r)}};
+	struct gateway_trace *t = run_trace(r);
+
+	ledger_span_add_event(r->span, "first_delta", 0, &attr, 1);
+	gateway_trace_event(t, "first_delta", &attr, 1);
+	gateway_trace_release(t);
 }
 
 /* --- the table of keyed runs --- */
@@ -196,6 +248,7 @@ void gateway_run_release(struct gateway_run *r)
 	free(r->model);
 	free(r->revision);
 	free(r->body);
+	gateway_trace_release(r->trace);
 	pthread_cond_destroy(&r->changed);
 	pthread_mutex_destroy(&r->lock);
 	free(r);
@@ -322,6 +375,10 @@ static enum client_state look_at_client(struct gateway_run *r)
 	}
 	ledger_client_error_clear(&err);
 	if (state == CLIENT_GONE && r->keyed) {
+		struct gateway_trace *t = run_trace(r);
+
+		gateway_trace_event(t, "hold_ended", NULL, 0);
+		gateway_trace_release(t);
 		gateway_log("hold ended", r->rid, aid_of(r), NULL);
 		if (ledger_client_attempt_client_event(r->attempt, LEDGER_CLIENT_EVENT_HOLD_ENDED,
 						       -1, -1, &err) != LEDGER_CLIENT_OK)
@@ -544,6 +601,11 @@ static void drop_attempt(struct gateway_run *r)
 	close_upstream(r);
 	ledger_client_attempt_free(r->attempt); /* stops its heartbeat */
 	r->attempt = NULL;
+	gateway_trace_attempt_end(r->span, r->attempt_end != NULL ? r->attempt_end : "failed",
+				  r->attempt_error[0] != '\0' ? r->attempt_error : NULL);
+	r->span = NULL;
+	r->attempt_end = NULL;
+	r->attempt_error[0] = '\0';
 }
 
 /*
@@ -567,11 +629,16 @@ static void stop_and_ack(struct gateway_run *r)
 static bool start_upstream(struct gateway_run *r, const char *settled)
 {
 	const struct replica *rep = &gw->replicas[r->replica];
+	struct gateway_trace_wire w;
 	struct upstream_target t = {.url = rep->url,
 				    .api_key = rep->api_key,
 				    .ledger_headers = gateway_replica_runs_tools(gw, r->replica),
 				    .stream = r->stream};
 
+	gateway_trace_attempt_wire(r->span, &r->parent, &w);
+	t.traceparent = w.traceparent[0] != '\0' ? w.traceparent : NULL;
+	t.tracestate = w.tracestate[0] != '\0' ? w.tracestate : NULL;
+	gateway_trace_log_span(r->span, &r->parent); /* the thread's lines are the attempt's */
 	prelude_clear(r);
 	r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
 			      settled != NULL ? settled : "[]");
@@ -587,20 +654,23 @@ static bool start_upstream(struct gateway_run *r, const char *settled)
 	return true;
 }
 
-/* The spec of the request's next attempt, on the replica of @p pick. */
+/* The spec of the request's next attempt @p aid, on the replica of @p pick, in the context @p w. */
 static struct ledger_attempt_spec next_spec(struct gateway_run *r,
-					    const struct gateway_replica_pick *pick, char aid[16])
+					    const struct gateway_replica_pick *pick,
+					    const char *aid, const struct gateway_trace_wire *w)
 {
-	snprintf(aid, 16, "a%u", r->attempts + 1);
-	return (struct ledger_attempt_spec){.request_id = r->rid,
-					    .attempt_id = aid,
-					    .replica = gw->replicas[pick->index].name,
-					    .model_revision = pick->revision,
-					    .lease_ms = gw->lease_ms,
-					    .max_attempts = gw->max_attempts,
-					    .gateway = gw->id,
-					    .identity = pick->identity,
-					    .input_sha256 = r->input_sha256};
+	return (struct ledger_attempt_spec){
+		.traceparent = w->traceparent[0] != '\0' ? w->traceparent : NULL,
+		.tracestate = w->tracestate[0] != '\0' ? w->tracestate : NULL,
+		.request_id = r->rid,
+		.attempt_id = aid,
+		.replica = gw->replicas[pick->index].name,
+		.model_revision = pick->revision,
+		.lease_ms = gw->lease_ms,
+		.max_attempts = gw->max_attempts,
+		.gateway = gw->id,
+		.identity = pick->identity,
+		.input_sha256 = r->input_sha256};
 }
 
 /* Starts the attempt the run was handed. @return NULL, or the client error to answer with */
@@ -629,6 +699,9 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 	struct ledger_failover_opts opts = {.delivered_answer = kept};
 	struct ledger_attempt_spec next;
 	struct gateway_replica_pick pick = {.index = GATEWAY_REPLICA_NONE};
+	struct gateway_trace *t = run_trace(r);
+	struct ledger_span *next_span = NULL; /* the rerun's, kept if ledgerd begins it */
+	struct gateway_trace_wire w;
 	char next_aid[16];
 	enum ledger_client_err rc;
 	uint64_t waited = 0;
@@ -649,7 +722,11 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 	    r->delivered == 0)
 		pick = gateway_replica_pick(gw, r->model, r->replica, r->revision);
 	if (pick.index != GATEWAY_REPLICA_NONE) {
-		next = next_spec(r, &pick, next_aid);
+		snprintf(next_aid, sizeof(next_aid), "a%u", r->attempts + 1);
+		next_span =
+			gateway_trace_attempt_start(&r->parent, gw, pick.index, r->model, next_aid);
+		gateway_trace_attempt_wire(next_span, &r->parent, &w);
+		next = next_spec(r, &pick, next_aid, &w);
 		opts.next = &next;
 	}
 	for (;;) {
@@ -663,6 +740,8 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 		gateway_log("waiting for the fence", r->rid, aid_of(r), "\"retry_after_ms\":%llu",
 			    (unsigned long long)d->retry_after_ms);
 		gateway_metrics_failover(d->action);
+		gateway_trace_failover(t, ledger_client_signal_name(signal),
+				       ledger_client_action_name(d->action), aid_of(r), NULL);
 		close_upstream(r);
 		sleep_ms(d->retry_after_ms + 10);
 		waited += d->retry_after_ms + 10;
@@ -673,7 +752,14 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 			    ledger_client_signal_name(signal),
 			    ledger_client_action_name(d->action));
 		gateway_metrics_failover(d->action);
+		gateway_trace_failover(t, ledger_client_signal_name(signal),
+				       ledger_client_action_name(d->action), aid_of(r),
+				       d->action == LEDGER_FAILOVER_RETRY_PREFILL && d->next != NULL
+					       ? next_aid
+					       : NULL);
 		if (d->action == LEDGER_FAILOVER_RETRY_PREFILL && d->next != NULL) {
+			r->next_span = next_span; /* fail_over_early() moves to it */
+			next_span = NULL;
 			close_upstream(r); /* the old replica's request in flight ends here */
 			r->replica = pick.index;
 			r->counted = true;
@@ -682,6 +768,15 @@ static enum ledger_client_err ask_failover_marking(struct gateway_run *r, enum l
 			stop_and_ack(r);
 		}
 	}
+	/* Slow is not failed: keep_waiting goes on with the attempt. */
+	if (rc != LEDGER_CLIENT_OK || d->action != LEDGER_FAILOVER_KEEP_WAITING) {
+		if (signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED)
+			attempt_ended(r, "cancelled", NULL);
+		else
+			attempt_ended(r, "failed", ledger_client_signal_name(signal));
+	}
+	gateway_trace_attempt_discard(next_span); /* ledgerd began no rerun */
+	gateway_trace_release(t);
 	if (pick.index != GATEWAY_REPLICA_NONE)
 		gateway_replica_put(gw, pick.index);
 	gateway_replica_pick_clear(&pick);
@@ -729,6 +824,9 @@ static char *fail_over_early(struct gateway_run *r, enum ledger_signal signal, b
 		note_settled(r, d.settled_tool_calls);
 		drop_attempt(r);
 		r->attempt = ledger_client_decision_take_next(&d);
+		r->span = r->next_span;
+		r->next_span = NULL;
+		gateway_trace_attempt_begun(r->span, ledger_client_attempt_epoch(r->attempt));
 		r->attempts++;
 		if (!start_upstream(r, d.settled_tool_calls))
 			error = local_error(r, "internal_error", "out of memory", true);
@@ -752,7 +850,7 @@ static void abandon(struct gateway_run *r)
 
 	if (ask_failover(r, LEDGER_SIGNAL_CLIENT_DISCONNECTED, NULL, &d, &err) != LEDGER_CLIENT_OK)
 		gateway_log("failover refused", r->rid, aid_of(r), "\"code\":\"%s\"", err.code);
-	gateway_metrics_request(GATEWAY_OUTCOME_ABANDONED);
+	count_outcome(r, GATEWAY_OUTCOME_ABANDONED);
 	ledger_client_decision_clear(&d);
 	ledger_client_error_clear(&err);
 }
@@ -807,6 +905,7 @@ static void pass_on(struct gateway_run *r, const struct upstream_answer *a)
 	text = ce != NULL ? json_dumps(ce, JSON_COMPACT) : NULL;
 	opts.client_error = text;
 	ledger_client_heartbeat_stop(r->attempt);
+	attempt_ended(r, "client_error", NULL);
 	if (text == NULL ||
 	    ledger_client_attempt_end(r->attempt, false, 0, &opts, &err) != LEDGER_CLIENT_OK)
 		log_ledger_failure("client error not recorded", r, &err);
@@ -820,7 +919,7 @@ static void pass_on(struct gateway_run *r, const struct upstream_answer *a)
 	r->refusal_body = strndup(a->body, a->len);
 	r->refusal_type = strdup(kept.content_type);
 	pthread_mutex_unlock(&r->lock);
-	gateway_metrics_request(GATEWAY_OUTCOME_CLIENT_ERROR);
+	count_outcome(r, GATEWAY_OUTCOME_CLIENT_ERROR);
 	free(text);
 	json_decref(ce);
 	json_decref(doc);
@@ -895,8 +994,12 @@ static char *first_event(struct gateway_run *r, char **event)
 			/* The point of no retry: durable before the first byte goes out. */
 			atomic_store(&r->engine_first_us, now_us());
 			upstream_quiet_from_now(r->up); /* the wait was ours, not the replica's */
-			if (ledger_client_attempt_deliver(r->attempt, 1, &err) == LEDGER_CLIENT_OK)
+			if (ledger_client_attempt_deliver(r->attempt, 1, &err) ==
+			    LEDGER_CLIENT_OK) {
+				first_delta(r);
 				break;
+			}
+			attempt_ended(r, "fenced", err.code[0] != '\0' ? err.code : NULL);
 			free(*event);
 			*event = NULL;
 			signal = LEDGER_SIGNAL_HEARTBEAT_TIMEOUT; /* fenced: it must not publish */
@@ -929,12 +1032,15 @@ static void complete(struct gateway_run *r)
 	 * kept before the last byte goes out. */
 	kept_make(r, SIZE_MAX, done, &k);
 	opts.answer = &k.answer;
-	if (ledger_client_attempt_end(r->attempt, true, r->delivered, &opts, &err) !=
+	if (ledger_client_attempt_end(r->attempt, true, r->delivered, &opts, &err) ==
 	    LEDGER_CLIENT_OK) {
+		attempt_ended(r, "finished", NULL);
+	} else {
 		/* Not on record as complete: [DONE] would be a claim the ledger does not back.
 		 * A repeat with the key learns how the request ended. */
 		char *final = refusal_client_error(&err), *event = NULL;
 
+		attempt_ended(r, "failed", "finish_refused");
 		gateway_log("finish refused", r->rid, aid_of(r), "\"code\":\"%s\"", err.code);
 		free(done);
 		done = NULL;
@@ -949,7 +1055,7 @@ static void complete(struct gateway_run *r)
 	}
 	if (done != NULL && !publish(r, done))
 		gateway_log("out of memory", r->rid, aid_of(r), NULL);
-	gateway_metrics_request(GATEWAY_OUTCOME_COMPLETED);
+	count_outcome(r, GATEWAY_OUTCOME_COMPLETED);
 	kept_clear(&k);
 	ledger_client_error_clear(&err);
 }
@@ -982,9 +1088,8 @@ static void end_after_delta(struct gateway_run *r, enum ledger_signal signal)
 	 * the last client left reached no one. */
 	r->delivered = tokens_in(r, n);
 	kept_make(r, n, NULL, &k);
-	gateway_metrics_request(signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED
-					? GATEWAY_OUTCOME_ABANDONED
-					: GATEWAY_OUTCOME_TERMINATED);
+	count_outcome(r, signal == LEDGER_SIGNAL_CLIENT_DISCONNECTED ? GATEWAY_OUTCOME_ABANDONED
+								     : GATEWAY_OUTCOME_TERMINATED);
 	if (ask_failover(r, signal, &k.answer, &d, &err) != LEDGER_CLIENT_OK) {
 		ce = refusal_client_error(&err);
 		if (ce == NULL)
@@ -1096,6 +1201,7 @@ static void complete_whole(struct gateway_run *r, char *answer)
 	    LEDGER_CLIENT_OK) {
 		char *final = refusal_client_error(&err);
 
+		attempt_ended(r, "failed", "finish_refused");
 		log_ledger_failure("finish refused", r, &err);
 		if (final == NULL)
 			final = local_error(r, "ledger_unavailable",
@@ -1104,9 +1210,10 @@ static void complete_whole(struct gateway_run *r, char *answer)
 		free(type);
 		ledger_client_error_clear(&err);
 		refuse(r, final, 503);
-		gateway_metrics_request(GATEWAY_OUTCOME_REFUSED);
+		count_outcome(r, GATEWAY_OUTCOME_REFUSED);
 		return;
 	}
+	attempt_ended(r, "finished", NULL);
 	pthread_mutex_lock(&r->lock);
 	r->refusal_status = 200;
 	free(r->refusal_body);
@@ -1114,18 +1221,21 @@ static void complete_whole(struct gateway_run *r, char *answer)
 	r->refusal_body = answer;
 	r->refusal_type = type;
 	pthread_mutex_unlock(&r->lock);
-	gateway_metrics_request(GATEWAY_OUTCOME_COMPLETED);
+	count_outcome(r, GATEWAY_OUTCOME_COMPLETED);
 }
 
 /* The run's thread: its attempts, from the first to the end of the request's stream. */
 static void *run_main(void *arg)
 {
 	struct gateway_run *r = arg;
-	char *event = NULL, *error = first_event(r, &event);
+	char *event = NULL, *error;
+
+	gateway_trace_log_span(r->span, &r->parent);
+	error = first_event(r, &event);
 
 	if (error != NULL) {
 		refuse(r, error, 503);
-		gateway_metrics_request(GATEWAY_OUTCOME_REFUSED);
+		count_outcome(r, GATEWAY_OUTCOME_REFUSED);
 	} else if (event != NULL && !r->stream) {
 		complete_whole(r, event);
 	} else if (event != NULL) {
@@ -1143,6 +1253,8 @@ static void *run_main(void *arg)
 	}
 	prelude_clear(r);
 	drop_attempt(r); /* closing the upstream is what tells the replica to stop */
+	gateway_trace_attempt_discard(r->next_span);
+	r->next_span = NULL;
 	if (r->keyed && unlist(r))
 		gateway_run_release(r); /* the table's */
 	pthread_mutex_lock(&r->lock);
@@ -1175,9 +1287,15 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	r->replica = st->replica;
 	r->counted = true;
 	r->stream = st->stream;
+	r->span = st->span;
+	st->span = NULL;
+	r->trace = st->trace;
+	gateway_trace_hold(r->trace);
+	gateway_trace_context(st->trace, &r->parent);
 	if ((st->model != NULL && (r->model = strdup(st->model)) == NULL) ||
 	    (st->revision != NULL && (r->revision = strdup(st->revision)) == NULL)) {
 		drop_attempt(r);
+		gateway_trace_release(r->trace);
 		free(r->model);
 		free(r->body);
 		free(r);
@@ -1214,6 +1332,8 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	return r;
 fail:
 	free(st->body);
+	gateway_trace_attempt_end(st->span, "failed", "internal_error");
+	st->span = NULL;
 	ledger_client_attempt_free(st->attempt);
 	gateway_replica_put(gw, st->replica);
 	st->body = NULL;
@@ -1231,14 +1351,29 @@ static void detach(struct gateway_run *r, uint64_t gen)
 		uint32_t hold = !r->keyed         ? 0
 				: r->written == 0 ? gw->first_byte_hold_ms
 						  : gw->resume_hold_ms;
+		struct ledger_trace_attr attr = {"ledger.hold_ms", LEDGER_ATTR_INT, {.i = hold}};
 
 		r->attached = false;
 		r->hold_until = gateway_now_ms() + hold;
 		atomic_store(&r->wake_at, r->hold_until);
 		pthread_cond_broadcast(&r->changed);
+		if (!r->ended) /* a client that got the whole answer did not leave it */
+			gateway_trace_event(gateway_trace_current(), "client_disconnected", &attr,
+					    1);
 	}
 	pthread_mutex_unlock(&r->lock);
 	atomic_store(&r->poke, true);
+}
+
+/* A refusal's status and code (error.code of its body, if it is the envelope) on the client's span. */
+static void trace_refusal(long status, const char *body)
+{
+	json_t *doc = status >= 400 && body != NULL ? json_loads(body, 0, NULL) : NULL;
+	const char *code =
+		json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
+
+	gateway_trace_reply(gateway_trace_current(), (unsigned)status, code);
+	json_decref(doc);
 }
 
 /* Answers the refusal a run ended with, before any byte of a stream. */
@@ -1267,6 +1402,7 @@ static void answer_refusal(struct gateway_run *r, struct wire_conn *conn)
 				   true);
 	}
 	len = body != NULL ? strlen(body) : 0;
+	trace_refusal(status, body);
 	snprintf(headers, sizeof(headers), "Content-Type: %s\r\nx-request-id: %s\r\n%s%s%s",
 		 type != NULL ? type : "application/json", r->rid,
 		 status >= 400 ? "x-should-retry: " : "",
@@ -1289,6 +1425,7 @@ static void replaced(struct gateway_run *r, struct wire_conn *conn, bool head, s
 
 	if (body == NULL)
 		return;
+	gateway_trace_reply(gateway_trace_current(), head ? 200 : 409, "stream_resumed_elsewhere");
 	if (head) {
 		/* Numbered as the last event this client got: a resume from it misses nothing. */
 		if (asprintf(&event, "id: %zu\ndata: %s\n\n", next, body) >= 0 &&
@@ -1368,6 +1505,7 @@ static bool write_events(struct gateway_run *r, struct wire_conn *conn, size_t *
 			 "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 			 "x-request-id: %s\r\n",
 			 r->rid);
+		gateway_trace_reply(gateway_trace_current(), 200, NULL);
 		if (wire_stream_head(conn, 200, headers, -1) != LEDGER_OK)
 			return false;
 		*head = true;
@@ -1388,6 +1526,7 @@ static bool write_events(struct gateway_run *r, struct wire_conn *conn, size_t *
 bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
 		       bool starter)
 {
+	struct gateway_trace *mine = gateway_trace_current(), *left = NULL;
 	size_t next = 0;
 	bool head = false;
 	uint64_t gen;
@@ -1404,8 +1543,15 @@ bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t la
 		pthread_mutex_unlock(&r->lock);
 		return false;
 	}
-	if (!starter)
+	if (!starter) {
 		gateway_metrics_resume();
+		/* The run's events go to the span of the client it serves now. */
+		if (mine != NULL) {
+			left = r->trace;
+			gateway_trace_hold(mine);
+			r->trace = mine;
+		}
+	}
 	gen = starter ? r->gen : ++r->gen;
 	r->attached = true;
 	r->resumed_from = last_event_id;
@@ -1415,6 +1561,9 @@ bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t la
 		next = (size_t)last_event_id;
 	pthread_cond_broadcast(&r->changed);
 	pthread_mutex_unlock(&r->lock);
+	gateway_trace_release(left);
+	if (!starter)
+		gateway_trace_resumed(mine, last_event_id, &r->parent);
 	atomic_store(&r->poke, true);
 	for (;;) {
 		switch (wait_turn(r, conn, gen, next)) {

@@ -19,6 +19,7 @@
 
 #include "api/wire/conn.h"
 #include "sdk/programs/ledger-gateway/config.h"
+#include "sdk/programs/ledger-gateway/trace.h"
 
 struct gateway_run; /* reference-counted */
 
@@ -34,7 +35,10 @@ struct gateway_run_start {
 	size_t replica;    /* its replica, whose request in flight the run takes (and gives back) */
 	bool stream;       /* an SSE stream was asked for; else one JSON answer */
 	const char *model; /* the model asked for, or NULL */
-	const char *revision; /* the request's model revision: every rerun's */
+	const char *revision;        /* the request's model revision: every rerun's */
+	struct gateway_trace *trace; /* the span of the request that starts the run, or NULL:
+	                                the run holds a reference; its attempts' parent */
+	struct ledger_span *span;    /* the begun attempt's span, taken; or NULL */
 };
 
 /** Remembers the settings every run reads (borrowed for the process's life). */
@@ -65,7 +69,8 @@ void gateway_run_release(struct gateway_run *r);
  * client leaves, or another client takes the run over (then this one ends
  * with a final stream_resumed_elsewhere event). A run that ends before its
  * first event answers with its refusal. Ends the reply. @p starter: the
- * request that started the run, attached from its start.
+ * request that started the run, attached from its start. A repeat's span
+ * (the thread's gateway_trace_current()) gets the run's events from then on.
  * @return true; false, with nothing written, when @p r was ending (its
  *         clients gone past the hold) and a repeat could no longer attach:
  *         it has ended since, and its request's record in ledgerd says what

@@ -153,6 +153,11 @@ struct upstream *upstream_open(const struct upstream_target *t, const char *body
 		headers_ok = asprintf(&bearer, "Bearer %s", t->api_key) >= 0 &&
 			     add_header(&u->headers, "Authorization", bearer);
 	free(bearer);
+	/* The attempt's span is the engine's parent (W3C Trace Context). */
+	if (headers_ok && t->traceparent != NULL)
+		headers_ok = add_header(&u->headers, "traceparent", t->traceparent) &&
+			     (t->tracestate == NULL ||
+			      add_header(&u->headers, "tracestate", t->tracestate));
 	if (headers_ok && t->ledger_headers)
 		headers_ok = add_header(&u->headers, "X-Ledger-Request-Id", request_id) &&
 			     add_header(&u->headers, "X-Ledger-Attempt-Id", attempt_id) &&

@@ -28,10 +28,12 @@ enum upstream_read {
 
 /* Where a completion goes and how. Borrowed for upstream_open()'s call. */
 struct upstream_target {
-	const char *url;     /* the replica's base URL */
-	const char *api_key; /* sent as "Authorization: Bearer"; NULL: none */
-	bool ledger_headers; /* X-Ledger-Request-Id, -Attempt-Id and -Settled-Tool-Calls */
-	bool stream;         /* the client asked for an SSE stream */
+	const char *url;         /* the replica's base URL */
+	const char *api_key;     /* sent as "Authorization: Bearer"; NULL: none */
+	bool ledger_headers;     /* X-Ledger-Request-Id, -Attempt-Id and -Settled-Tool-Calls */
+	bool stream;             /* the client asked for an SSE stream */
+	const char *traceparent; /* the attempt's W3C trace context, sent as is; NULL: none */
+	const char *tracestate;  /* its tracestate; NULL: none */
 };
 
 /**
