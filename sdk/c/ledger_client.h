@@ -268,6 +268,9 @@ struct ledger_outcome {
 	                           lowercase hex): EXECUTED with a result over max_result_bytes
 	                           (or over ledgerd's bounds), and RESULT_NOT_KEPT */
 	uint64_t result_bytes;  /* with result_sha256: the length of that text in bytes; else 0 */
+	char traceparent[56];   /* the W3C context the call ran in: its execute_tool span's with
+	                           tracing on, else the caller's; "" when none. For the caller's
+	                           log lines about the call */
 };
 
 /** Frees what @p o owns and zeroes it. NULL-safe. */

@@ -772,6 +772,8 @@ enum ledger_client_err client_tool_call(struct ledger_client *c,
 	span_begin(span, call, attempt_id);
 	/* Tracing off: the caller's own context goes on to ledgerd unchanged. */
 	ledger_span_context(span, &parent, &trace);
+	if (trace.valid)
+		ledger_trace_ctx_format(&trace, out->traceparent);
 	rc = claim_and_run(c, call, attempt_id, sha, &trace, tool_fn, ctx, out, &fencing_token);
 	span_finish(span, rc, out, fencing_token);
 	return rc;

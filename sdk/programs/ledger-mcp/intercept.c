@@ -417,6 +417,7 @@ enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message 
 			.fwd = fwd,
 			.fwd_ctx = ctx};
 	struct ledger_log_ids ids = {0};
+	char trace_id[33], span_id[17];
 	enum ledger_client_err rc;
 	char *args = NULL;
 	enum ledger_err e = LEDGER_ERR_NOMEM;
@@ -450,6 +451,13 @@ enum ledger_err mcp_intercept_run(struct mcp_proxy *p, const struct mcp_message 
 	ids.request_id = call.request_id;
 	ids.tool_call_id = call.tool_call_id;
 	ids.attempt_id = call.attempt_id;
+	/* The call's trace: its execute_tool span's ids ("00-<trace>-<span>-<flags>"). */
+	if (strlen(o.traceparent) == LEDGER_TRACEPARENT_LEN) {
+		snprintf(trace_id, sizeof(trace_id), "%.32s", o.traceparent + 3);
+		snprintf(span_id, sizeof(span_id), "%.16s", o.traceparent + 36);
+		ids.trace_id = trace_id;
+		ids.span_id = span_id;
+	}
 	if (r.server_ran && o.kind != LEDGER_OUTCOME_EXECUTED)
 		LEDGER_LOG(LEDGER_LOG_ERROR, &ids, NULL,
 			   "the tool ran but its result is not on record (%s: %s): a retry gets "

@@ -168,6 +168,12 @@ def test_the_server_runs_under_the_execute_tool_span(env, rx, kind):
         # The HTTP request's own W3C header says the same as its _meta.
         assert stack.server_headers() == [{"traceparent": got["traceparent"],
                                            "tracestate": TRACESTATE}]
+        # Its log lines about each call carry the call's span: executed, then replayed.
+        lines = [json.loads(line) for line in stack.proxy.log_text().splitlines()
+                 if line.startswith("{") and '"tool call charge:' in line]
+        assert [(e["msg"], e.get("trace_id"), e.get("span_id")) for e in lines] == [
+            ("tool call charge: executed", TRACE_ID, span.span_id),
+            ("tool call charge: replayed", TRACE_ID, replayed[0].span_id)], lines
 
 
 def test_a_call_without_a_context_starts_a_trace_the_server_joins(env, rx, kind):
