@@ -45,11 +45,15 @@ def agent():
     libs = subprocess.run(["pkg-config", "--libs", "libcurl", "libcrypto"], check=True,
                           capture_output=True, text=True).stdout.split()
     AGENT.parent.mkdir(parents=True, exist_ok=True)
+    # Built under a name of this process's, then renamed: another process may
+    # be running the agent a previous build left.
+    tmp = AGENT.with_name("%s.%d" % (AGENT.name, os.getpid()))
     subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "sdk" / "c"),
                     str(ROOT / "tests" / "sdk" / "c" / "trace_agent.c"),
                     str(BUILD / "libledger_client.a")] + libs + ["-pthread", "-lm", "-o",
-                                                                  str(AGENT)],
+                                                                  str(tmp)],
                    check=True, timeout=120)
+    os.replace(tmp, AGENT)
     return AGENT
 
 
