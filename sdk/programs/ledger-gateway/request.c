@@ -33,6 +33,7 @@
 #include "api/wire/stream.h"
 #include "ledger/common/base64.h"
 #include "ledger/common/buf.h"
+#include "sdk/programs/ledger-gateway/events.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
@@ -707,7 +708,7 @@ static void serve_keyed(struct gateway_request *q, const char *input)
 			if (!s.starter)
 				gateway_log("resuming", q->rid, NULL, "\"last_event_id\":%lld",
 					    (long long)q->last_event_id);
-			if (gateway_run_serve(s.run, q->conn, q->last_event_id, s.starter)) {
+			if (gateway_events_serve(s.run, q->conn, q->last_event_id, s.starter)) {
 				gateway_run_release(s.run);
 				return;
 			}
@@ -745,7 +746,7 @@ static void serve_keyless(struct gateway_request *q, const char *input)
 
 	begin_next(q, input, 0, NULL, &waited, &s);
 	if (s.kind == STEP_RUN) {
-		gateway_run_serve(s.run, q->conn, -1, true);
+		gateway_events_serve(s.run, q->conn, -1, true);
 		gateway_run_release(s.run);
 	} else {
 		gateway_trace_outcome(q->trace, "refused", -1);

@@ -7,6 +7,7 @@
  * attaches again and is served from the event after its Last-Event-ID
  * (GATEWAY.md, "Events, holds and resuming"). Nothing is delivered to no
  * one: the first delta is recorded only while a client is attached.
+ * events.h serves a run's events to a client.
  */
 #ifndef GATEWAY_RUN_H
 #define GATEWAY_RUN_H
@@ -17,7 +18,6 @@
 
 #include <ledger_client.h>
 
-#include "api/wire/conn.h"
 #include "sdk/programs/ledger-gateway/config.h"
 #include "sdk/programs/ledger-gateway/trace.h"
 
@@ -61,23 +61,6 @@ bool gateway_run_same_input(const struct gateway_run *r, const char *input_sha25
 
 /** Drops one reference; the last frees the run. NULL-safe. */
 void gateway_run_release(struct gateway_run *r);
-
-/**
- * On a request's thread: serves the client of @p conn from @p r, from the
- * event after @p last_event_id (-1: from the first; an id the run never
- * made: from the first too), until the run's last event is written, the
- * client leaves, or another client takes the run over (then this one ends
- * with a final stream_resumed_elsewhere event). A run that ends before its
- * first event answers with its refusal. Ends the reply. @p starter: the
- * request that started the run, attached from its start. A repeat's span
- * (the thread's gateway_trace_current()) gets the run's events from then on.
- * @return true; false, with nothing written, when @p r was ending (its
- *         clients gone past the hold) and a repeat could no longer attach:
- *         it has ended since, and its request's record in ledgerd says what
- *         the repeat gets
- */
-bool gateway_run_serve(struct gateway_run *r, struct wire_conn *conn, int64_t last_event_id,
-		       bool starter);
 
 /**
  * An OpenAI-compatible error, as the client gets it: {"error": {"code",

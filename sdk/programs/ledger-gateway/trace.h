@@ -98,7 +98,7 @@ void gateway_trace_context(const struct gateway_trace *t, struct ledger_trace_ct
 
 /**
  * The request the calling thread serves: its log lines carry its trace_id
- * and span_id, and request.c and run.c find it with gateway_trace_current().
+ * and span_id, and request.c and events.c find it with gateway_trace_current().
  * @p t borrowed until gateway_trace_leave().
  */
 void gateway_trace_enter(struct gateway_trace *t);
