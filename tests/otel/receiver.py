@@ -196,6 +196,10 @@ class Receiver:
 
     def __init__(self, tls=None):
         """@tls: None, or (certificate, key) PEM files: then it serves https."""
+        # The protobuf decoder is made ready before any export can come: started
+        # by the first one (npm ci, node), a loaded machine could take longer than
+        # the exporter waits, and the spans would be counted failed.
+        decoder()
         self.spans = []
         self.requests = []  # (content type, headers, status answered)
         self.bodies = []    # (content type, body) of each request taken
