@@ -22,6 +22,7 @@
  *
  * Usage: streams --url http://HOST:PORT[/PATH] [--concurrency N] [--seconds S]
  *                [--header "Name: value"]... [--key-header NAME] [--body FILE]
+ * (S may have a fraction.)
  * --key-header NAME adds "NAME: <a key of its own>" to every request (an
  * Idempotency-Key, so that each request is a logical request of its own).
  */
@@ -402,7 +403,8 @@ static char *read_file(const char *name, size_t *len)
 int main(int argc, char **argv)
 {
 	const char *url = NULL, *body_file = NULL;
-	int concurrency = 1, seconds = 5, port = 0;
+	int concurrency = 1, port = 0;
+	double seconds = 5;
 	char host[64];
 	struct worker *workers;
 	struct samples ttfb = {0}, total = {0};
@@ -414,7 +416,7 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc) {
 			concurrency = atoi(argv[++i]);
 		} else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
-			seconds = atoi(argv[++i]);
+			seconds = atof(argv[++i]);
 		} else if (strcmp(argv[i], "--header") == 0 && i + 1 < argc &&
 			   n_headers < MAX_HEADERS) {
 			headers[n_headers++] = argv[++i];
@@ -427,7 +429,7 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
-	if (url == NULL || concurrency < 1 || seconds < 1 ||
+	if (url == NULL || concurrency < 1 || !(seconds > 0) ||
 	    sscanf(url, "http://%63[^:/]:%d%511s", host, &port, path) < 2 || port <= 0 ||
 	    port > 65535 || inet_pton(AF_INET, host, &target.sin_addr) != 1) {
 		fprintf(stderr, "usage: streams --url http://IPV4:PORT[/PATH] [--concurrency N] "
@@ -479,7 +481,7 @@ int main(int argc, char **argv)
 	}
 	qsort(ttfb.v, ttfb.n, sizeof(long), cmp_long);
 	qsort(total.v, total.n, sizeof(long), cmp_long);
-	printf("{\"streams\":%ld,\"seconds\":%d,\"concurrency\":%d,\"streams_per_s\":%.1f,"
+	printf("{\"streams\":%ld,\"seconds\":%g,\"concurrency\":%d,\"streams_per_s\":%.1f,"
 	       "\"ttfb_p50_us\":%ld,\"ttfb_p99_us\":%ld,\"total_p50_us\":%ld,\"total_p99_us\":%ld,"
 	       "\"errors\":%ld,\"events_min\":%ld,\"events_max\":%ld,\"body_bytes_per_stream\":%ld}\n",
 	       streams, seconds, concurrency, (double)streams / seconds, pct(&ttfb, 0.5),
