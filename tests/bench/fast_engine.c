@@ -36,9 +36,9 @@
 
 static int n_tokens = 20;
 static int token_bytes = 4;
-static char *stream_answer;	/* the whole streamed body, chunked, built once */
+static char *stream_answer; /* the whole streamed body, chunked, built once */
 static size_t stream_answer_len;
-static char *whole_answer;	/* the non-streamed JSON body, built once */
+static char *whole_answer; /* the non-streamed JSON body, built once */
 static size_t whole_answer_len;
 
 struct buf {
@@ -111,11 +111,12 @@ static void build_answers(void)
 	{
 		struct buf ev = {0};
 
-		buf_addf(&ev,
-			 "{\"id\":\"chatcmpl-fast\",\"object\":\"chat.completion.chunk\","
-			 "\"created\":%ld,\"model\":\"fast\",\"choices\":[{\"index\":0,\"delta\":{},"
-			 "\"finish_reason\":\"stop\"}]}",
-			 created);
+		buf_addf(
+			&ev,
+			"{\"id\":\"chatcmpl-fast\",\"object\":\"chat.completion.chunk\","
+			"\"created\":%ld,\"model\":\"fast\",\"choices\":[{\"index\":0,\"delta\":{},"
+			"\"finish_reason\":\"stop\"}]}",
+			created);
 		add_event(&s, ev.data);
 		free(ev.data);
 	}
@@ -127,8 +128,9 @@ static void build_answers(void)
 		 "\"content\":\"",
 		 created);
 	buf_add(&w, content.data, content.len);
-	buf_addf(&w, "\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1,"
-		     "\"completion_tokens\":%d,\"total_tokens\":%d}}",
+	buf_addf(&w,
+		 "\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1,"
+		 "\"completion_tokens\":%d,\"total_tokens\":%d}}",
 		 n_tokens, n_tokens + 1);
 	stream_answer = s.data;
 	stream_answer_len = s.len;
@@ -156,7 +158,10 @@ static bool reply(int fd, int status, const char *type, const char *body, bool c
 	char head[512];
 	int n = snprintf(head, sizeof(head),
 			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n",
-			 status, status == 200 ? "OK" : status == 404 ? "Not Found" : "Bad Request",
+			 status,
+			 status == 200   ? "OK"
+			 : status == 404 ? "Not Found"
+					 : "Bad Request",
 			 type, strlen(body), close_after ? "Connection: close\r\n" : "");
 
 	return write_all(fd, head, (size_t)n) && write_all(fd, body, strlen(body));
@@ -238,8 +243,8 @@ static size_t read_head(struct conn *c)
  * The request body after @head_len, de-chunked in place when chunked,
  * NUL-terminated; @used the bytes the request took. false on bad framing.
  */
-static bool read_body(struct conn *c, size_t head_len, bool chunked, size_t length,
-		      char **body, size_t *used)
+static bool read_body(struct conn *c, size_t head_len, bool chunked, size_t length, char **body,
+		      size_t *used)
 {
 	if (!chunked) {
 		if (length > MAX_BODY || !fill(c, head_len + length))
@@ -262,9 +267,13 @@ static bool read_body(struct conn *c, size_t head_len, bool chunked, size_t leng
 			char *eol;
 			unsigned long n;
 
-			while ((eol = memmem(c->in + at, c->len - at, "\r\n", 2)) == NULL)
+			for (;;) {
+				eol = memmem(c->in + at, c->len - at, "\r\n", 2);
+				if (eol != NULL)
+					break;
 				if (!fill(c, c->len + 1))
 					goto bad;
+			}
 			n = strtoul(c->in + at, NULL, 16);
 			at = (size_t)(eol - c->in) + 2;
 			if (out + n > MAX_BODY || !fill(c, at + n + 2))
@@ -279,7 +288,7 @@ static bool read_body(struct conn *c, size_t head_len, bool chunked, size_t leng
 		*body = b;
 		*used = at;
 		return true;
-bad:
+	bad:
 		free(b);
 		return false;
 	}
@@ -316,27 +325,30 @@ static void *serve(void *arg)
 		c->len -= used;
 
 		if (strcmp(method, "GET") == 0 && strcmp(target, "/health") == 0) {
-			ok = reply(c->fd, 200, "application/json", "{\"status\":\"ok\"}", close_after);
+			ok = reply(c->fd, 200, "application/json", "{\"status\":\"ok\"}",
+				   close_after);
 		} else if (strcmp(method, "GET") == 0 && strcmp(target, "/props") == 0) {
 			ok = reply(c->fd, 200, "application/json",
 				   "{\"model_path\":\"fast-engine\",\"chat_template\":\"bench\","
 				   "\"total_slots\":64}",
 				   close_after);
 		} else if (strcmp(method, "GET") == 0 && strcmp(target, "/v1/models") == 0) {
-			ok = reply(c->fd, 200, "application/json",
-				   "{\"object\":\"list\",\"data\":[{\"id\":\"fast\",\"object\":\"model\","
-				   "\"owned_by\":\"llamacpp\",\"meta\":{\"vocab_type\":1,"
-				   "\"n_vocab\":32000}}]}",
-				   close_after);
+			ok = reply(
+				c->fd, 200, "application/json",
+				"{\"object\":\"list\",\"data\":[{\"id\":\"fast\",\"object\":\"model\","
+				"\"owned_by\":\"llamacpp\",\"meta\":{\"vocab_type\":1,"
+				"\"n_vocab\":32000}}]}",
+				close_after);
 		} else if (strcmp(method, "POST") == 0 &&
 			   strcmp(target, "/v1/chat/completions") == 0) {
 			if (wants_stream(body)) {
 				char head[256];
-				int n = snprintf(head, sizeof(head),
-						 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-						 "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-						 "%s\r\n",
-						 close_after ? "Connection: close\r\n" : "");
+				int n = snprintf(
+					head, sizeof(head),
+					"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+					"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+					"%s\r\n",
+					close_after ? "Connection: close\r\n" : "");
 				struct buf all = {0};
 
 				buf_add(&all, head, (size_t)n);
@@ -344,7 +356,8 @@ static void *serve(void *arg)
 				ok = write_all(c->fd, all.data, all.len);
 				free(all.data);
 			} else {
-				ok = reply(c->fd, 200, "application/json", whole_answer, close_after);
+				ok = reply(c->fd, 200, "application/json", whole_answer,
+					   close_after);
 			}
 		} else {
 			ok = reply(c->fd, 404, "application/json",
