@@ -4,11 +4,12 @@
 Starts a PostgreSQL with fsync and synchronous_commit on, as in production,
 and ledgerd on it; runs pgbench on the very SQL ledgerd issues (scripts made
 by gen_pgbench.py from `ledgerd sql`), pgbench on the least SQL a durable
-tool call needs (tests/bench/minimal/, in a database of its own on the same
-cluster), DBOS Transact doing the same job as a workflow of one step
+tool call, and a router's attempt, needs (tests/bench/minimal/, in a
+database of its own on the same cluster), DBOS Transact doing the same job as a workflow of one step
 (tests/bench/dbos/, its pinned npm package installed here on first use),
 and wrk on ledgerd's HTTP API for the same work, last with ten million
-settled calls and a million tombstones stored; repeats every
+settled calls and a million tombstones stored; ledger-gateway, nginx and
+Portkey in front of one fast engine (gateway_point.py); repeats every
 point and keeps medians; reads the WAL each tool call writes from
 pg_stat_wal; prints a markdown table and the targets met or missed, writes
 build/bench/results.json and draws build/bench/bench.png.
