@@ -58,6 +58,7 @@ static char *body;
 static size_t body_len;
 static double deadline; /* monotonic seconds */
 static atomic_long key_seq;
+static unsigned long long key_nonce; /* this run's: keys never repeat an earlier run's */
 
 struct samples {
 	long *v;
@@ -277,9 +278,8 @@ static void *run(void *arg)
 		for (int i = 0; i < n_headers; i++)
 			n += snprintf(req + n, sizeof(req) - (size_t)n, "%s\r\n", headers[i]);
 		if (key_header != NULL)
-			n += snprintf(req + n, sizeof(req) - (size_t)n, "%s: bench-%d-%d-%ld\r\n",
-				      key_header, (int)getpid(), w->id,
-				      atomic_fetch_add(&key_seq, 1));
+			n += snprintf(req + n, sizeof(req) - (size_t)n, "%s: bench-%llx-%d-%ld\r\n",
+				      key_header, key_nonce, w->id, atomic_fetch_add(&key_seq, 1));
 		n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n");
 		/* The head and the body in one send: one segment, as most clients send it. */
 		if ((size_t)n + body_len < sizeof(req))
@@ -457,6 +457,14 @@ int main(int argc, char **argv)
 	workers = calloc((size_t)concurrency, sizeof(*workers));
 	if (workers == NULL)
 		abort();
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		key_nonce = ((unsigned long long)ts.tv_sec * 1000000000ULL +
+			     (unsigned long long)ts.tv_nsec) ^
+			    ((unsigned long long)getpid() << 40);
+	}
 	deadline = now() + seconds;
 	for (int i = 0; i < concurrency; i++) {
 		workers[i].id = i;

@@ -159,6 +159,11 @@ def test_the_gateway_takes_the_engine_as_llama_cpp_and_streams_keyed_requests(
         counted = int(next(line.split()[1] for line in text.splitlines() if line.startswith(
             "ledger_gateway_added_first_byte_seconds_count")))
         assert counted >= out["streams"], (counted, out)
+        # Every key was new: none of the requests was a repeat the gateway answered
+        # from an earlier one (which would measure replays, not kept answers).
+        replays = sum(int(line.split()[1]) for line in text.splitlines()
+                      if line.startswith("ledger_gateway_replays_total{"))
+        assert replays == 0, text
     finally:
         if gateway is not None:
             gateway.stop()
