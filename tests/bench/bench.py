@@ -334,6 +334,10 @@ def main():
         if shutil.which(tool) is None:
             sys.exit("bench: %s is missing (make bench installs it)" % tool)
     OUT.mkdir(parents=True, exist_ok=True)
+    if "gateway" in WORKLOADS:
+        for tool in ("cc", "node", "npm"):
+            if shutil.which(tool) is None:
+                sys.exit("bench: %s is missing (make bench installs it)" % tool)
     if "dbos" in WORKLOADS:
         dbos_setup()
     subprocess.run([sys.executable, str(HERE / "gen_pgbench.py"), "--ledgerd", str(LEDGERD),
