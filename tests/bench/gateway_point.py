@@ -145,7 +145,7 @@ def start_nginx(engine_url):
 worker_processes auto;
 pid %(d)s/nginx.pid;
 error_log %(d)s/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections 1024; }
 http {
     access_log off;
     client_body_temp_path %(d)s/tmp/body;
