@@ -910,7 +910,8 @@ def gateway_panels(gateway_rows):
               "gap 1\nset style fill solid 0.8 border -1\nset xlabel 'concurrent streams'\n"
               "set key below\nset yrange [0:*]\n")
     tput = (common + "set title 'streams/s in front of the same fast engine (20 tokens)'\n"
-            "set ylabel 'streams per second (log)'\nset logscale y\nset yrange [1:*]\nplot '%s' using 2:xtic(1) title 'engine directly', "
+            "set ylabel 'streams per second (log)'\nset logscale y\nset yrange [1:*]\n"
+            "plot '%s' using 2:xtic(1) title 'engine directly', "
             "'' using 3 title 'ledger-gateway', '' using 4 title 'nginx', "
             "'' using 5 title 'Portkey'" % data)
     ttfb = (common + "set title 'time added before the first byte (minus the engine directly)'\n"
