@@ -12,6 +12,8 @@
 
 #include "ledger/common/log.h"
 #include "ledger/store/answers.h"
+#include "ledger/store/attempt_fast.h"
+#include "ledger/store/fast.h"
 #include "ledger/store/store.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
@@ -390,6 +392,26 @@ out:
 	return rc;
 }
 
+/*
+ * The live attempt's deliver or finish in one statement when it applies
+ * (ledger/store/attempt_fast.c); else, or for any other call, the locked path.
+ */
+static enum ledger_err call_fast_or_locked(struct ledger_store_conn *conn, const char *tenant,
+					   const char *request_id, const char *attempt_id,
+					   const struct ledger_attempt_call *call,
+					   struct ledger_attempt_result *out)
+{
+	if (ledger_store_fast_paths() && store_attempt_fast_offers(call)) {
+		bool done = false;
+		enum ledger_err rc =
+			store_attempt_fast_run(conn, tenant, request_id, attempt_id, call, out, &done);
+
+		if (rc != LEDGER_OK || done)
+			return rc;
+	}
+	return call_op(conn, tenant, request_id, attempt_id, call, out);
+}
+
 enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const char *tenant,
 					  const char *request_id, const char *attempt_id,
 					  const struct ledger_attempt_call *call,
@@ -402,7 +424,7 @@ enum ledger_err ledger_store_attempt_call(struct ledger_store_conn *conn, const 
 	while (store_step_retry(conn, &r, &rc)) {
 		if (store_step_retrying(&r)) /* what the failed try left */
 			ledger_store_attempt_result_clear(out);
-		rc = call_op(conn, tenant, request_id, attempt_id, call, out);
+		rc = call_fast_or_locked(conn, tenant, request_id, attempt_id, call, out);
 	}
 	return rc;
 }

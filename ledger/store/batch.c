@@ -330,7 +330,7 @@ static void plan_completes(struct batch_plan *p)
  */
 static enum ledger_err plan_batch(struct batch_plan *p, struct ledger_batch_op **order, size_t n)
 {
-	struct ledger_batch_op *last[3] = {NULL, NULL, NULL}; /* per kind */
+	struct ledger_batch_op *last[4] = {NULL, NULL, NULL, NULL}; /* per kind */
 	size_t nclaims = 0, ncompletes = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -435,6 +435,8 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 	memset(&plan, 0, sizeof(plan));
 	for (size_t i = 0; i < n; i++) {
 		memset(&ops[i].out, 0, sizeof(ops[i].out));
+		if (ops[i].kind == LEDGER_BATCH_ATTEMPT)
+			memset(ops[i].attempt_out, 0, sizeof(*ops[i].attempt_out));
 		ops[i].done = false;
 	}
 	if (!store_conn_ready(conn))
@@ -486,6 +488,8 @@ enum ledger_err ledger_store_batch(struct ledger_store_conn *conn, struct ledger
 		/* Nothing of a failed batch is kept, or may be believed. */
 		for (size_t i = 0; i < n; i++) {
 			ledger_call_clear(&ops[i].out.call);
+			if (ops[i].kind == LEDGER_BATCH_ATTEMPT)
+				ledger_store_attempt_result_clear(ops[i].attempt_out);
 			ops[i].done = false;
 		}
 	}

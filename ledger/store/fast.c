@@ -21,6 +21,7 @@
 #include "ledger/common/jsonw.h"
 #include "ledger/common/log.h"
 #include "ledger/core/decide.h"
+#include "ledger/store/attempt_fast.h"
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
 
@@ -332,6 +333,9 @@ void store_fast_add(struct store_step *st, const struct ledger_batch_op *op, str
 	case LEDGER_BATCH_RENEW:
 		renew_add(st, &op->key, op->fencing_token, op->lease_ms);
 		return;
+	case LEDGER_BATCH_ATTEMPT:
+		store_attempt_fast_add(st, &op->key, op->attempt_id, op->attempt_call);
+		return;
 	}
 	abort();
 }
@@ -350,6 +354,8 @@ enum ledger_err store_fast_read(struct ledger_batch_op *op, const PGresult *res)
 	case LEDGER_BATCH_RENEW:
 		op->done = renew_read(res, op->fencing_token, op->lease_ms, &op->out);
 		return LEDGER_OK;
+	case LEDGER_BATCH_ATTEMPT:
+		return store_attempt_fast_read(res, op->attempt_call, op->attempt_out, &op->done);
 	}
 	abort();
 }

@@ -12,6 +12,7 @@
 
 #include "ledger/common/log.h"
 #include "ledger/common/trace.h"
+#include "ledger/store/attempt_fast.h"
 #include "ledger/store/fast.h"
 #include "ledger/store/job.h"
 #include "ledger/store/replay_cache.h"
@@ -150,7 +151,8 @@ void ledger_store_execute(struct ledger_store_conn *conn, struct ledger_job *job
 
 /*
  * Fills @p bop with @p job's fast path when it has one: a claim outside
- * attempts, a completion, a renewal. @return false: it runs alone
+ * attempts, a completion, a renewal, the live attempt's deliver or finish.
+ * @return false: it runs alone
  */
 static bool offer(struct ledger_job *job, struct ledger_batch_op *bop)
 {
@@ -173,6 +175,16 @@ static bool offer(struct ledger_job *job, struct ledger_batch_op *bop)
 		bop->kind = LEDGER_BATCH_RENEW;
 		bop->fencing_token = op->in.renew.fencing_token;
 		bop->lease_ms = op->in.renew.lease_ms;
+		return true;
+	case LEDGER_STORE_ATTEMPT_CALL:
+		if (!store_attempt_fast_offers(op->in.attempt_call))
+			return false;
+		bop->kind = LEDGER_BATCH_ATTEMPT;
+		/* The attempt stands for the call in the batch's key order. */
+		bop->key.tool_call_id = op->attempt_id;
+		bop->attempt_id = op->attempt_id;
+		bop->attempt_call = op->in.attempt_call;
+		bop->attempt_out = &job->res.u.attempt;
 		return true;
 	default:
 		return false;
@@ -201,6 +213,11 @@ static void check_fast_answer(const struct ledger_batch_op *bop)
 		return;
 	case LEDGER_BATCH_RENEW:
 		LEDGER_ASSERT(r->outcome.renew == LEDGER_RENEW_RENEWED);
+		return;
+	case LEDGER_BATCH_ATTEMPT:
+		LEDGER_ASSERT(bop->attempt_out->found &&
+			      bop->attempt_out->outcome.op == LEDGER_ATTEMPT_OP_DONE &&
+			      strcmp(bop->attempt_out->attempt.attempt_id, bop->attempt_id) == 0);
 		return;
 	}
 	abort();
@@ -265,6 +282,14 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 			/* The batch's commit may or may not have happened: 503, and retry. */
 			memset(&job->res, 0, sizeof(job->res));
 			job->res.rc = rc;
+		} else if (rc == LEDGER_OK && bop->done && bop->kind == LEDGER_BATCH_ATTEMPT) {
+			struct ledger_attempt_result answered = *bop->attempt_out;
+
+			check_fast_answer(bop);
+			memset(&job->res, 0, sizeof(job->res));
+			job->res.began_ms = began;
+			job->res.u.attempt = answered; /* filled in place: the job's already */
+			cache_after(job);
 		} else if (rc == LEDGER_OK && bop->done) {
 			check_fast_answer(bop);
 			memset(&job->res, 0, sizeof(job->res));

@@ -318,22 +318,28 @@ enum ledger_err store_rows_set_completed(struct ledger_call *call,
 enum ledger_err store_rows_parse_request(const PGresult *res, int row, struct ledger_request *r,
 					 char **client_error)
 {
+	return store_rows_parse_request_at(res, row, 0, r, client_error);
+}
+
+enum ledger_err store_rows_parse_request_at(const PGresult *res, int row, int base,
+					    struct ledger_request *r, char **client_error)
+{
 	memset(r, 0, sizeof(*r));
 	*client_error = NULL;
 	if (row >= PQntuples(res))
 		return LEDGER_OK;
 	r->exists = true;
-	if (ledger_attempt_request_status_parse(PQgetvalue(res, row, 0), &r->status) != 0)
+	if (ledger_attempt_request_status_parse(PQgetvalue(res, row, base), &r->status) != 0)
 		abort(); /* the table's CHECK allows nothing else */
-	r->first_delta_sent = store_step_get_bool(res, row, 1);
-	r->delivered_output_tokens = store_step_get_int(res, row, 2);
-	r->attempt_count = store_step_get_int(res, row, 3);
-	r->max_attempts = store_step_get_int(res, row, 4);
-	store_step_get_text(res, row, 5, r->model_revision, sizeof(r->model_revision));
-	store_step_get_text(res, row, 7, r->created_at, sizeof(r->created_at));
-	store_step_get_text(res, row, 8, r->input_sha256, sizeof(r->input_sha256));
-	if (!PQgetisnull(res, row, 6)) {
-		*client_error = store_step_get_dup(res, row, 6, NULL);
+	r->first_delta_sent = store_step_get_bool(res, row, base + 1);
+	r->delivered_output_tokens = store_step_get_int(res, row, base + 2);
+	r->attempt_count = store_step_get_int(res, row, base + 3);
+	r->max_attempts = store_step_get_int(res, row, base + 4);
+	store_step_get_text(res, row, base + 5, r->model_revision, sizeof(r->model_revision));
+	store_step_get_text(res, row, base + 7, r->created_at, sizeof(r->created_at));
+	store_step_get_text(res, row, base + 8, r->input_sha256, sizeof(r->input_sha256));
+	if (!PQgetisnull(res, row, base + 6)) {
+		*client_error = store_step_get_dup(res, row, base + 6, NULL);
 		if (*client_error == NULL)
 			return LEDGER_ERR_NOMEM;
 	}

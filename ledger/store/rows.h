@@ -103,6 +103,11 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_parse_request(const PGresult *res, i
 							  struct ledger_request *r,
 							  char **client_error);
 
+/** The same, its columns from column @p base of @p row on. */
+LEDGER_MUSTCHECK enum ledger_err store_rows_parse_request_at(const PGresult *res, int row,
+							     int base, struct ledger_request *r,
+							     char **client_error);
+
 /** Reads the attempt at @p row, deriving EXPIRED from its lease. */
 void store_rows_parse_attempt(const PGresult *res, int row, struct ledger_attempt *a);
 

@@ -10,7 +10,8 @@
 
 /* Every statement the store prepares, file by file. */
 static const struct store_stmt *const *const statement_files[] = {
-	store_admin_statements, store_answers_statements,       store_batch_statements,
+	store_admin_statements, store_answers_statements,       store_attempt_fast_statements,
+	store_batch_statements,
 	store_calls_statements, store_client_events_statements, store_event_statements,
 	store_fast_statements,  store_failover_statements,      store_gc_statements,
 	store_reads_statements, store_rows_statements,          store_tokens_statements,

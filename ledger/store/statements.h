@@ -15,6 +15,7 @@ extern const struct store_stmt *const store_calls_statements[];
 extern const struct store_stmt *const store_client_events_statements[];
 extern const struct store_stmt *const store_event_statements[];
 extern const struct store_stmt *const store_fast_statements[];
+extern const struct store_stmt *const store_attempt_fast_statements[];
 extern const struct store_stmt *const store_failover_statements[];
 extern const struct store_stmt *const store_gc_statements[];
 extern const struct store_stmt *const store_reads_statements[];

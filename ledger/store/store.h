@@ -379,7 +379,11 @@ enum ledger_batch_kind {
 	LEDGER_BATCH_CLAIM,    /* a claim of a key nobody claimed, or a replay */
 	LEDGER_BATCH_COMPLETE, /* the current holder's completion */
 	LEDGER_BATCH_RENEW,    /* the current holder's renewal */
+	LEDGER_BATCH_ATTEMPT,  /* the live attempt's deliver, or its finish */
 };
+
+struct ledger_attempt_call;
+struct ledger_attempt_result;
 
 /* One call of a batch: its one-statement fast path, and what it answered. */
 struct ledger_batch_op {
@@ -388,6 +392,10 @@ struct ledger_batch_op {
 	const struct ledger_claim_request *claim;   /* CLAIM; borrowed */
 	const struct ledger_completion *completion; /* COMPLETE; borrowed */
 	int64_t fencing_token, lease_ms;            /* RENEW */
+	const char *attempt_id;                     /* ATTEMPT; borrowed */
+	const struct ledger_attempt_call *attempt_call; /* ATTEMPT; borrowed */
+	struct ledger_attempt_result *attempt_out; /* ATTEMPT: its answer, when done; borrowed,
+						      what it is filled with is the caller's */
 	bool done;                     /* the fast path answered; else run the operation alone */
 	struct ledger_call_result out; /* when done; owned: ledger_call_clear(&out.call) */
 };

@@ -72,23 +72,10 @@ ATTEMPT_CYCLE = [
      ("request_set", [":tenant", ":rid", ":open", ":false", ":zero", ":one", ":two", "NULL",
                       "NULL", "NULL"]),
      ("COMMIT", [])],
-    # deliver
-    [("BEGIN", []), ("lock_existing", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
-     ("read_attempts", LOOK)],
-    [("event_insert", [":tenant", ":rid", ":deltatype", ":aid", "NULL", ":deltadetail"]),
-     ("attempt_set", [":tenant", ":rid", ":aid", ":live", ":zero", ":zero", "NULL"]),
-     ("request_set", [":tenant", ":rid", ":open", ":true", ":zero", ":one", ":two", "NULL",
-                      "NULL", "NULL"]),
-     ("COMMIT", [])],
-    # finish
-    [("BEGIN", []), ("lock_existing", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
-     ("read_attempts", LOOK)],
-    [("attempt_set", [":tenant", ":rid", ":aid", ":finished", ":zero", ":tokens", ":completed"]),
-     ("event_insert", [":tenant", ":rid", ":finishedtype", ":aid", "NULL", ":finisheddetail"]),
-     ("event_insert", [":tenant", ":rid", ":statustype", ":aid", "NULL", ":statusdetail"]),
-     ("request_set", [":tenant", ":rid", ":completed", ":true", ":tokens", ":one", ":two",
-                      "NULL", "NULL", "NULL"]),
-     ("COMMIT", [])],
+    # deliver: the live attempt's, one statement (attempt_deliver_fast)
+    [("attempt_deliver_fast", [":tenant", ":rid", ":aid", ":zero"])],
+    # finish: the live attempt's, completed, one statement (attempt_finish_fast)
+    [("attempt_finish_fast", [":tenant", ":rid", ":aid", ":tokens", ":true", "NULL"])],
 ]
 
 SCRIPTS = {

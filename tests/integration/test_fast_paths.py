@@ -10,8 +10,11 @@ compares everything a client or a reviewer can see: the status, the body
 (ids and times normalised), the headers that matter, the tool_calls row,
 the request, its attempts, the tombstone and the events appended.
 
-Each case runs twice: alone (claim_fast, complete_fast, renew_fast) and in
-one batch, committed together while the only store worker was held on a row
+The live attempt's deliver and finish (ledger/store/attempt_fast.c) are
+compared the same way, on seeded requests and attempts.
+
+Each case runs twice: alone (claim_fast, complete_fast, renew_fast,
+attempt_deliver_fast, attempt_finish_fast) and in one batch, committed together while the only store worker was held on a row
 lock (claim_many and complete_many over arrays, renew_fast inside the batch).
 Where a fast statement writes, its event's time equals the time it wrote
 into the row (one clock read), which the general path, reading the clock
@@ -81,22 +84,33 @@ def at(seconds):
     return "NULL" if seconds is None else "now() + interval '%d seconds'" % seconds
 
 
-def request(status="open", attempts=0):
+def request(status="open", attempts=0, max_attempts=None, revision=None, input_sha=None):
     closed = at(-60) if status != "open" else "NULL"
     return lambda rid: (
         "INSERT INTO requests (tenant, request_id, status, attempt_count, created_at, "
-        "closed_at) VALUES (%s, %s, %s, %d, %s, %s)"
-        % (lit(TENANT), lit(rid), lit(status), attempts, at(-3600), closed))
+        "closed_at, max_attempts, model_revision, input_sha256) "
+        "VALUES (%s, %s, %s, %d, %s, %s, %s, %s, %s)"
+        % (lit(TENANT), lit(rid), lit(status), attempts, at(-3600), closed,
+           lit(max_attempts), lit(revision), lit(input_sha)))
 
 
-def attempt(aid="a1", epoch=1, state="live", lease=LIVE):
+def first_delta(delivered):
+    """The request past its first delta (after its attempts: none may follow it)."""
+    return lambda rid: (
+        "UPDATE requests SET first_delta_sent = true, phase = 'decode', "
+        "delivered_output_tokens = %d WHERE tenant = %s AND request_id = %s"
+        % (delivered, lit(TENANT), lit(rid)))
+
+
+def attempt(aid="a1", epoch=1, state="live", lease=LIVE, delivered=0, outcome=None):
     ended = at(-30) if state not in ("live", "cancel_requested") else "NULL"
     return lambda rid: (
         "INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, state, "
-        "lease_until, revision_given, is_retry, created_at, ended_at) VALUES "
-        "(%s, %s, %s, %d, 'replica-%d', %s, %s, false, %s, %s, %s)"
+        "lease_until, revision_given, is_retry, created_at, ended_at, "
+        "delivered_output_tokens, outcome) VALUES "
+        "(%s, %s, %s, %d, 'replica-%d', %s, %s, false, %s, %s, %s, %d, %s)"
         % (lit(TENANT), lit(rid), lit(aid), epoch, epoch, lit(state), at(lease),
-           lit(epoch > 1), at(-3000 + epoch), ended))
+           lit(epoch > 1), at(-3000 + epoch), ended, delivered, lit(outcome)))
 
 
 def call(state="in_progress", token=1, claim=HOLDER, attempt_id=None, owner="agent-1",
@@ -485,6 +499,87 @@ RENEWS = [
     renew("settled", [request(), call("succeeded")], renewal(), (409, "stale_token")),
 ]
 
+
+def deliver(name, seed, body, expect, aid="a1", **kw):
+    return Case("deliver", name, seed, [("attempts/%s/deliver" % aid, body)], expect, **kw)
+
+
+def finish(name, seed, body, expect, aid="a1", **kw):
+    return Case("finish", name, seed, [("attempts/%s/finish" % aid, body)], expect, **kw)
+
+
+SSE_B64 = "ZGF0YTogaGk="  # an answer's bytes: "data: hi"
+
+DELIVERS = [
+    deliver("the first delta of the live attempt", live_attempt,
+            {"delivered_output_tokens": 5}, (200, None), fast="deliver"),
+    deliver("the first delta, no tokens given", live_attempt, {}, (200, None), fast="deliver"),
+    deliver("a later delta: the counts only rise",
+            [request(attempts=1), attempt(delivered=40), first_delta(40)], {"delivered_output_tokens": 12}, (200, None),
+            fast="deliver"),
+    deliver("a later delta, more tokens, request fields kept",
+            [request(attempts=2, max_attempts=3, revision="m@1", input_sha="ab" * 32),
+             attempt(state="superseded", lease=GONE), attempt("a2", 2, delivered=7),
+             first_delta(40)],
+            {"delivered_output_tokens": 90}, (200, None), aid="a2", fast="deliver"),
+    deliver("fenced: the lease ran out", [request(attempts=1), attempt(lease=GONE)],
+            {"delivered_output_tokens": 5}, (409, "attempt_fenced")),
+    deliver("fenced: cancel requested", [request(attempts=1), attempt(state="cancel_requested")],
+            {"delivered_output_tokens": 5}, (409, "attempt_fenced")),
+    deliver("fenced: superseded",
+            [request(attempts=2), attempt(state="superseded"), attempt("a2", 2)],
+            {"delivered_output_tokens": 5}, (409, "attempt_fenced")),
+    deliver("fenced: dead", [request(attempts=1), attempt(state="dead")],
+            {"delivered_output_tokens": 5}, (409, "attempt_fenced")),
+    deliver("fenced: the request is closed, its attempt stored live",
+            [request("terminated", attempts=1), attempt()], {"delivered_output_tokens": 5},
+            (409, "attempt_fenced")),
+    deliver("fenced: the attempt finished",
+            [request("completed", attempts=1), attempt(state="finished", outcome="completed")],
+            {"delivered_output_tokens": 5}, (409, "attempt_fenced")),
+    deliver("no such attempt", live_attempt, {"delivered_output_tokens": 5},
+            (404, "attempt_not_found"), aid="a9"),
+    deliver("no such request", [], {"delivered_output_tokens": 5}, (404, "attempt_not_found")),
+]
+
+FINISHES = [
+    finish("completed by the live attempt", live_attempt,
+           {"outcome": "completed", "delivered_output_tokens": 64}, (200, None),
+           fast="finish"),
+    finish("completed after the first delta, with a reason",
+           [request(attempts=1), attempt(delivered=70), first_delta(70)],
+           {"outcome": "completed", "delivered_output_tokens": 64, "reason": "stop"},
+           (200, None), fast="finish"),
+    finish("completed, no tokens given, request fields kept",
+           [request(attempts=2, max_attempts=4, revision="m@2", input_sha="cd" * 32),
+            attempt(state="superseded", lease=GONE), attempt("a2", 2, delivered=3)],
+           {"outcome": "completed"}, (200, None), aid="a2", fast="finish"),
+    finish("failed: the request stays open", live_attempt,
+           {"outcome": "failed", "delivered_output_tokens": 2, "reason": "oom"}, (200, None),
+           fast="finish"),
+    finish("failed with a client error: the locked path's", live_attempt,
+           {"outcome": "failed", "client_error": {"error": {"code": "bad_input"}}},
+           (200, None)),
+    finish("completed with an answer: the locked path's", live_attempt,
+           {"outcome": "completed", "answer": {"status": 200, "content_type": "text/plain",
+                                                "body_b64": SSE_B64}}, (200, None)),
+    finish("the same finish again",
+           [request("completed", attempts=1), attempt(state="finished", outcome="completed")],
+           {"outcome": "completed"}, (200, None)),
+    finish("failed after finished: fenced",
+           [request("completed", attempts=1), attempt(state="finished", outcome="completed")],
+           {"outcome": "failed"}, (409, "attempt_fenced")),
+    finish("fenced: the lease ran out", [request(attempts=1), attempt(lease=GONE)],
+           {"outcome": "completed"}, (409, "attempt_fenced")),
+    finish("fenced: dead", [request(attempts=1), attempt(state="dead")],
+           {"outcome": "completed"}, (409, "attempt_fenced")),
+    finish("fenced: the request was abandoned",
+           [request("abandoned", attempts=1), attempt()], {"outcome": "completed"},
+           (409, "attempt_fenced")),
+    finish("no such attempt", live_attempt, {"outcome": "completed"},
+           (404, "attempt_not_found"), aid="a9"),
+]
+
 # Sequences through the API on one seeded state: the fast side's answers
 # then come from what its fast paths (and its replay cache) wrote.
 SEQUENCES = [
@@ -515,8 +610,23 @@ SEQUENCES = [
           ("claim", claim_body(claim_id=None))], (200, "completed")),
 ]
 
-SINGLE_CASES = CLAIMS + COMPLETES + RENEWS + SEQUENCES
-BATCH_CASES = CLAIMS + COMPLETES + RENEWS
+SEQUENCES += [
+    Case("sequence", "deliver, deliver, finish, finish, deliver", live_attempt,
+         [("attempts/a1/deliver", {"delivered_output_tokens": 1}),
+          ("attempts/a1/deliver", {"delivered_output_tokens": 9}),
+          ("attempts/a1/finish", {"outcome": "completed", "delivered_output_tokens": 8}),
+          ("attempts/a1/finish", {"outcome": "completed"}),
+          ("attempts/a1/deliver", {"delivered_output_tokens": 10})],
+         (409, "attempt_fenced")),
+    Case("sequence", "failed finish, again, then a deliver", live_attempt,
+         [("attempts/a1/finish", {"outcome": "failed", "delivered_output_tokens": 2}),
+          ("attempts/a1/finish", {"outcome": "failed"}),
+          ("attempts/a1/deliver", {"delivered_output_tokens": 3})],
+         (409, "attempt_fenced")),
+]
+
+SINGLE_CASES = CLAIMS + COMPLETES + RENEWS + DELIVERS + FINISHES + SEQUENCES
+BATCH_CASES = CLAIMS + COMPLETES + RENEWS + DELIVERS + FINISHES
 
 
 def _unique(cases):
@@ -664,8 +774,14 @@ def norm_state(text, rid, before_text, before_rid, s_ms, tol):
 
 def which_path(obs):
     """'one statement' when a claimed or completed event was written at exactly the
-    time written into the row (one clock read: a fast statement), else 'general'."""
+    time written into the row (one clock read: a fast statement), else 'general'.
+    Of an attempt's finish: when attempt_finished was written at exactly its
+    attempt's ended_at. (A deliver writes no time into a row: None.)"""
     st = obs["state"]
+    ended = {a["attempt_id"]: a.get("ended_at") for a in obs["raw_attempts"]}
+    for ev, at_ in zip(st["events"] or [], obs["event_at"]):
+        if ev["type"] == "attempt_finished" and ev["attempt_id"] in ended:
+            return "one statement" if at_ == ended[ev["attempt_id"]] else "general"
     call_row = (st.get("calls") or {}).get(CID)
     for ev, at_ in zip(st["events"] or [], obs["event_at"]):
         if call_row is None:
@@ -681,7 +797,12 @@ def which_path(obs):
 
 def send(led, token, rid, step):
     op, body = step
-    path = "/v1/requests/%s/tool-calls/%s/%s" % (rid, CID, op)
+    if op.startswith("attempts"):  # an attempt's own call, or POST attempts
+        path = "/v1/requests/%s/%s" % (rid, op)
+        token = token.router
+    else:
+        path = "/v1/requests/%s/tool-calls/%s/%s" % (rid, CID, op)
+        token = token.agent
     kw = {"raw": body.encode()} if isinstance(body, str) else {"body": body}
     t_sent = time.time() * 1000
     r = led.post(path, token=token, **kw)
@@ -701,6 +822,7 @@ def observe(answers, rid, after, before, s_ms, tol):
         "state": rows,
         "event_at": event_at,
         "raw_call": (raw_after.get("calls") or {}).get(CID) or {},
+        "raw_attempts": raw_after.get("attempts") or [],
     }
     return obs
 
@@ -746,9 +868,17 @@ def general(service, tmp_path_factory):
     led.stop()
 
 
+class Tokens:
+    """The agent's token for tool calls, the router's for attempts."""
+
+    def __init__(self, service):
+        self.agent = service.token("agent", TENANT)
+        self.router = service.token("router", TENANT)
+
+
 @pytest.fixture(scope="module")
 def token(service):
-    return service.token("agent", TENANT)
+    return Tokens(service)
 
 
 def collect(service, ids, answers_fast, answers_general, before, s_ms, tol):
@@ -838,6 +968,8 @@ def concurrently(led, token, ids, answers, side):
 def batchable(case):
     """Whether the call has a fast path to join a batch with (a claim under an attempt has none)."""
     body = case.steps[0][1]
+    if case.op == "finish":  # a client error or an answer: the locked path's alone
+        return "client_error" not in body and "answer" not in body
     return not (case.op == "claim" and "attempt_id" in body)
 
 
@@ -904,7 +1036,9 @@ def check(case, run, phase):
     # And the fast side really took the statement under test, where one writes.
     assert which_path(gen) in (None, "general"), "%s: the general side used a fast path" % (
         case.name)
-    if case.op != "sequence":
+    if case.op == "deliver":
+        pass  # a deliver leaves no time to tell the paths apart by
+    elif case.op != "sequence":
         want = "one statement" if case.fast else which_path(gen)
         assert which_path(fast) == want, "%s (%s): answered by the %s path, not the %s" % (
             case.name, phase, which_path(fast), want)

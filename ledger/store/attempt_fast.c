@@ -1,0 +1,228 @@
+/*
+ * ledger/store/attempt_fast.c: the one-statement fast paths of an
+ * attempt's hot calls: the live attempt's deliver, and its finish (without
+ * a client error or an answer to keep). Each statement writes exactly what
+ * ledger/store/attempts.c writes when ledger/core/attempt.c decides DONE,
+ * and only where it would: the attempt stored live, its lease running on
+ * the database clock, its request open. Anything else (fenced, repeated,
+ * no such attempt) matches nothing and goes to the locked path. That the
+ * two agree is tested with the SQL itself (tests/integration/test_fast_paths.py).
+ *
+ * Lock order is the locked path's: the request's row first (the fence is
+ * read under it), then the attempt's, whose gate an UPDATE re-checks on
+ * the row's newest version, so a failover committed while the statement
+ * waited is seen.
+ */
+#include "ledger/store/attempt_fast.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger/common/log.h"
+#include "ledger/core/attempt.h"
+#include "ledger/store/rows.h"
+
+/* The statements are laid out as SQL, not as C. */
+/* clang-format off */
+
+/* The request, locked, and the clock read once after the lock. */
+#define FAST_LOCKED_REQUEST                                                                  \
+	"WITH req AS MATERIALIZED ("                                                         \
+	"  SELECT status, first_delta_sent, delivered_output_tokens FROM requests"           \
+	"  WHERE tenant = $1 AND request_id = $2 FOR UPDATE"                                  \
+	"), clk AS MATERIALIZED (SELECT clock_timestamp() AS now FROM req"                   \
+	")"
+
+/* The gate: where ledger_attempt_has_rights() holds for attempt $3 of the locked request. */
+#define FAST_GATE                                                                            \
+	"  WHERE a.tenant = $1 AND a.request_id = $2 AND a.attempt_id = $3"                  \
+	"    AND a.state = 'live' AND a.lease_until > clk.now AND req.status = 'open'"
+
+/*
+ * The request as request_set() writes it back (store_rows_request_set: the
+ * columns read, each as the C code reads and writes it again).
+ */
+#define FAST_REQUEST_AGAIN                                                                   \
+	"    attempt_count = r.attempt_count, max_attempts = nullif(r.max_attempts, 0),"       \
+	"    model_revision = nullif(r.model_revision, ''),"                                   \
+	"    input_sha256 = nullif(r.input_sha256, ''),"
+
+/* What both answer: the attempt (STORE_ATTEMPT_COLUMNS), then the request's columns. */
+#define FAST_ANSWER                                                                          \
+	" SELECT " STORE_ATTEMPT_COLUMNS ", q.*"                                             \
+	" FROM upd a, (SELECT now AS t FROM clk) now_,"                                      \
+	"  (SELECT " STORE_REQUEST_COLUMNS " FROM updr) q"
+
+/*
+ * deliver ($4 delivered_output_tokens, -1: not given): the attempt's and
+ * the request's counts raised, the request past its first delta, and the
+ * first_delta event when it was not yet.
+ */
+static const struct store_stmt deliver_fast = {
+	"attempt_deliver_fast",
+	FAST_LOCKED_REQUEST
+	", upd AS ("
+	"  UPDATE attempts a SET delivered_output_tokens ="
+	"    greatest(a.delivered_output_tokens, $4::bigint), ended_at = NULL"
+	"  FROM req, clk" FAST_GATE
+	"  RETURNING a.*"
+	"), updr AS ("
+	"  UPDATE requests r SET status = 'open', first_delta_sent = true, phase = 'decode',"
+	"    delivered_output_tokens = greatest(r.delivered_output_tokens, $4::bigint),"
+	FAST_REQUEST_AGAIN
+	"    closed_at = NULL"
+	"  FROM upd WHERE r.tenant = $1 AND r.request_id = $2"
+	"  RETURNING r.*"
+	"), ev AS ("
+	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
+	"  SELECT $1, $2, clk.now, 'first_delta', $3, jsonb_build_object("
+	"    'delivered_output_tokens', greatest(req.delivered_output_tokens, $4::bigint))"
+	"  FROM upd, req, clk WHERE NOT req.first_delta_sent"
+	")" FAST_ANSWER,
+	4,
+};
+
+/*
+ * finish ($4 delivered_output_tokens, -1: not given; $5 completed; $6 its
+ * reason, or NULL): the attempt ends, finished or failed, and a completed
+ * one completes its request; attempt_finished, and request_status when
+ * the request completed, in that order.
+ */
+static const struct store_stmt finish_fast = {
+	"attempt_finish_fast",
+	FAST_LOCKED_REQUEST
+	", upd AS ("
+	"  UPDATE attempts a SET"
+	"    state = CASE WHEN $5::boolean THEN 'finished' ELSE 'failed' END,"
+	"    delivered_output_tokens = greatest(a.delivered_output_tokens, $4::bigint),"
+	"    outcome = CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"
+	"    ended_at = coalesce(a.ended_at, clk.now)"
+	"  FROM req, clk" FAST_GATE
+	"  RETURNING a.*"
+	"), updr AS ("
+	"  UPDATE requests r SET"
+	"    status = CASE WHEN $5::boolean THEN 'completed' ELSE 'open' END,"
+	"    phase = CASE WHEN r.first_delta_sent THEN 'decode' ELSE 'prefill' END,"
+	"    delivered_output_tokens = greatest(r.delivered_output_tokens, $4::bigint),"
+	FAST_REQUEST_AGAIN
+	"    closed_at = CASE WHEN $5::boolean THEN coalesce(r.closed_at, clk.now) END"
+	"  FROM upd, clk WHERE r.tenant = $1 AND r.request_id = $2"
+	"  RETURNING r.*"
+	"), ev AS ("
+	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
+	"  SELECT $1, $2, clk.now, e.type, $3, e.detail FROM upd, clk, LATERAL ("
+	"    SELECT 1 AS n, 'attempt_finished' AS type, jsonb_build_object("
+	"      'outcome', CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"
+	"      'delivered_output_tokens', upd.delivered_output_tokens)"
+	"      || CASE WHEN $6::text <> '' THEN jsonb_build_object('reason', $6::text) ELSE '{}' END AS detail"
+	"    UNION ALL SELECT 2, 'request_status', jsonb_build_object('status', 'completed')"
+	"    WHERE $5::boolean"
+	"  ) e ORDER BY e.n"
+	")" FAST_ANSWER,
+	6,
+};
+/* clang-format on */
+
+bool store_attempt_fast_offers(const struct ledger_attempt_call *call)
+{
+	switch (call->op) {
+	case LEDGER_OP_DELIVER:
+		return true;
+	case LEDGER_OP_FINISH:
+		/* A client error and an answer kept: rare, and the locked path's. */
+		return call->client_error == NULL && call->answer == NULL;
+	case LEDGER_OP_RENEW:
+	case LEDGER_OP_CANCEL:
+	case LEDGER_OP_CANCEL_ACK:
+		break;
+	}
+	return false;
+}
+
+void store_attempt_fast_add(struct store_step *st, const struct ledger_call_key *key,
+			    const char *attempt_id, const struct ledger_attempt_call *call)
+{
+	const char *params[6] = {
+		key->tenant,
+		key->request_id,
+		attempt_id,
+		store_step_int(st, call->delivered_output_tokens),
+		call->completed ? "true" : "false",
+		call->reason,
+	};
+
+	LEDGER_ASSERT(store_attempt_fast_offers(call));
+	store_step_add(st, call->op == LEDGER_OP_DELIVER ? &deliver_fast : &finish_fast, params);
+}
+
+enum ledger_err store_attempt_fast_read(const PGresult *res,
+					const struct ledger_attempt_call *call,
+					struct ledger_attempt_result *out, bool *done)
+{
+	struct ledger_request before;
+	struct ledger_attempt live;
+	enum ledger_err rc;
+
+	memset(out, 0, sizeof(*out));
+	*done = false;
+	LEDGER_ASSERT(PQntuples(res) <= 1);
+	if (PQntuples(res) == 0)
+		return LEDGER_OK; /* the gate did not hold: the locked path decides */
+	store_rows_parse_attempt(res, 0, &out->attempt);
+	rc = store_rows_parse_request_at(res, 0, STORE_ATTEMPT_NCOLS, &out->request,
+					 &out->client_error);
+	if (rc != LEDGER_OK) {
+		ledger_store_attempt_result_clear(out);
+		return rc;
+	}
+	/*
+	 * The statement wrote: the attempt was stored live within its lease
+	 * and its request open, under the request's lock. C decides the same.
+	 */
+	before = out->request;
+	before.status = LEDGER_REQUEST_OPEN;
+	live = out->attempt;
+	live.state = LEDGER_ATTEMPT_LIVE;
+	live.lease_ms_left = live.lease_ms_left > 0 ? live.lease_ms_left : 1;
+	if (call->op == LEDGER_OP_DELIVER) {
+		LEDGER_ASSERT(ledger_attempt_decide_renew(&before, &live) == LEDGER_ATTEMPT_OP_DONE);
+		LEDGER_ASSERT(out->request.first_delta_sent &&
+			      out->attempt.state == LEDGER_ATTEMPT_LIVE);
+	} else {
+		LEDGER_ASSERT(ledger_attempt_decide_finish(&before, &live, call->completed) ==
+			      LEDGER_ATTEMPT_OP_DONE);
+		LEDGER_ASSERT(out->attempt.state == (call->completed ? LEDGER_ATTEMPT_FINISHED
+								     : LEDGER_ATTEMPT_FAILED));
+		out->attempt.lease_ms_left = 0;
+	}
+	out->found = true;
+	out->outcome.op = LEDGER_ATTEMPT_OP_DONE;
+	*done = true;
+	return LEDGER_OK;
+}
+
+enum ledger_err store_attempt_fast_run(struct ledger_store_conn *conn, const char *tenant,
+				       const char *request_id, const char *attempt_id,
+				       const struct ledger_attempt_call *call,
+				       struct ledger_attempt_result *out, bool *done)
+{
+	const struct ledger_call_key key = {tenant, request_id, NULL};
+	struct store_step st;
+	enum ledger_err rc;
+
+	*done = false;
+	store_step_begin(&st, conn);
+	store_attempt_fast_add(&st, &key, attempt_id, call);
+	rc = store_step_run(&st);
+	if (rc == LEDGER_OK)
+		rc = store_attempt_fast_read(st.res[0], call, out, done);
+	store_step_clear(&st);
+	return rc;
+}
+
+/* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
+const struct store_stmt *const store_attempt_fast_statements[] = {
+	&deliver_fast,
+	&finish_fast,
+	NULL,
+};
