@@ -15,6 +15,7 @@
  */
 #include "ledger/store/attempt_fast.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,7 +122,146 @@ static const struct store_stmt finish_fast = {
 	")" FAST_ANSWER,
 	6,
 };
+/*
+ * POST attempts of a request that does not exist yet: $3 attempt_id,
+ * $4 replica, $5 model_revision (the effective one), $6 revision_given,
+ * $7 lease_ms, $8 gateway, $9 max_attempts, $10 input_sha256 (each NULL
+ * when not given), $11 the attempt_created event's detail. Creates the
+ * request as the locked path leaves it (its first attempt counted, the
+ * revision and input fixed by it), the attempt and the event, all at one
+ * clock read; a request that exists already matches nothing.
+ */
+static const struct store_stmt create_fast = {
+	"attempt_create_fast",
+	"WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS now"
+	"), req AS ("
+	"  INSERT INTO requests (tenant, request_id, attempt_count, max_attempts, model_revision,"
+	"    input_sha256, created_at)"
+	"  SELECT $1, $2, 1, nullif($9::integer, 0), $5, $10, clk.now FROM clk"
+	"  ON CONFLICT (tenant, request_id) DO NOTHING"
+	"  RETURNING " STORE_REQUEST_COLUMNS
+	"), att AS ("
+	"  INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,"
+	"    revision_given, state, lease_until, is_retry, gateway, created_at)"
+	"  SELECT $1, $2, $3, 1, $4, $5, $6::boolean, 'live', "
+	STORE_LEASE_FROM("clk.now", "$7") ", false, $8, clk.now FROM req, clk"
+	"), ev AS ("
+	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
+	"  SELECT $1, $2, clk.now, 'attempt_created', $3, $11::jsonb FROM req, clk"
+	") SELECT * FROM req",
+	11,
+};
 /* clang-format on */
+
+/* --- POST attempts: the first attempt of a request nobody named yet --- */
+
+void store_attempt_fast_new(const struct ledger_attempt_request *in, int64_t attempt_count,
+		       const struct ledger_create_decision *d, struct ledger_attempt *next)
+{
+	memset(next, 0, sizeof(*next));
+	next->exists = true;
+	snprintf(next->attempt_id, sizeof(next->attempt_id), "%s", in->attempt_id);
+	next->epoch = attempt_count + 1;
+	snprintf(next->replica, sizeof(next->replica), "%s", in->replica ? in->replica : "");
+	snprintf(next->gateway, sizeof(next->gateway), "%s", in->gateway ? in->gateway : "");
+	snprintf(next->model_revision, sizeof(next->model_revision), "%s",
+		 d->model_revision ? d->model_revision : "");
+	next->revision_given = in->model_revision != NULL;
+	next->state = LEDGER_ATTEMPT_LIVE;
+	next->lease_ms_left = in->lease_ms;
+	next->is_retry = d->is_retry;
+}
+
+/*
+ * What the C decision makes of @p in on a request that does not exist yet
+ * (the row lock_request would create: open, no attempts, nothing given),
+ * into @p d. @return whether that is CREATED: the fast path's only case
+ */
+static bool decide_on_new_request(const struct ledger_attempt_request *in,
+				  const struct ledger_policy *p, struct ledger_create_decision *d)
+{
+	static const struct ledger_attempt none;
+	static const struct ledger_calls_summary no_calls;
+	static const struct ledger_budget no_budget;
+	struct ledger_request fresh;
+
+	memset(&fresh, 0, sizeof(fresh));
+	fresh.exists = true;
+	fresh.status = LEDGER_REQUEST_OPEN;
+	ledger_attempt_decide_create(in, &fresh, &none, &none, &no_calls, &no_budget, p, d);
+	return d->outcome == LEDGER_CREATE_CREATED;
+}
+
+void store_attempt_fast_create_add(struct store_step *st, const struct ledger_call_key *key,
+				   const struct ledger_attempt_request *in,
+				   const struct ledger_policy *p, struct store_event *ev)
+{
+	struct ledger_create_decision d;
+	struct ledger_attempt next;
+
+	LEDGER_ASSERT(decide_on_new_request(in, p, &d));
+	LEDGER_ASSERT(!d.reopen && !d.supersede_newest && !d.is_retry);
+	store_attempt_fast_new(in, 0, &d, &next);
+	store_rows_attempt_created(ev, &next, in, false);
+	ledger_jsonw_object_end(&ev->w);
+	const char *params[11] = {
+		key->tenant,
+		key->request_id,
+		in->attempt_id,
+		next.replica[0] != '\0' ? next.replica : NULL,
+		next.model_revision[0] != '\0' ? next.model_revision : NULL,
+		next.revision_given ? "true" : "false",
+		store_step_int(st, next.lease_ms_left),
+		next.gateway[0] != '\0' ? next.gateway : NULL,
+		store_step_int(st, d.max_attempts),
+		in->input_sha256,
+		ev->detail.oom ? "{}" : ev->detail.data,
+	};
+	store_step_add(st, &create_fast, params);
+}
+
+enum ledger_err store_attempt_fast_create_read(const PGresult *res,
+					       const struct ledger_attempt_request *in,
+					       const struct ledger_policy *p,
+					       struct ledger_attempt_result *out, bool *done)
+{
+	struct ledger_create_decision d;
+	enum ledger_err rc;
+
+	memset(out, 0, sizeof(*out));
+	*done = false;
+	LEDGER_ASSERT(PQntuples(res) <= 1);
+	if (PQntuples(res) == 0)
+		return LEDGER_OK; /* the request exists: the locked path decides */
+	rc = store_rows_parse_request(res, 0, &out->request, &out->client_error);
+	if (rc != LEDGER_OK) {
+		ledger_store_attempt_result_clear(out);
+		return rc;
+	}
+	/*
+	 * The statement created the request, with this attempt its first: under
+	 * the lock, C decided CREATED on that very row, and the rows written
+	 * are the ones its decision writes.
+	 */
+	LEDGER_ASSERT(decide_on_new_request(in, p, &d));
+	LEDGER_ASSERT(out->request.status == LEDGER_REQUEST_OPEN &&
+		      out->request.attempt_count == 1 && out->request.max_attempts == d.max_attempts);
+	store_attempt_fast_new(in, 0, &d, &out->attempt);
+	out->found = true;
+	out->outcome.create = LEDGER_CREATE_CREATED;
+	*done = true;
+	return LEDGER_OK;
+}
+
+bool store_attempt_fast_create_offers(const struct ledger_attempt_request *in,
+				      const struct ledger_policy *p)
+{
+	struct ledger_create_decision d;
+
+	return decide_on_new_request(in, p, &d);
+}
+
+/* --- an attempt's own calls --- */
 
 bool store_attempt_fast_offers(const struct ledger_attempt_call *call)
 {
@@ -201,27 +341,48 @@ enum ledger_err store_attempt_fast_read(const PGresult *res,
 	return LEDGER_OK;
 }
 
-enum ledger_err store_attempt_fast_run(struct ledger_store_conn *conn, const char *tenant,
-				       const char *request_id, const char *attempt_id,
-				       const struct ledger_attempt_call *call,
-				       struct ledger_attempt_result *out, bool *done)
+/* --- one operation's fast path, alone or in a batch --- */
+
+void store_attempt_fast_op_add(struct store_step *st, const struct ledger_batch_op *op,
+			       struct store_event *ev)
 {
-	const struct ledger_call_key key = {tenant, request_id, NULL};
+	if (op->attempt_create != NULL)
+		store_attempt_fast_create_add(st, &op->key, op->attempt_create, op->policy, ev);
+	else
+		store_attempt_fast_add(st, &op->key, op->attempt_id, op->attempt_call);
+}
+
+enum ledger_err store_attempt_fast_op_read(struct ledger_batch_op *op, const PGresult *res)
+{
+	if (op->attempt_create != NULL)
+		return store_attempt_fast_create_read(res, op->attempt_create, op->policy,
+						      op->attempt_out, &op->done);
+	return store_attempt_fast_read(res, op->attempt_call, op->attempt_out, &op->done);
+}
+
+enum ledger_err store_attempt_fast_run(struct ledger_store_conn *conn, struct ledger_batch_op *op,
+				       bool *done)
+{
 	struct store_step st;
+	struct store_event ev;
 	enum ledger_err rc;
 
-	*done = false;
+	memset(&ev, 0, sizeof(ev));
+	op->done = false;
 	store_step_begin(&st, conn);
-	store_attempt_fast_add(&st, &key, attempt_id, call);
+	store_attempt_fast_op_add(&st, op, &ev);
 	rc = store_step_run(&st);
 	if (rc == LEDGER_OK)
-		rc = store_attempt_fast_read(st.res[0], call, out, done);
+		rc = store_attempt_fast_op_read(op, st.res[0]);
+	*done = rc == LEDGER_OK && op->done;
 	store_step_clear(&st);
+	store_event_free(&ev);
 	return rc;
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */
 const struct store_stmt *const store_attempt_fast_statements[] = {
+	&create_fast,
 	&deliver_fast,
 	&finish_fast,
 	NULL,

@@ -58,24 +58,6 @@ struct create_events {
 	struct store_event created, superseded, reopened;
 };
 
-/* The attempt @p d creates for @p in, the request's next. */
-static void new_attempt(const struct ledger_attempt_request *in, const struct store_locked *lk,
-			const struct ledger_create_decision *d, struct ledger_attempt *next)
-{
-	memset(next, 0, sizeof(*next));
-	next->exists = true;
-	snprintf(next->attempt_id, sizeof(next->attempt_id), "%s", in->attempt_id);
-	next->epoch = lk->request.attempt_count + 1;
-	snprintf(next->replica, sizeof(next->replica), "%s", in->replica ? in->replica : "");
-	snprintf(next->gateway, sizeof(next->gateway), "%s", in->gateway ? in->gateway : "");
-	snprintf(next->model_revision, sizeof(next->model_revision), "%s",
-		 d->model_revision ? d->model_revision : "");
-	next->revision_given = in->model_revision != NULL;
-	next->state = LEDGER_ATTEMPT_LIVE;
-	next->lease_ms_left = in->lease_ms;
-	next->is_retry = d->is_retry;
-}
-
 /*
  * Queues the writes of a creation: the expired newest superseded, the
  * attempt, the request as it now stands (reopened, its input fixed by the
@@ -174,7 +156,7 @@ static enum ledger_err create_op(struct ledger_store_conn *conn, const char *ten
 		rc = store_step_commit(&st);
 		goto out;
 	}
-	new_attempt(in, &lk, &d, &next);
+	store_attempt_fast_new(in, lk.request.attempt_count, &d, &next);
 	queue_creation(&st, &key, in, &d, &lk, &next, &ev);
 	rc = store_step_commit(&st);
 	if (rc == LEDGER_OK) {
@@ -190,6 +172,31 @@ out:
 	return rc;
 }
 
+/*
+ * The first attempt of a request that does not exist yet in one statement
+ * (ledger/store/attempt_fast.c); else the locked path.
+ */
+static enum ledger_err create_fast_or_locked(struct ledger_store_conn *conn, const char *tenant,
+					     const char *request_id,
+					     const struct ledger_attempt_request *in,
+					     const struct ledger_policy *policy,
+					     struct ledger_attempt_result *out)
+{
+	if (ledger_store_fast_paths() && store_attempt_fast_create_offers(in, policy)) {
+		struct ledger_batch_op fast = {.kind = LEDGER_BATCH_ATTEMPT,
+					       .key = {tenant, request_id, in->attempt_id},
+					       .attempt_create = in,
+					       .policy = policy,
+					       .attempt_out = out};
+		bool done = false;
+		enum ledger_err rc = store_attempt_fast_run(conn, &fast, &done);
+
+		if (rc != LEDGER_OK || done)
+			return rc;
+	}
+	return create_op(conn, tenant, request_id, in, policy, out);
+}
+
 enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, const char *tenant,
 					    const char *request_id,
 					    const struct ledger_attempt_request *in,
@@ -203,7 +210,7 @@ enum ledger_err ledger_store_attempt_create(struct ledger_store_conn *conn, cons
 	while (store_step_retry(conn, &r, &rc)) {
 		if (store_step_retrying(&r)) /* what the failed try left */
 			ledger_store_attempt_result_clear(out);
-		rc = create_op(conn, tenant, request_id, in, p, out);
+		rc = create_fast_or_locked(conn, tenant, request_id, in, p, out);
 	}
 	return rc;
 }
@@ -402,9 +409,13 @@ static enum ledger_err call_fast_or_locked(struct ledger_store_conn *conn, const
 					   struct ledger_attempt_result *out)
 {
 	if (ledger_store_fast_paths() && store_attempt_fast_offers(call)) {
+		struct ledger_batch_op fast = {.kind = LEDGER_BATCH_ATTEMPT,
+					       .key = {tenant, request_id, attempt_id},
+					       .attempt_id = attempt_id,
+					       .attempt_call = call,
+					       .attempt_out = out};
 		bool done = false;
-		enum ledger_err rc =
-			store_attempt_fast_run(conn, tenant, request_id, attempt_id, call, out, &done);
+		enum ledger_err rc = store_attempt_fast_run(conn, &fast, &done);
 
 		if (rc != LEDGER_OK || done)
 			return rc;

@@ -334,7 +334,7 @@ void store_fast_add(struct store_step *st, const struct ledger_batch_op *op, str
 		renew_add(st, &op->key, op->fencing_token, op->lease_ms);
 		return;
 	case LEDGER_BATCH_ATTEMPT:
-		store_attempt_fast_add(st, &op->key, op->attempt_id, op->attempt_call);
+		store_attempt_fast_op_add(st, op, ev);
 		return;
 	}
 	abort();
@@ -355,7 +355,7 @@ enum ledger_err store_fast_read(struct ledger_batch_op *op, const PGresult *res)
 		op->done = renew_read(res, op->fencing_token, op->lease_ms, &op->out);
 		return LEDGER_OK;
 	case LEDGER_BATCH_ATTEMPT:
-		return store_attempt_fast_read(res, op->attempt_call, op->attempt_out, &op->done);
+		return store_attempt_fast_op_read(op, res);
 	}
 	abort();
 }

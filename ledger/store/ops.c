@@ -176,6 +176,16 @@ static bool offer(struct ledger_job *job, struct ledger_batch_op *bop)
 		bop->fencing_token = op->in.renew.fencing_token;
 		bop->lease_ms = op->in.renew.lease_ms;
 		return true;
+	case LEDGER_STORE_ATTEMPT_CREATE:
+		if (!store_attempt_fast_create_offers(op->in.attempt, op->policy))
+			return false;
+		bop->kind = LEDGER_BATCH_ATTEMPT;
+		bop->key.tool_call_id = op->in.attempt->attempt_id;
+		bop->attempt_id = op->in.attempt->attempt_id;
+		bop->attempt_create = op->in.attempt;
+		bop->policy = op->policy;
+		bop->attempt_out = &job->res.u.attempt;
+		return true;
 	case LEDGER_STORE_ATTEMPT_CALL:
 		if (!store_attempt_fast_offers(op->in.attempt_call))
 			return false;
@@ -216,8 +226,10 @@ static void check_fast_answer(const struct ledger_batch_op *bop)
 		return;
 	case LEDGER_BATCH_ATTEMPT:
 		LEDGER_ASSERT(bop->attempt_out->found &&
-			      bop->attempt_out->outcome.op == LEDGER_ATTEMPT_OP_DONE &&
 			      strcmp(bop->attempt_out->attempt.attempt_id, bop->attempt_id) == 0);
+		LEDGER_ASSERT(bop->attempt_create != NULL
+				      ? bop->attempt_out->outcome.create == LEDGER_CREATE_CREATED
+				      : bop->attempt_out->outcome.op == LEDGER_ATTEMPT_OP_DONE);
 		return;
 	}
 	abort();
@@ -282,6 +294,7 @@ void ledger_store_execute_many(struct ledger_store_conn *conn, struct ledger_job
 			/* The batch's commit may or may not have happened: 503, and retry. */
 			memset(&job->res, 0, sizeof(job->res));
 			job->res.rc = rc;
+			cache_after(job); /* an attempt created or not: the cache forgets */
 		} else if (rc == LEDGER_OK && bop->done && bop->kind == LEDGER_BATCH_ATTEMPT) {
 			struct ledger_attempt_result answered = *bop->attempt_out;
 

@@ -586,6 +586,13 @@ void store_rows_attempt_insert(struct store_step *st, const char *tenant, const 
 	struct ledger_call_key key = {tenant, request_id, NULL};
 
 	store_step_add(st, &attempt_insert, params);
+	store_rows_attempt_created(ev, a, in, reopened);
+	store_event_add(st, &key, ev);
+}
+
+void store_rows_attempt_created(struct store_event *ev, const struct ledger_attempt *a,
+				const struct ledger_attempt_request *in, bool reopened)
+{
 	store_event_start(ev, "attempt_created", a->attempt_id);
 	store_event_int(ev, "epoch", a->epoch);
 	store_event_str(ev, "replica", a->replica);
@@ -606,7 +613,6 @@ void store_rows_attempt_insert(struct store_step *st, const char *tenant, const 
 		ledger_jsonw_key(&ev->w, "reopened");
 		ledger_jsonw_bool(&ev->w, true);
 	}
-	store_event_add(st, &key, ev);
 }
 
 /* Every statement of this file, for `ledgerd sql` (benchmarks and reviews). */

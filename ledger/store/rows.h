@@ -212,6 +212,13 @@ LEDGER_MUSTCHECK enum ledger_err store_rows_read_retry_after(struct ledger_store
 							     int64_t *out);
 
 /**
+ * Starts @p ev as the attempt_created event of attempt @p a, with what
+ * @p in gave beside it (its detail's object left open, for store_event_add()).
+ */
+void store_rows_attempt_created(struct store_event *ev, const struct ledger_attempt *a,
+				const struct ledger_attempt_request *in, bool reopened);
+
+/**
  * Queues the creation of attempt @p a (its id, epoch, replica, gateway,
  * revision, lease in lease_ms_left, is_retry) and its attempt_created
  * event, whose detail also carries what @p in (borrowed until the step

@@ -383,7 +383,9 @@ enum ledger_batch_kind {
 };
 
 struct ledger_attempt_call;
+struct ledger_attempt_request;
 struct ledger_attempt_result;
+struct ledger_policy;
 
 /* One call of a batch: its one-statement fast path, and what it answered. */
 struct ledger_batch_op {
@@ -392,8 +394,10 @@ struct ledger_batch_op {
 	const struct ledger_claim_request *claim;   /* CLAIM; borrowed */
 	const struct ledger_completion *completion; /* COMPLETE; borrowed */
 	int64_t fencing_token, lease_ms;            /* RENEW */
-	const char *attempt_id;                     /* ATTEMPT; borrowed */
-	const struct ledger_attempt_call *attempt_call; /* ATTEMPT; borrowed */
+	const char *attempt_id;                     /* ATTEMPT: a deliver, a finish; borrowed */
+	const struct ledger_attempt_call *attempt_call; /* ATTEMPT: a deliver, a finish; borrowed */
+	const struct ledger_attempt_request *attempt_create; /* ATTEMPT: POST attempts; borrowed */
+	const struct ledger_policy *policy;                  /* ATTEMPT: POST attempts; borrowed */
 	struct ledger_attempt_result *attempt_out; /* ATTEMPT: its answer, when done; borrowed,
 						      what it is filled with is the caller's */
 	bool done;                     /* the fast path answered; else run the operation alone */

@@ -60,18 +60,10 @@ REPLAY = [
                      "NULL", ":lease", ":claimdetail"])],
 ]
 
-LOOK = [":tenant", ":rid", ":aid", "NULL", "NULL"]
 ATTEMPT_CYCLE = [
-    # POST attempts: lock and read, then write and commit.
-    [("BEGIN", []), ("lock_request", [":tenant", ":rid"]), ("read_request", [":tenant", ":rid"]),
-     ("read_attempts", LOOK), ("calls_summary", [":tenant", ":rid"]),
-     ("settled_calls", [":tenant", ":rid"])],
-    [("attempt_insert", [":tenant", ":rid", ":aid", ":one", ":replica", "NULL", ":false",
-                         ":lease", ":false", "NULL"]),
-     ("event_insert", [":tenant", ":rid", ":createdtype", ":aid", "NULL", ":createddetail"]),
-     ("request_set", [":tenant", ":rid", ":open", ":false", ":zero", ":one", ":two", "NULL",
-                      "NULL", "NULL"]),
-     ("COMMIT", [])],
+    # POST attempts: the first attempt of a new request, one statement (attempt_create_fast)
+    [("attempt_create_fast", [":tenant", ":rid", ":aid", ":replica", "NULL", ":false", ":lease",
+                              "NULL", ":two", "NULL", ":createddetail"])],
     # deliver: the live attempt's, one statement (attempt_deliver_fast)
     [("attempt_deliver_fast", [":tenant", ":rid", ":aid", ":zero"])],
     # finish: the live attempt's, completed, one statement (attempt_finish_fast)

@@ -510,6 +510,33 @@ def finish(name, seed, body, expect, aid="a1", **kw):
 
 SSE_B64 = "ZGF0YTogaGk="  # an answer's bytes: "data: hi"
 
+
+def create(name, seed, body, expect, **kw):
+    return Case("create", name, seed, [("attempts", body)], expect, **kw)
+
+
+FIRST = {"attempt_id": "a1", "replica": "gpu-a/3", "model_revision": "m@1"}
+
+CREATES = [
+    create("the first attempt of a request nobody named", [], FIRST, (201, None),
+           fast="create"),
+    create("the first attempt, every field given", [],
+           dict(FIRST, gateway="gw-1", lease_ms=45000, max_attempts=2,
+                identity={"pod": "p-1", "n": 3}, input_sha256="ef" * 32),
+           (201, None), fast="create"),
+    create("the first attempt, no revision, no replica", [], {"attempt_id": "a1"},
+           (201, None), fast="create"),
+    create("the first attempt of a request whose calls are tombstones", [tombstone()],
+           FIRST, (201, None), fast="create"),
+    create("a request that exists, no attempts: the locked path's",
+           [request(), call("succeeded")], FIRST, (201, None)),
+    create("the same attempt again", [request(attempts=1), attempt(state="live")],
+           {"attempt_id": "a1", "replica": "replica-1"}, (200, None)),
+    create("another attempt past the request's budget",
+           [request(attempts=1, max_attempts=1), attempt()], {"attempt_id": "a2"},
+           (409, "retry_budget_exhausted")),
+]
+
 DELIVERS = [
     deliver("the first delta of the live attempt", live_attempt,
             {"delivered_output_tokens": 5}, (200, None), fast="deliver"),
@@ -625,8 +652,19 @@ SEQUENCES += [
          (409, "attempt_fenced")),
 ]
 
-SINGLE_CASES = CLAIMS + COMPLETES + RENEWS + DELIVERS + FINISHES + SEQUENCES
-BATCH_CASES = CLAIMS + COMPLETES + RENEWS + DELIVERS + FINISHES
+SEQUENCES += [
+    Case("sequence", "begin, deliver, finish: the whole cycle", [],
+         [("attempts", FIRST),
+          ("attempts/a1/deliver", {"delivered_output_tokens": 0}),
+          ("attempts/a1/finish", {"outcome": "completed", "delivered_output_tokens": 64})],
+         (200, None)),
+    Case("sequence", "begin twice, then deliver", [],
+         [("attempts", FIRST), ("attempts", FIRST),
+          ("attempts/a1/deliver", {"delivered_output_tokens": 2})], (200, None)),
+]
+
+SINGLE_CASES = CLAIMS + COMPLETES + RENEWS + CREATES + DELIVERS + FINISHES + SEQUENCES
+BATCH_CASES = CLAIMS + COMPLETES + RENEWS + CREATES + DELIVERS + FINISHES
 
 
 def _unique(cases):
@@ -776,12 +814,15 @@ def which_path(obs):
     """'one statement' when a claimed or completed event was written at exactly the
     time written into the row (one clock read: a fast statement), else 'general'.
     Of an attempt's finish: when attempt_finished was written at exactly its
-    attempt's ended_at. (A deliver writes no time into a row: None.)"""
+    attempt's ended_at; of its creation: attempt_created at its created_at. (A deliver writes no time into a row: None.)"""
     st = obs["state"]
     ended = {a["attempt_id"]: a.get("ended_at") for a in obs["raw_attempts"]}
+    created = {a["attempt_id"]: a.get("created_at") for a in obs["raw_attempts"]}
     for ev, at_ in zip(st["events"] or [], obs["event_at"]):
         if ev["type"] == "attempt_finished" and ev["attempt_id"] in ended:
             return "one statement" if at_ == ended[ev["attempt_id"]] else "general"
+        if ev["type"] == "attempt_created" and ev["attempt_id"] in created:
+            return "one statement" if at_ == created[ev["attempt_id"]] else "general"
     call_row = (st.get("calls") or {}).get(CID)
     for ev, at_ in zip(st["events"] or [], obs["event_at"]):
         if call_row is None:
