@@ -2,7 +2,9 @@
 
 Invariant 1: at most one live attempt per request. Invariant 2: no attempt
 once a delta reached the client. Both are decided under the request's row
-lock; these tests throw real concurrency at them and check the rows.
+lock (or, for the hot begin, deliver and finish, by one statement under it,
+batched with others: ledger/store/attempt_fast.c); these tests throw real
+concurrency at them and check the rows.
 """
 
 import re
@@ -12,6 +14,7 @@ import time
 import pytest
 
 from conftest import Ledgerd, new_id
+from integration_helpers import metric
 
 ROUTERS = 32
 # Long enough that every racer of a round reaches the database before the
@@ -161,3 +164,95 @@ def test_deliver_and_failover_race_never_both_win(service, led):
                            "WHERE request_id = '%s'" % rid)
         assert rows in ([["t", "1"]], [["f", "2"]]), rows
     assert outcomes  # at least one side won each time; which one is the scheduler's
+
+
+@pytest.fixture(scope="module")
+def batching(service, tmp_path_factory):
+    """A ledgerd with one store worker taking up to 64 jobs at a time: whatever
+    waits for it is committed in one batch, the attempts' fast paths with it."""
+    d = tmp_path_factory.mktemp("race-batch")
+    policy = d / "policy.yaml"
+    policy.write_text("pool_retry_budget: {percent_of_attempts: 100, window_s: 1, "
+                      "min_retries: 1000000}\n")
+    server = Ledgerd(service.database_url, d / "ledgerd.log",
+                     extra_args=["--policy", str(policy), "--workers", "1",
+                                 "--batch-max", "64"])
+    yield server
+    server.stop()
+
+
+def test_batched_delivers_finishes_and_failovers_keep_the_fence(service, batching):
+    """Two routers on each of many requests, at once: one delivers and finishes
+    the first attempt, the other fails it over and runs the rerun. Their begins,
+    delivers and finishes are batched together (across requests, and with the
+    failovers' transactions in between); whoever wins each request, the fence
+    holds: one attempt's delta reaches the client, never two, and the history
+    says exactly what happened."""
+    led = batching
+    token = service.token("router")
+    rids = [new_id("fence") for _ in range(12)]
+    batched_before = metric(led, "ledger_store_batched_calls_total")
+    # Every first attempt begun at once: one batch of attempt_create_fast.
+    begun = race(len(rids), lambda i: begin(led, token, rids[i], "a-0", max_attempts=5))
+    assert all(r.status == 201 for r in begun), [(r.status, r.body) for r in begun]
+
+    def act(i):
+        rid, role = rids[i // 6], i % 6
+        url = "/v1/requests/%s/" % rid
+        if role in (0, 1):  # the first router delivers (twice, as deltas come)
+            return led.post(url + "attempts/a-0/deliver",
+                            {"delivered_output_tokens": role + 1}, token=token)
+        if role == 2:
+            return led.post(url + "attempts/a-0/finish",
+                            {"outcome": "completed", "delivered_output_tokens": 5}, token=token)
+        if role == 3:  # the second router saw a-0's upstream close
+            return led.post(url + "failover",
+                            {"attempt_id": "a-0", "signal": "upstream_closed",
+                             "next_attempt": {"attempt_id": "a-1", "replica": "gpu-b"}},
+                            token=token)
+        if role == 4:
+            return led.post(url + "attempts/a-1/deliver", {"delivered_output_tokens": 1},
+                            token=token)
+        return led.post(url + "attempts/a-1/finish", {"outcome": "completed"}, token=token)
+
+    answers = race(6 * len(rids), act)
+    assert metric(led, "ledger_store_batched_calls_total") > batched_before
+    for n, rid in enumerate(rids):
+        d0, d0b, f0, fo, d1, f1 = answers[6 * n:6 * n + 6]
+        for r in (d0, d0b, f0, d1, f1):
+            assert r.status in (200, 404, 409), (rid, r.status, r.body)
+            assert r.status != 409 or r.code == "attempt_fenced", (rid, r.body)
+        assert fo.status in (200, 409), (rid, fo.status, fo.body)
+        a0_delivered = 200 in (d0.status, d0b.status)
+        a1_delivered = d1.status == 200
+        # The fence: never a delta from both attempts.
+        assert not (a0_delivered and a1_delivered), rid
+        rerun = fo.status == 200 and fo.json["action"] == "retry_prefill"
+        if a0_delivered or f0.status == 200:
+            assert not rerun, (rid, fo.body)  # no rerun once a-0 delivered or finished
+        if a1_delivered or f1.status == 200:
+            assert rerun and d0.status != 200 and d0b.status != 200, rid
+        if f0.status == 200:
+            assert f1.status != 200, rid
+        rows = service.sql(
+            "SELECT attempt_id, state FROM attempts WHERE request_id = '%s' ORDER BY epoch" % rid)
+        assert [a for a, _ in rows] == (["a-0", "a-1"] if rerun else ["a-0"]), (rid, rows)
+        assert sum(1 for _, s in rows if s == "live") <= 1, rows
+        req = service.sql("SELECT status, first_delta_sent, delivered_output_tokens FROM requests"
+                          " WHERE request_id = '%s'" % rid)[0]
+        events = service.sql("SELECT type, coalesce(attempt_id, ''), detail::text FROM events"
+                             " WHERE request_id = '%s' ORDER BY seq" % rid)
+        types = [t for t, _, _ in events]
+        # The history says it: one first delta at most, by the attempt that delivered.
+        deltas = [a for t, a, _ in events if t == "first_delta"]
+        assert deltas == (["a-0"] if a0_delivered else ["a-1"] if a1_delivered else []), (
+            rid, events)
+        assert (req[1] == "t") == bool(deltas), (rid, req)
+        if deltas:  # no attempt begun after it
+            assert "attempt_created" not in types[types.index("first_delta"):], events
+        # Each attempt finished once at most, the request completed once at most.
+        for aid in ("a-0", "a-1"):
+            assert sum(1 for t, a, _ in events if t == "attempt_finished" and a == aid) <= 1
+        completed = [e for e in events if e[0] == "request_status" and '"completed"' in e[2]]
+        assert len(completed) == (1 if req[0] == "completed" else 0), (rid, events)
+        assert (req[0] == "completed") == (f0.status == 200 or f1.status == 200), (rid, req)
