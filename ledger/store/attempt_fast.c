@@ -137,7 +137,7 @@ static const struct store_stmt create_fast = {
 	"), req AS ("
 	"  INSERT INTO requests (tenant, request_id, attempt_count, max_attempts, model_revision,"
 	"    input_sha256, created_at)"
-	"  SELECT $1, $2, 1, nullif($9::integer, 0), $5, $10, clk.now FROM clk"
+	"  VALUES ($1, $2, 1, nullif($9::integer, 0), $5, $10, (SELECT now FROM clk))"
 	"  ON CONFLICT (tenant, request_id) DO NOTHING"
 	"  RETURNING " STORE_REQUEST_COLUMNS
 	"), att AS ("
