@@ -236,7 +236,11 @@ def pgbench(pg, script, clients, variables, db="ledger"):
     wal, fpi = pg.wal_bytes(), pg.wal_fpi()
     out = pg.run(*(argv + [db])).stdout
     wal, fpi = pg.wal_bytes() - wal, pg.wal_fpi() - fpi
-    tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
+    m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+    if m is None:
+        sys.exit("bench: pgbench of %s at %d clients gave no rate:\n%s" % (script, clients,
+                                                                         out[-3000:]))
+    tps = float(m.group(1))
     lat = []
     for f in logdir.iterdir():
         for line in f.read_text().splitlines():
