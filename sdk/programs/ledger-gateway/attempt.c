@@ -125,7 +125,9 @@ static bool start_upstream(struct gateway_run *r, const char *settled)
 	t = target_of(r->replica, r->stream, &w);
 	gateway_trace_log_span(r->span, &r->parent); /* the thread's lines are the attempt's */
 	gateway_run_prelude_clear(r);
-	if (r->up == NULL)
+	if (r->up != NULL)
+		upstream_quiet_from_now(r->up); /* the begin's wait was ledgerd's, not the replica's */
+	else
 		r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
 				      settled != NULL ? settled : "[]");
 	if (r->up == NULL)

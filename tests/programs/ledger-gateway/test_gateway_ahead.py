@@ -246,3 +246,21 @@ def test_a_replica_that_runs_tools_is_asked_only_once_the_attempt_exists(setup):
     chat = engine_chats(e)[0]
     assert chat["headers"]["x-ledger-attempt-id"] == "a1"
     assert chat["headers"]["x-ledger-request-id"] == headers["x-request-id"]
+
+
+def test_a_begin_slower_than_the_stall_timeout_is_not_the_engines_silence(setup):
+    e = setup.engine("e1", "vllm")
+    # A lease that outlasts the begin's wait, a stall timeout that does not (the last
+    # flag wins).
+    gw = setup.start_gateway("--replica", "e1=" + e.url, "--lease-ms", "10000",
+                             "--soft-timeout-ms", "500", "--stall-timeout-ms", "1000")
+    assert wait_state(gw, "e1", "healthy")
+    # The engine answered at once; ledgerd took longer than the stall timeout to begin.
+    setup.proxy.hold["begin"] = 1.5
+    status, headers, raw, _ = stream_timed(gw)
+    assert status == 200, raw
+    assert sse_data(raw)[-1] == "[DONE]" and content(raw)
+    assert len(engine_chats(e)) == 1  # no rerun: the replica was never thought silent
+    assert wait_state(gw, "e1", "healthy")
+    request = timeline(setup, headers["x-request-id"])["request"]
+    assert request["status"] == "completed" and request["attempts"] == 1
