@@ -32,7 +32,7 @@ FUZZ_PKGS="clang libclang-rt-14-dev"
 NODE18_PKGS="node-undici node-acorn node-cjs-module-lexer libuv1 libc-ares2 libbrotli1 libicu72 libnghttp2-14"
 TEST_PKGS="libcmocka-dev python3-pytest python3-pytest-xdist python3-yaml python3-venv jq groff-base man-db curl openssl valgrind nodejs chromium pgbouncer $HA_PKGS $FUZZ_PKGS $NODE18_PKGS"
 DEV_PKGS="cppcheck clang-format"
-BENCH_PKGS="wrk gnuplot-nox nodejs"
+BENCH_PKGS="wrk gnuplot-nox nodejs nginx"
 # What the built programs need at run time and nothing to build them: the
 # shared libraries of ledgerd, ledgerctl and gateway, and curl for a health
 # check. The final stage of docker/Dockerfile installs exactly these.
@@ -91,6 +91,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "ledgerd: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# Debian's nginx package starts a system service on port 80 from its
+# postinst. make bench runs its own nginx (build/bench/, in the foreground),
+# so while a fresh nginx installs, policy-rc.d refuses every service start
+# (exit 101), unless the machine already has a policy of its own.
+policy=
+if [[ " ${missing[*]} " == *" nginx "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+	policy=/usr/sbin/policy-rc.d
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
 # Refresh the package lists only when an install from the current ones fails.
 if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
 	apt-get update -q >/dev/null
@@ -105,6 +116,15 @@ if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v systemctl >/dev/null
 		systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
 	else
 		systemctl disable pgbouncer.service >/dev/null 2>&1 || true
+	fi
+fi
+# nginx's service, refused a start above, is not enabled either: no boot
+# starts it.
+if [[ " ${missing[*]} " == *" nginx "* ]]; then
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now nginx.service >/dev/null 2>&1 || true
+	else
+		update-rc.d nginx disable >/dev/null 2>&1 || true
 	fi
 fi
 prefetch "${1:-run}"

@@ -4,11 +4,12 @@
 Starts a PostgreSQL with fsync and synchronous_commit on, as in production,
 and ledgerd on it; runs pgbench on the very SQL ledgerd issues (scripts made
 by gen_pgbench.py from `ledgerd sql`), pgbench on the least SQL a durable
-tool call needs (tests/bench/minimal/, in a database of its own on the same
-cluster), DBOS Transact doing the same job as a workflow of one step
+tool call, and a router's attempt, needs (tests/bench/minimal/, in a
+database of its own on the same cluster), DBOS Transact doing the same job as a workflow of one step
 (tests/bench/dbos/, its pinned npm package installed here on first use),
 and wrk on ledgerd's HTTP API for the same work, last with ten million
-settled calls and a million tombstones stored; repeats every
+settled calls and a million tombstones stored; ledger-gateway, nginx and
+Portkey in front of one fast engine (gateway_point.py); repeats every
 point and keeps medians; reads the WAL each tool call writes from
 pg_stat_wal; prints a markdown table and the targets met or missed, writes
 build/bench/results.json and draws build/bench/bench.png.
@@ -27,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gateway_point  # noqa: E402  (tests/bench/gateway_point.py: the gateway point)
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "bench"
 OUT = ROOT / "build" / "bench"
@@ -36,8 +40,8 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8,32,64").split(",")]
 WORKLOADS = os.environ.get("BENCH_WORKLOADS",
-                           "tool_call,tool_call_unbatched,replay,attempt_cycle,dbos,tracing,"
-                           "large").split(",")
+                           "tool_call,tool_call_unbatched,replay,attempt_cycle,"
+                           "minimal_attempt,dbos,tracing,gateway,large").split(",")
 TRACING_CONCURRENCY = 32
 REPLAY_CONCURRENCY = 64
 BATCH = 16  # calls per transaction in tool_call_batch.sql (gen_pgbench.py)
@@ -330,6 +334,10 @@ def main():
         if shutil.which(tool) is None:
             sys.exit("bench: %s is missing (make bench installs it)" % tool)
     OUT.mkdir(parents=True, exist_ok=True)
+    if "gateway" in WORKLOADS:
+        for tool in ("cc", "node", "npm"):
+            if shutil.which(tool) is None:
+                sys.exit("bench: %s is missing (make bench installs it)" % tool)
     if "dbos" in WORKLOADS:
         dbos_setup()
     subprocess.run([sys.executable, str(HERE / "gen_pgbench.py"), "--ledgerd", str(LEDGERD),
@@ -338,6 +346,7 @@ def main():
     log("%d cores; %d s per point, %d repeats, medians" % (cores, SECONDS, REPEATS))
     pg = Postgres()
     rows, meta, minimal, dbos_points = [], {}, {}, {}
+    minimal_attempt = meta["minimal_attempt"] = {}
     try:
         subprocess.run([str(LEDGERD), "migrate", "--database-url", pg.url], check=True,
                        capture_output=True)
@@ -438,6 +447,11 @@ def main():
             if workload.startswith("tool_call") and conc in dbos_points:
                 row["dbos_per_s"] = dbos_points[conc]["per_s"]
                 row["ratio_dbos"] = round(row["ledgerd_per_s"] / dbos_points[conc]["per_s"], 2)
+            if workload == "attempt_cycle" and conc in minimal_attempt:
+                row["minimal_attempt_3tx_per_s"] = minimal_attempt[conc]["per_s"]
+                row["ratio_minimal_attempt"] = round(
+                    row["ledgerd_per_s"] / minimal_attempt[conc]["per_s"], 3)
+                row["minimal_attempt_p50_ms"] = minimal_attempt[conc]["p50_ms"]
             if workload.startswith("tool_call") and conc in minimal:
                 row["minimal_2tx_per_s"] = minimal[conc]["per_s"]
                 row["ratio_minimal_2tx"] = round(row["ledgerd_per_s"] / minimal[conc]["per_s"], 3)
@@ -476,6 +490,19 @@ def main():
                 % (ceiling, BATCH, workers))
             meta["batch_ceiling_per_s"] = round(ceiling, 1)
             meta["batch_ceiling_clients"] = workers
+        if "attempt_cycle" in WORKLOADS or "minimal_attempt" in WORKLOADS:
+            # The least SQL a router's attempt needs: three commits per attempt.
+            for conc in CONCURRENCY:
+                runs = [pgbench(pg, MINIMAL / "minimal_attempt_3tx.sql", conc, {}, "minimal")
+                        for _ in range(REPEATS)]
+                tps, p50, p99 = median_of(runs)[:3]
+                wal = statistics.median(r[3] / max(r[0] * SECONDS, 1) for r in runs)
+                minimal_attempt[conc] = {"per_s": round(tps, 1), "p50_ms": round(p50, 3),
+                                         "p99_ms": round(p99, 3),
+                                         "wal_bytes_per_attempt": round(wal)}
+                log("minimal attempt 3tx  %3d  %8.1f attempts/s  p50 %.2f ms  p99 %.2f ms  "
+                    "%d WAL bytes/attempt" % (conc, tps, p50, p99, wal))
+            pg.checkpoint()
         for conc in CONCURRENCY if "dbos" in WORKLOADS else ():
             # What a user would pick instead: a DBOS workflow of one step.
             runs = [dbos(pg, conc, i) for i in range(REPEATS)]
@@ -498,6 +525,10 @@ def main():
                   tokens["router"], 3)
         if "tracing" in WORKLOADS:
             meta["tracing"] = tracing_point(pg, tokens["agent"])
+        if "gateway" in WORKLOADS:
+            # ledger-gateway, nginx and Portkey in front of the same fast engine.
+            meta["gateway_rows"] = gateway_point.measure(pg, Ledgerd, tokens["router"], SECONDS,
+                                                         REPEATS, quantile, log)
         if "large" in WORKLOADS and 32 in CONCURRENCY:
             # Last: the same tool call point over a store that is no longer small.
             meta["large_size"] = fill_large(pg)
@@ -643,6 +674,30 @@ def targets(rows, meta, minimal, dbos_points):
     r = tr.get("down_ratio")
     target("tool_call at %d with tracing on and its collector down, x off"
            % TRACING_CONCURRENCY, ">= 0.95", r, r is not None and r >= 0.95)
+    ac32, ma32 = find(rows, "attempt_cycle", 32), meta.get("minimal_attempt", {}).get(32)
+    r = ac32["ledgerd_per_s"] / ma32["per_s"] if ac32 and ma32 else None
+    target("attempt_cycle at 32, x minimal 3-commit attempt SQL", ">= 1.0", r and round(r, 2),
+           r and r >= 1.0)
+    gws = {g["concurrency"]: g for g in meta.get("gateway_rows", [])}
+    g1, g64 = gws.get(1), gws.get(64)
+    v = g64["gateway_ttfb_added_p50_ms"] if g64 else None
+    target("time ledger-gateway adds before the first byte, p50 at 64, ms", "<= 1.5", v,
+           v is not None and v <= 1.5)
+    v = g1["gateway_ttfb_added_p50_ms"] if g1 else None
+    target("time ledger-gateway adds before the first byte, p50 at 1, ms", "<= 1.5", v,
+           v is not None and v <= 1.5)
+    v = g64["gateway_ttfb_added_p99_ms"] if g64 else None
+    target("time ledger-gateway adds before the first byte, p99 at 64, ms", "<= 10", v,
+           v is not None and v <= 10)
+    v = g64["gateway_x_nginx"] if g64 else None
+    target("streams/s through ledger-gateway at 64, x nginx (plain reverse proxy)", ">= 0.5",
+           v, v is not None and v >= 0.5)
+    v = g64["gateway_x_portkey"] if g64 else None
+    target("streams/s through ledger-gateway at 64, x Portkey (with its retries)", ">= 2.0",
+           v, v is not None and v >= 2.0)
+    v = g64.get("kept_answer_cost") if g64 else None
+    target("kept answers (about 4 KiB, a key on every request) at 64, share of streams/s "
+           "lost", "<= 0.10", v, v is not None and v <= 0.10)
     large = find(rows, "tool_call_large", 32)
     r = large.get("ratio_empty") if large else None
     target("tool_call at 32 with %dM settled calls and %dM tombstones stored, x empty"
@@ -655,16 +710,19 @@ def report(rows, cores, meta, minimal, dbos_points):
     goals = targets(rows, meta, minimal, dbos_points)
     summary = {"minimal_2tx_per_s": minimal.get(32, {}).get("per_s"),
                "minimal_batch10_per_s": meta.get("minimal_batch10_per_s"),
-               "dbos_per_s": dbos_points.get(32, {}).get("per_s")}
+               "dbos_per_s": dbos_points.get(32, {}).get("per_s"),
+               "minimal_attempt_3tx_per_s": meta.get("minimal_attempt", {}).get(32, {}).get(
+                   "per_s")}
     (OUT / "results.json").write_text(json.dumps(
         {"cores": cores, "seconds": SECONDS, "repeats": REPEATS, **summary,
          "minimal_2tx": {str(c): m for c, m in minimal.items()},
          "dbos": {str(c): d for c, d in dbos_points.items()},
+         "minimal_attempt_3tx": {str(c): m for c, m in meta.get("minimal_attempt", {}).items()},
          "large_calls": LARGE_CALLS, "large_tombstones": LARGE_TOMBSTONES,
          "large_size": meta.get("large_size"),
          "batch_ceiling_per_s": meta.get("batch_ceiling_per_s"),
          "tracing": meta.get("tracing"),
-         "rows": rows, "targets": goals}, indent=2) + "\n")
+         "rows": rows + meta.get("gateway_rows", []), "targets": goals}, indent=2) + "\n")
     lines = ["## make bench: %d cores, %d s per point, median of %d" % (cores, SECONDS, REPEATS),
              "",
              "| workload | conc. | ledgerd /s | pgbench /s | ratio | p50 ms | p99 ms "
@@ -720,6 +778,44 @@ def report(rows, cores, meta, minimal, dbos_points):
                     "-" if r["calls_per_batch"] is None else "%.2f" % r["calls_per_batch"]))
         lines += ["", "Minimal SQL in perfect batches of ten, %d clients: %.0f tool calls/s."
                   % (MINIMAL_BATCH_CLIENTS, meta["minimal_batch10_per_s"])]
+    if meta.get("minimal_attempt"):
+        lines += ["", "| attempts | conc. | minimal 3-commit attempt SQL /s | p50 ms "
+                  "| WAL bytes/attempt | ledgerd attempt_cycle /s | ledgerd x minimal |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for c, m in sorted(meta["minimal_attempt"].items()):
+            ac = find(rows, "attempt_cycle", c)
+            lines.append("| minimal_attempt_3tx | %d | %.0f | %.2f | %d | %s | %s |" % (
+                c, m["per_s"], m["p50_ms"], m["wal_bytes_per_attempt"],
+                "%.0f" % ac["ledgerd_per_s"] if ac else "-",
+                "%.2f" % ac["ratio_minimal_attempt"] if ac else "-"))
+    if meta.get("gateway_rows"):
+        lines += ["", "| streams (20 tokens) | conc. | engine /s | ledger-gateway /s | nginx /s "
+                  "| Portkey /s | gw x nginx | gw x Portkey | TTFB added p50 ms | p99 ms "
+                  "| its histogram p50 ms | p99 ms | nginx added p50 ms | Portkey added p50 ms "
+                  "| errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        fmt = lambda v: "-" if v is None else "%.3f" % v  # noqa: E731
+        for g in meta["gateway_rows"]:
+            lines.append("| gateway | %d | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %s | %s "
+                         "| %s | %s | %s | %s | %d |" % (
+                             g["concurrency"], g["engine_streams_per_s"],
+                             g["gateway_streams_per_s"], g["nginx_streams_per_s"],
+                             g["portkey_streams_per_s"], g["gateway_x_nginx"],
+                             g["gateway_x_portkey"], fmt(g["gateway_ttfb_added_p50_ms"]),
+                             fmt(g["gateway_ttfb_added_p99_ms"]),
+                             fmt(g["gateway_histogram_added_p50_ms"]),
+                             fmt(g["gateway_histogram_added_p99_ms"]),
+                             fmt(g["nginx_ttfb_added_p50_ms"]),
+                             fmt(g["portkey_ttfb_added_p50_ms"]),
+                             sum(g[n + "_errors"] for n in gateway_point.CONFIGS)))
+        for g in meta["gateway_rows"]:
+            if "kept_answer_cost" in g:
+                lines += ["", "Kept answers at %d (answers of %d bytes of SSE): ledger-gateway "
+                          "%.0f streams/s without a key, %.0f with an Idempotency-Key on every "
+                          "request (each keeps its answer in ledgerd): %.1f%% lost."
+                          % (g["concurrency"], g["kept_answer_bytes"],
+                             g["kept_answer_keyless_streams_per_s"],
+                             g["kept_answer_streams_per_s"], 100 * g["kept_answer_cost"])]
     if meta.get("tracing"):
         tr = meta["tracing"]
         lines += ["", "| tracing, tool_call at %d | per s | x off | spans exported "
@@ -739,12 +835,12 @@ def report(rows, cores, meta, minimal, dbos_points):
     table = "\n".join(lines) + "\n"
     (OUT / "results.md").write_text(table)
     print(table)
-    plot(rows, dbos_points)
+    plot(rows, dbos_points, meta.get("gateway_rows", []), meta.get("minimal_attempt"))
     print("results: %s, %s, %s" % (OUT / "results.json", OUT / "results.md",
                                    OUT / "bench.png"))
 
 
-def plot(rows, dbos_points):
+def plot(rows, dbos_points, gateway_rows=(), minimal_attempt=None):
     data = OUT / "plot.dat"
     series = []
     with open(data, "w") as f:
@@ -773,8 +869,60 @@ def plot(rows, dbos_points):
                 f.write("%d %f %f %f %f\n" % (c, d["per_s"], d["per_s"], d["p99_ms"],
                                               d["p99_ms"]))
             f.write("\n\n")
-    if not series:
+        if minimal_attempt and "attempt_cycle" in series:
+            f.write("# minimal SQL, an attempt in 3 commits\n")
+            for c, m in sorted(minimal_attempt.items()):
+                f.write("%d %f %f %f %f\n" % (c, m["per_s"], m["per_s"], m["p99_ms"],
+                                              m["p99_ms"]))
+            f.write("\n\n")
+    panels = []
+    if series:
+        panels += ledgerd_panels(rows, dbos_points, data, series,
+                                 minimal_attempt and "attempt_cycle" in series)
+    if gateway_rows:
+        panels += gateway_panels(gateway_rows)
+    if not panels:
         return
+    script = """
+set terminal pngcairo size 1200,%d font ',10' noenhanced
+set output '%s'
+set multiplot layout %d,2
+%s
+unset multiplot
+""" % (500 * ((len(panels) + 1) // 2), OUT / "bench.png", (len(panels) + 1) // 2,
+       "\n".join(panels))
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def gateway_panels(gateway_rows):
+    """Two panels: streams/s by proxy in front of the fast engine at each concurrency,
+    and the time each adds before the first byte."""
+    data = OUT / "plot_gateway.dat"
+    with open(data, "w") as f:
+        f.write("# conc engine gateway nginx portkey gw_p50 gw_p99 nginx_p50 portkey_p50\n")
+        for g in gateway_rows:
+            f.write("%d %f %f %f %f %f %f %f %f\n" % (
+                g["concurrency"], g["engine_streams_per_s"], g["gateway_streams_per_s"],
+                g["nginx_streams_per_s"], g["portkey_streams_per_s"],
+                g["gateway_ttfb_added_p50_ms"], g["gateway_ttfb_added_p99_ms"],
+                g["nginx_ttfb_added_p50_ms"], g["portkey_ttfb_added_p50_ms"]))
+    common = ("unset logscale\nset style data histograms\nset style histogram clustered "
+              "gap 1\nset style fill solid 0.8 border -1\nset xlabel 'concurrent streams'\n"
+              "set key below\nset yrange [0:*]\n")
+    tput = (common + "set title 'streams/s in front of the same fast engine (20 tokens)'\n"
+            "set ylabel 'streams per second (log)'\nset logscale y\nset yrange [1:*]\n"
+            "plot '%s' using 2:xtic(1) title 'engine directly', "
+            "'' using 3 title 'ledger-gateway', '' using 4 title 'nginx', "
+            "'' using 5 title 'Portkey'" % data)
+    ttfb = (common + "set title 'time added before the first byte (minus the engine directly)'\n"
+            "set ylabel 'ms'\nunset logscale\nset yrange [*:*]\nplot '%s' using 6:xtic(1) "
+            "title 'ledger-gateway p50', '' using 7 title 'ledger-gateway p99', "
+            "'' using 8 title 'nginx p50', '' using 9 title 'Portkey p50'" % data)
+    return [tput, ttfb]
+
+
+def ledgerd_panels(rows, dbos_points, data, series, has_minimal_attempt):
+    """Throughput and p99 latency of ledgerd's workloads by concurrency."""
     tput = ", ".join(
         "'%s' index %d using 1:2 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:3 with linespoints dashtype 2 title '%s (pgbench)'"
@@ -788,6 +936,10 @@ def plot(rows, dbos_points):
         dbos_index = minimal_index + (1 if has_minimal else 0)
         tput += (", '%s' index %d using 1:2 with linespoints dashtype 4 lw 2 "
                  "title 'DBOS Transact (one-step workflow)'" % (data, dbos_index))
+    if has_minimal_attempt:
+        tput += (", '%s' index %d using 1:2 with linespoints dashtype 5 lw 2 "
+                 "title 'minimal SQL attempt (3 commits)'"
+                 % (data, minimal_index + has_minimal + (1 if dbos_points else 0)))
     lat = ", ".join(
         "'%s' index %d using 1:4 with linespoints title '%s (ledgerd)', "
         "'%s' index %d using 1:5 with linespoints dashtype 2 title '%s (pgbench)'"
@@ -795,23 +947,15 @@ def plot(rows, dbos_points):
     if dbos_points:
         lat += (", '%s' index %d using 1:4 with linespoints dashtype 4 lw 2 "
                 "title 'DBOS Transact (one-step workflow)'" % (data, dbos_index))
-    script = """
-set terminal pngcairo size 1200,500 font ',10' noenhanced
-set output '%s'
-set multiplot layout 1,2
-set logscale x 2
+    return ["""set logscale x 2
 set xlabel 'concurrent clients'
 set key left top
 set title 'throughput (tool calls or attempt cycles per second)'
 set ylabel 'per second'
-plot %s
-set title 'p99 latency of a call'
+plot %s""" % tput, """set title 'p99 latency of a call'
 set ylabel 'ms'
 set logscale y
-plot %s
-unset multiplot
-""" % (OUT / "bench.png", tput, lat)
-    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+plot %s""" % lat]
 
 
 if __name__ == "__main__":
