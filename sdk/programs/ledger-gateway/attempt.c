@@ -75,23 +75,61 @@ static void stop_and_ack(struct gateway_run *r)
 	ledger_client_error_clear(&err);
 }
 
-/* Sends the client's request to the current attempt's replica. */
+/* Where an attempt on replica @p k goes, in the trace context @p w (borrowed with it). */
+static struct upstream_target target_of(size_t k, bool stream, const struct gateway_trace_wire *w)
+{
+	const struct replica *rep = &gw->replicas[k];
+
+	return (struct upstream_target){
+		.url = rep->url,
+		.api_key = rep->api_key,
+		.ledger_headers = gateway_replica_runs_tools(gw, k),
+		.stream = stream,
+		.traceparent = w->traceparent[0] != '\0' ? w->traceparent : NULL,
+		.tracestate = w->tracestate[0] != '\0' ? w->tracestate : NULL};
+}
+
+/*
+ * Sent before ledgerd began the attempt: only its bytes' publication needs
+ * the attempt (the run delivers nothing before the begin and the deliver
+ * are confirmed), and an engine that gets no X-Ledger-* headers claims no
+ * tool call, so the engine may work while the begin is in flight. A replica
+ * that gets the headers needs the begun attempt's id and its settled calls:
+ * it is asked only once the attempt exists.
+ */
+struct upstream *gateway_run_engine_ahead(size_t replica, const char *body, size_t body_len,
+					  bool stream, const struct gateway_trace_wire *w)
+{
+	struct upstream_target t = target_of(replica, stream, w);
+	struct upstream *up;
+
+	if (t.ledger_headers)
+		return NULL;
+	up = upstream_open(&t, body, body_len, NULL, NULL, "[]");
+	if (up != NULL)
+		upstream_kick(up);
+	return up;
+}
+
+/*
+ * Sends the client's request to the current attempt's replica, unless it
+ * was sent ahead of the begin (r->up already open): either way the attempt
+ * starts here, its heartbeat with it.
+ */
 static bool start_upstream(struct gateway_run *r, const char *settled)
 {
-	const struct replica *rep = &gw->replicas[r->replica];
 	struct gateway_trace_wire w;
-	struct upstream_target t = {.url = rep->url,
-				    .api_key = rep->api_key,
-				    .ledger_headers = gateway_replica_runs_tools(gw, r->replica),
-				    .stream = r->stream};
+	struct upstream_target t;
 
 	gateway_trace_attempt_wire(r->span, &r->parent, &w);
-	t.traceparent = w.traceparent[0] != '\0' ? w.traceparent : NULL;
-	t.tracestate = w.tracestate[0] != '\0' ? w.tracestate : NULL;
+	t = target_of(r->replica, r->stream, &w);
 	gateway_trace_log_span(r->span, &r->parent); /* the thread's lines are the attempt's */
 	gateway_run_prelude_clear(r);
-	r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
-			      settled != NULL ? settled : "[]");
+	if (r->up != NULL)
+		upstream_quiet_from_now(r->up); /* the begin's wait was ledgerd's, not the replica's */
+	else
+		r->up = upstream_open(&t, r->body, r->body_len, r->rid, aid_of(r),
+				      settled != NULL ? settled : "[]");
 	if (r->up == NULL)
 		return false;
 	gateway_metrics_attempt();

@@ -39,6 +39,7 @@
 #include "sdk/programs/ledger-gateway/replica.h"
 #include "sdk/programs/ledger-gateway/run.h"
 #include "sdk/programs/ledger-gateway/trace.h"
+#include "sdk/programs/ledger-gateway/upstream.h"
 
 #define MAX_ROUNDS 4 /* decisions for one request, each after a race was lost */
 
@@ -413,7 +414,7 @@ static struct ledger_attempt_spec attempt_spec(const struct gateway_request *q, 
 /* Starts a run of the attempt begun for @p q, which takes its body and @p span. */
 static void start_run(struct gateway_request *q, const char *input, unsigned attempts,
 		      struct ledger_attempt *attempt, struct ledger_span *span,
-		      const struct gateway_replica_pick *pick, struct step *s)
+		      struct upstream *up, const struct gateway_replica_pick *pick, struct step *s)
 {
 	struct gateway_run_start st = {.request_id = q->rid,
 				       .trace = q->trace,
@@ -427,7 +428,8 @@ static void start_run(struct gateway_request *q, const char *input, unsigned att
 				       .replica = pick->index,
 				       .stream = q->stream,
 				       .model = q->model,
-				       .revision = pick->revision};
+				       .revision = pick->revision,
+				       .up = up};
 
 	q->body = NULL;
 	s->run = gateway_run_start(&st);
@@ -452,6 +454,7 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 		gateway_replica_pick(gw, q->model, GATEWAY_REPLICA_NONE, revision);
 	struct ledger_client_error err = {0};
 	struct ledger_attempt *attempt = NULL;
+	struct upstream *up = NULL;
 	struct ledger_attempt_spec spec;
 	struct ledger_trace_ctx parent;
 	struct gateway_trace_wire w;
@@ -469,11 +472,16 @@ static void begin_next(struct gateway_request *q, const char *input, unsigned n,
 	span = gateway_trace_attempt_start(&parent, gw, pick.index, q->model, aid);
 	gateway_trace_attempt_wire(span, &parent, &w);
 	spec = attempt_spec(q, aid, &pick, input, &w);
+	/* The engine works while ledgerd begins the attempt; no byte of it is read before. */
+	up = gateway_run_engine_ahead(pick.index, q->body, q->body_len, q->stream, &w);
 	if (ledger_client_attempt_begin(gw->ledger, &spec, &attempt, &err) == LEDGER_CLIENT_OK) {
 		gateway_trace_attempt_begun(span, ledger_client_attempt_epoch(attempt));
-		start_run(q, input, n + 1, attempt, span, &pick, s); /* the run has the replica */
+		/* the run has the replica and the engine's request */
+		start_run(q, input, n + 1, attempt, span, up, &pick, s);
 		pick.index = GATEWAY_REPLICA_NONE;
 	} else {
+		/* Refused: the engine's request is cut (an abort to it), unread. */
+		upstream_close(up);
 		gateway_trace_attempt_end(span, "not_begun",
 					  err.status == 0 ? "ledger_unavailable" : err.code);
 		if (err.status == 0)
@@ -551,7 +559,7 @@ static void take_over(struct gateway_request *q, const char *input, const char *
 		struct ledger_attempt *taken = ledger_client_decision_take_next(&d);
 
 		gateway_trace_attempt_begun(span, ledger_client_attempt_epoch(taken));
-		start_run(q, input, n + 1, taken, span, &pick, s);
+		start_run(q, input, n + 1, taken, span, NULL, &pick, s);
 		span = NULL;
 		pick.index = GATEWAY_REPLICA_NONE; /* the run has the replica */
 	} else if (d.action == LEDGER_FAILOVER_RETRY_PREFILL) {

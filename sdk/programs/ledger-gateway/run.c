@@ -672,6 +672,8 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	r->stream = st->stream;
 	r->span = st->span;
 	st->span = NULL;
+	r->up = st->up; /* sent ahead of the begin: read from the first pump on */
+	st->up = NULL;
 	r->trace = st->trace;
 	gateway_trace_hold(r->trace);
 	gateway_trace_context(st->trace, &r->parent);
@@ -714,6 +716,8 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 	pthread_attr_destroy(&attr);
 	return r;
 fail:
+	upstream_close(st->up);
+	st->up = NULL;
 	free(st->body);
 	gateway_trace_attempt_end(st->span, "failed", "internal_error");
 	st->span = NULL;

@@ -22,6 +22,7 @@
 #include "sdk/programs/ledger-gateway/trace.h"
 
 struct gateway_run; /* reference-counted */
+struct upstream;    /* upstream.h */
 
 /* How a run begins. Pointers borrowed for the call unless said taken. */
 struct gateway_run_start {
@@ -39,6 +40,8 @@ struct gateway_run_start {
 	struct gateway_trace *trace; /* the span of the request that starts the run, or NULL:
 	                                the run holds a reference; its attempts' parent */
 	struct ledger_span *span;    /* the begun attempt's span, taken; or NULL */
+	struct upstream *up;         /* its engine request, sent ahead of the begin
+	                                (gateway_run_engine_ahead()), taken; or NULL */
 };
 
 /** Remembers the settings every run reads (borrowed for the process's life). */
@@ -52,6 +55,20 @@ void gateway_run_setup(struct gateway *gw);
  *         replica's request in flight given back)
  */
 struct gateway_run *gateway_run_start(struct gateway_run_start *st);
+
+/**
+ * Sends the client's request @p body to replica @p replica ahead of the
+ * begin of its attempt, in the attempt's trace context @p w, so that the
+ * engine connects and prefills while ledgerd begins it. Nothing of it is
+ * read before a run takes it (gateway_run_start()'s @p up), which is only
+ * once ledgerd began the attempt; a refused begin closes it
+ * (upstream_close()), which the engine takes as an abort.
+ * @return a new upstream (the caller's), or NULL: the replica gets the
+ *         attempt's X-Ledger-* headers and is asked only once the attempt
+ *         exists, or no memory (the run then asks it itself)
+ */
+struct upstream *gateway_run_engine_ahead(size_t replica, const char *body, size_t body_len,
+					  bool stream, const struct gateway_trace_wire *w);
 
 /** The listed run of @p request_id with a reference for the caller, or NULL. */
 struct gateway_run *gateway_run_find(const char *request_id);

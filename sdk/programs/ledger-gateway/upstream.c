@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #define POLL_MS 50
+#define KICK_TURNS 4 /* upstream_kick()'s turns, none of which waits */
 #define MAX_PENDING (4u << 20) /* an event longer than this is a broken replica */
 #define SETTLED_MAX 4096u      /* the settled tool calls' header, at most */
 
@@ -218,12 +219,13 @@ static char *take_event(struct upstream *u)
 	return event;
 }
 
-static void pump(struct upstream *u)
+/* Waits up to @p timeout_ms for the replica's sockets, then moves the transfer on. */
+static void pump_for(struct upstream *u, int timeout_ms)
 {
 	CURLMsg *msg;
 	int running = 0, left = 0;
 
-	curl_multi_poll(u->multi, NULL, 0, POLL_MS, NULL);
+	curl_multi_poll(u->multi, NULL, 0, timeout_ms, NULL);
 	curl_multi_perform(u->multi, &running);
 	while ((msg = curl_multi_info_read(u->multi, &left)) != NULL) {
 		if (msg->msg == CURLMSG_DONE) {
@@ -241,6 +243,25 @@ static void pump(struct upstream *u)
 			u->content_type = strdup(type != NULL ? type : "");
 			u->status = status;
 		}
+	}
+}
+
+static void pump(struct upstream *u)
+{
+	pump_for(u, POLL_MS);
+}
+
+void upstream_kick(struct upstream *u)
+{
+	/* A few turns without waiting: the connect started, then (a loopback or a near
+	 * replica's connect being done by then) the request written. */
+	for (int turn = 0; turn < KICK_TURNS && !u->ended; turn++) {
+		long sent = 0;
+
+		pump_for(u, 0);
+		if (curl_easy_getinfo(u->easy, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK &&
+		    sent > 0)
+			break;
 	}
 }
 

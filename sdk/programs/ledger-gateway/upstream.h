@@ -46,6 +46,14 @@ struct upstream *upstream_open(const struct upstream_target *t, const char *body
 			       const char *request_id, const char *attempt_id, const char *settled);
 
 /**
+ * Moves @p u's transfer on without waiting: the connection started and, when
+ * it is up at once (a replica on the same host, or a near one), the request
+ * written, so that the replica works while its caller waits for something
+ * else. Whatever comes back is read by upstream_next(), later.
+ */
+void upstream_kick(struct upstream *u);
+
+/**
  * Reads until one event, the end, a whole answer, a failure, a silence,
  * @p poke set (which it clears), or the monotonic millisecond *@p wake_at
  * passed (0: none; cleared once passed). @p poke and @p wake_at may be NULL.
