@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "api/service/routes.h"
 #include "api/wire/conn.h"
+#include "api/wire/trace.h"
 #include "ledger/common/trace.h"
 
 /* The store's operations as db.operation.name says them, by enum ledger_store_op_kind. */
@@ -39,19 +39,6 @@ static const char *const op_names[] = {
 	[LEDGER_STORE_CLIENT_EVENT] = "client_event",
 };
 
-/* The methods the HTTP conventions know; any other is "_OTHER". */
-static const char *const known_methods[] = {"GET",  "HEAD",    "POST",  "PUT",   "DELETE",
-					    "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"};
-
-static const char *method_of(const char *method)
-{
-	for (size_t i = 0; i < sizeof(known_methods) / sizeof(known_methods[0]); i++) {
-		if (strcmp(method, known_methods[i]) == 0)
-			return known_methods[i];
-	}
-	return NULL;
-}
-
 /*
  * Paths that get no span: the probes (/healthz, /readyz, /metrics), asked
  * every few seconds by machines, and the page's files (/ui), which a
@@ -67,89 +54,18 @@ static bool untraced(const char *target)
 	       (n == 3 && strncmp(target, "/ui", 3) == 0) || strncmp(target, "/ui/", 4) == 0;
 }
 
-/*
- * The parent the head names. One traceparent field exactly (two are a
- * malformed value); tracestate fields are joined with commas as RFC 9110
- * joins a repeated field, and one too long for the bound is dropped.
- */
-static void read_parent(const struct wire_http_head *head, struct ledger_trace_ctx *out)
-{
-	char ts[LEDGER_TRACESTATE_MAX + 1];
-	const char *tp = NULL;
-	size_t ts_len = 0;
-	unsigned ntp = 0;
-	bool ts_over = false;
-
-	for (unsigned i = 0; i < head->nfields; i++) {
-		const struct wire_http_field *f = &head->fields[i];
-		size_t len;
-
-		if (strcasecmp(f->name, "traceparent") == 0) {
-			tp = f->value;
-			ntp++;
-			continue;
-		}
-		if (strcasecmp(f->name, "tracestate") != 0 || (len = strlen(f->value)) == 0)
-			continue;
-		if (ts_len + (ts_len > 0) + len > LEDGER_TRACESTATE_MAX) {
-			ts_over = true;
-			continue;
-		}
-		if (ts_len > 0)
-			ts[ts_len++] = ',';
-		memcpy(ts + ts_len, f->value, len);
-		ts_len += len;
-	}
-	ts[ts_len] = '\0';
-	if (ntp != 1)
-		tp = NULL;
-	if (ts_over)
-		ts_len = 0;
-	ledger_trace_ctx_parse(out, tp, tp != NULL ? strlen(tp) : 0, ts_len > 0 ? ts : NULL,
-			       ts_len);
-}
-
-/* server.address and server.port from Host ("name", "name:port", "[v6]:port"). */
-static void set_server(struct ledger_span *span, const char *host, bool https)
-{
-	const char *end, *colon;
-	long port = https ? 443 : 80;
-
-	if (host == NULL || *host == '\0')
-		return;
-	if (host[0] == '[') {
-		end = strchr(host, ']');
-		if (end == NULL)
-			return;
-		ledger_span_set_strn(span, "server.address", host + 1, (size_t)(end - host - 1));
-		colon = end[1] == ':' ? end + 1 : NULL;
-	} else {
-		colon = strrchr(host, ':');
-		ledger_span_set_strn(span, "server.address", host,
-				     colon != NULL ? (size_t)(colon - host) : strlen(host));
-	}
-	if (colon != NULL) {
-		char *stop = NULL;
-
-		port = strtol(colon + 1, &stop, 10);
-		if (stop == colon + 1 || *stop != '\0' || port <= 0 || port > 65535)
-			return;
-	}
-	ledger_span_set_int(span, "server.port", port);
-}
-
 void api_tracing_begin(struct api_request *req, bool https)
 {
 	const struct wire_http_head *head = req->head;
 	struct ledger_trace_ctx parent, own;
-	const char *method, *ua;
+	const char *method, *ua, *host;
 	char peer[64];
 
 	/* Off: not even the traceparent is read. */
 	if (!ledger_trace_enabled() || untraced(head->target))
 		return;
-	read_parent(head, &parent);
-	method = req->trace.method = method_of(head->method);
+	wire_trace_parent(head, &parent);
+	method = req->trace.method = wire_trace_method(head->method);
 	req->trace.span = ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER,
 					    &parent, 0);
 	if (req->trace.span == NULL)
@@ -174,7 +90,9 @@ void api_tracing_begin(struct api_request *req, bool https)
 	ledger_span_set_str(req->trace.span, "url.scheme", https ? "https" : "http");
 	ledger_span_set_str(req->trace.span, "network.protocol.version",
 			    head->minor == 0 ? "1.0" : "1.1");
-	set_server(req->trace.span, wire_http_field(head, "Host"), https);
+	host = wire_http_field(head, "Host");
+	if (host != NULL)
+		wire_trace_server(req->trace.span, host, strlen(host), https ? 443 : 80);
 	if (wire_conn_peer(req->conn, peer, sizeof(peer)))
 		ledger_span_set_str(req->trace.span, "client.address", peer);
 	ua = wire_http_field(head, "User-Agent");

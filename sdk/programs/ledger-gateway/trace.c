@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
+#include "api/wire/trace.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/replica.h"
 
@@ -44,19 +44,6 @@ void gateway_trace_stop(void)
 	ledger_trace_shutdown();
 }
 
-/* The methods the HTTP conventions know; any other is "_OTHER". */
-static const char *const known_methods[] = {"GET",     "HEAD",    "POST",  "PUT",   "DELETE",
-					    "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"};
-
-static const char *method_of(const char *method)
-{
-	for (size_t i = 0; i < sizeof(known_methods) / sizeof(known_methods[0]); i++) {
-		if (strcmp(method, known_methods[i]) == 0)
-			return known_methods[i];
-	}
-	return NULL;
-}
-
 /* Probes, asked every few seconds by machines: noise that would crowd requests out. */
 static bool untraced(const char *target)
 {
@@ -65,82 +52,6 @@ static bool untraced(const char *target)
 	return (n == 8 && strncmp(target, "/healthz", 8) == 0) ||
 	       (n == 7 && strncmp(target, "/readyz", 7) == 0) ||
 	       (n == 8 && strncmp(target, "/metrics", 8) == 0);
-}
-
-/*
- * The parent a head names: one traceparent field exactly (two are a
- * malformed value, so a new trace); tracestate fields joined with commas,
- * as RFC 9110 joins a repeated field, and dropped past the bound.
- */
-static void read_parent(const struct wire_http_head *head, struct ledger_trace_ctx *out)
-{
-	char ts[LEDGER_TRACESTATE_MAX + 1];
-	const char *tp = NULL;
-	size_t ts_len = 0;
-	unsigned ntp = 0;
-	bool over = false;
-
-	for (unsigned i = 0; i < head->nfields; i++) {
-		const struct wire_http_field *f = &head->fields[i];
-		size_t len;
-
-		if (strcasecmp(f->name, "traceparent") == 0) {
-			tp = f->value;
-			ntp++;
-		} else if (strcasecmp(f->name, "tracestate") == 0 && (len = strlen(f->value)) > 0) {
-			if (ts_len + (ts_len > 0) + len > LEDGER_TRACESTATE_MAX) {
-				over = true;
-				continue;
-			}
-			if (ts_len > 0)
-				ts[ts_len++] = ',';
-			memcpy(ts + ts_len, f->value, len);
-			ts_len += len;
-		}
-	}
-	ts[ts_len] = '\0';
-	if (ntp != 1)
-		tp = NULL;
-	if (over)
-		ts_len = 0;
-	ledger_trace_ctx_parse(out, tp, tp != NULL ? strlen(tp) : 0, ts_len > 0 ? ts : NULL,
-			       ts_len);
-}
-
-/* server.address and server.port of @p authority ("name", "name:port", "[v6]:port"). */
-static void set_server(struct ledger_span *span, const char *authority, size_t len,
-		       long default_port)
-{
-	const char *end = authority + len, *colon = NULL;
-	long port = default_port;
-
-	if (len == 0)
-		return;
-	if (authority[0] == '[') {
-		const char *close = memchr(authority, ']', len);
-
-		if (close == NULL)
-			return;
-		ledger_span_set_strn(span, "server.address", authority + 1,
-				     (size_t)(close - authority - 1));
-		colon = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
-	} else {
-		colon = memrchr(authority, ':', len);
-		ledger_span_set_strn(span, "server.address", authority,
-				     colon != NULL ? (size_t)(colon - authority) : len);
-	}
-	if (colon != NULL) {
-		port = 0;
-		for (const char *p = colon + 1; p < end; p++) {
-			if (*p < '0' || *p > '9' || port > 65535)
-				return;
-			port = port * 10 + (*p - '0');
-		}
-		if (port <= 0 || port > 65535)
-			return;
-	}
-	if (port > 0)
-		ledger_span_set_int(span, "server.port", port);
 }
 
 struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, struct wire_conn *conn,
@@ -153,7 +64,7 @@ struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, str
 
 	if (untraced(head->target))
 		return NULL;
-	read_parent(head, &parent);
+	wire_trace_parent(head, &parent);
 	/* Off, a context still passes on to the engines and ledgerd, as it came. */
 	if (!ledger_trace_enabled() && !parent.valid)
 		return NULL;
@@ -163,7 +74,7 @@ struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, str
 	pthread_mutex_init(&t->lock, NULL);
 	t->refs = 1;
 	t->from = parent;
-	method = method_of(head->method);
+	method = wire_trace_method(head->method);
 	snprintf(t->method, sizeof(t->method), "%s", method != NULL ? method : "");
 	t->span =
 		ledger_span_start(method != NULL ? method : "HTTP", LEDGER_SPAN_SERVER, &parent, 0);
@@ -183,7 +94,7 @@ struct gateway_trace *gateway_trace_begin(const struct wire_http_head *head, str
 	ledger_span_set_str(t->span, "network.protocol.version", head->minor == 0 ? "1.0" : "1.1");
 	host = wire_http_field(head, "Host");
 	if (host != NULL)
-		set_server(t->span, host, strlen(host), https ? 443 : 80);
+		wire_trace_server(t->span, host, strlen(host), https ? 443 : 80);
 	if (wire_conn_peer(conn, peer, sizeof(peer)))
 		ledger_span_set_str(t->span, "client.address", peer);
 	ua = wire_http_field(head, "User-Agent");
@@ -405,7 +316,7 @@ struct ledger_span *gateway_trace_attempt_start(const struct ledger_trace_ctx *p
 	ledger_span_set_str(s, "ledger.replica", rep->name);
 	authority = authority_of(rep->url, &len, &port);
 	if (authority != NULL)
-		set_server(s, authority, len, port);
+		wire_trace_server(s, authority, len, port);
 	return s;
 }
 
