@@ -56,6 +56,18 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 	return len;
 }
 
+void ledger_otlp_hex(const uint8_t *bytes, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		out[2 * i] = digits[bytes[i] >> 4];
+		out[2 * i + 1] = digits[bytes[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
 size_t ledger_otlp_utf8_cap(size_t len, size_t max)
 {
 	/* Each input byte gives at most 3 output bytes (one U+FFFD). */
@@ -416,7 +428,7 @@ static void json_hex(struct ledger_jsonw *w, const char *key, const uint8_t *byt
 {
 	char hex[33];
 
-	ledger_trace_hex(bytes, n, hex);
+	ledger_otlp_hex(bytes, n, hex);
 	ledger_jsonw_key(w, key);
 	ledger_jsonw_string(w, hex);
 }

@@ -107,6 +107,10 @@ void ledger_otlp_encode_json(const struct ledger_otlp_resource *res,
  */
 char *ledger_otlp_utf8_dup(const char *s, size_t len, size_t max, size_t *out_len);
 
+/** Lowercase hex of @p n bytes and a NUL into @p out (2n + 1 bytes): the ids as
+ *  OTLP/JSON and W3C Trace Context write them (ledger_trace_hex() is this). */
+void ledger_otlp_hex(const uint8_t *bytes, size_t n, char *out);
+
 /** The bytes ledger_otlp_utf8_dup() needs for @p len bytes cut at @p max, with the NUL. */
 size_t ledger_otlp_utf8_cap(size_t len, size_t max);
 

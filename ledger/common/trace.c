@@ -138,14 +138,7 @@ invalid:
 
 void ledger_trace_hex(const uint8_t *bytes, size_t n, char *out)
 {
-	static const char digits[] = "0123456789abcdef";
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		out[2 * i] = digits[bytes[i] >> 4];
-		out[2 * i + 1] = digits[bytes[i] & 15];
-	}
-	out[2 * n] = '\0';
+	ledger_otlp_hex(bytes, n, out);
 }
 
 void ledger_trace_ctx_format(const struct ledger_trace_ctx *ctx,

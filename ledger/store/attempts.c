@@ -18,15 +18,6 @@
 #include "ledger/store/rows.h"
 #include "ledger/store/statements.h"
 
-void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
-{
-	if (r == NULL)
-		return;
-	free(r->client_error);
-	free(r->settled);
-	memset(r, 0, sizeof(*r));
-}
-
 /* Hands the request as it stands, its client error and settled calls, to the result. */
 static void take_request(struct ledger_attempt_result *out, struct store_locked *lk)
 {

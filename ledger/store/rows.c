@@ -12,6 +12,16 @@
 
 #include "ledger/store/statements.h"
 
+/* What a request's read under its lock left in an attempt's result (rows of this file). */
+void ledger_store_attempt_result_clear(struct ledger_attempt_result *r)
+{
+	if (r == NULL)
+		return;
+	free(r->client_error);
+	free(r->settled);
+	memset(r, 0, sizeof(*r));
+}
+
 /* clang-format off */
 const struct store_stmt store_rows_lock_request = {
 	"lock_request",
