@@ -151,6 +151,14 @@ static enum ledger_client_err ask_failover(struct ledger_attempt *a, enum ledger
 	}
 }
 
+/* The rerun a failover may begin: the next attempt, on gpu-2. */
+static struct ledger_attempt_spec rerun_spec(const char *rid, char *id, size_t size, unsigned n)
+{
+	snprintf(id, size, "a%u", n);
+	return (struct ledger_attempt_spec){
+		.request_id = rid, .attempt_id = id, .replica = "gpu-2", .lease_ms = LEASE_MS};
+}
+
 int main(int argc, char **argv)
 {
 	struct ledger_client_options opts = {.url = getenv("LEDGER_URL"),
@@ -217,14 +225,8 @@ int main(int argc, char **argv)
 			say("progress not reported: %s",
 			    err.code); /* what the client got, exactly */
 		ledger_client_error_clear(&err);
-		if (delivered == 0) {
-			snprintf(next_id, sizeof(next_id), "a%u", attempts + 1);
-			next = (struct ledger_attempt_spec){.request_id = rid,
-							    .attempt_id = next_id,
-							    .replica = "gpu-2",
-							    .lease_ms = LEASE_MS};
-			fo.next = &next;
-		}
+		next = rerun_spec(rid, next_id, sizeof(next_id), attempts + 1);
+		fo.next = delivered == 0 ? &next : NULL; /* a rerun only before the first byte */
 		if (ask_failover(attempt, signal, &fo, &d, &err) != LEDGER_CLIENT_OK) {
 			say("no failover: %s",
 			    err.code); /* another router decided, or it is over */

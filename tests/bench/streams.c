@@ -247,6 +247,32 @@ static long count_events(const char *body, bool *done)
 	return n;
 }
 
+/* Sends one request on @p fd: its head (a fresh key when asked) and its body. */
+static bool send_request(struct worker *w, int fd)
+{
+	char req[16384];
+	int n;
+
+	n = snprintf(req, sizeof(req),
+		     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+		     "Accept: text/event-stream\r\nContent-Length: %zu\r\n",
+		     path, host_header, body_len);
+	for (int i = 0; i < n_headers; i++)
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "%s\r\n", headers[i]);
+	if (key_header != NULL)
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "%s: bench-%llx-%d-%ld\r\n",
+			      key_header, key_nonce, w->id, atomic_fetch_add(&key_seq, 1));
+	n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n");
+	if ((size_t)n >= sizeof(req))
+		return false;
+	/* The head and the body in one send: one segment, as most clients send it. */
+	if ((size_t)n + body_len < sizeof(req)) {
+		memcpy(req + n, body, body_len);
+		return send_all(fd, req, (size_t)n + body_len);
+	}
+	return send_all(fd, req, (size_t)n) && send_all(fd, body, body_len);
+}
+
 static void *run(void *arg)
 {
 	struct worker *w = arg;
@@ -257,8 +283,6 @@ static void *run(void *arg)
 	if (w->in == NULL || decoded == NULL)
 		abort();
 	while (now() < deadline) {
-		char req[16384];
-		int n = 0;
 		size_t len = 0;
 		double sent, first = 0, last = 0, prev_recv = 0;
 		size_t prev_body_len = 0;
@@ -271,23 +295,7 @@ static void *run(void *arg)
 			usleep(1000);
 			continue;
 		}
-		n = snprintf(req, sizeof(req),
-			     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-			     "Accept: text/event-stream\r\nContent-Length: %zu\r\n",
-			     path, host_header, body_len);
-		for (int i = 0; i < n_headers; i++)
-			n += snprintf(req + n, sizeof(req) - (size_t)n, "%s\r\n", headers[i]);
-		if (key_header != NULL)
-			n += snprintf(req + n, sizeof(req) - (size_t)n, "%s: bench-%llx-%d-%ld\r\n",
-				      key_header, key_nonce, w->id, atomic_fetch_add(&key_seq, 1));
-		n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n");
-		/* The head and the body in one send: one segment, as most clients send it. */
-		if ((size_t)n + body_len < sizeof(req))
-			memcpy(req + n, body, body_len);
-		if ((size_t)n >= sizeof(req) ||
-		    ((size_t)n + body_len < sizeof(req)
-			     ? !send_all(fd, req, (size_t)n + body_len)
-			     : !send_all(fd, req, (size_t)n) || !send_all(fd, body, body_len))) {
+		if (!send_request(w, fd)) {
 			close(fd);
 			fd = -1;
 			w->errors++;
