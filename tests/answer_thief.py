@@ -1,4 +1,5 @@
-"""A proxy in front of ledgerd that lets chosen calls through and loses their answers.
+"""Proxies in front of ledgerd for the tests: LoopbackProxy, the listener they
+share, and AnswerThief, which lets chosen calls through and loses their answers.
 
 Both SDKs' tests use it to prove that a call whose answer was lost is
 sent again unchanged, and that ledgerd recognises it: one execution.
@@ -8,18 +9,13 @@ import socket
 import threading
 
 
-class AnswerThief:
-    """A proxy in front of ledgerd that lets a call through but loses its answer.
+class LoopbackProxy:
+    """A listener on a loopback port whose connections _serve() takes, each on a
+    thread of its own, relaying to @upstream (host, port): what each proxy of
+    the tests does with the messages is its _serve()."""
 
-    The first call whose path ends with each of @actions reaches ledgerd,
-    which acts on it; its answer is dropped and the connection closed, as
-    a network cut would. Everything else passes.
-    """
-
-    def __init__(self, service, actions):
-        self.upstream = (service.ledgerd.host, service.ledgerd.port)
-        self.pending = set(actions)
-        self.stolen = []
+    def __init__(self, upstream):
+        self.upstream = upstream
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -52,6 +48,23 @@ class AnswerThief:
         while len(rest) < length:
             rest += sock.recv(65536)
         return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+    def _serve(self, client):
+        raise NotImplementedError
+
+
+class AnswerThief(LoopbackProxy):
+    """A proxy in front of ledgerd that lets a call through but loses its answer.
+
+    The first call whose path ends with each of @actions reaches ledgerd,
+    which acts on it; its answer is dropped and the connection closed, as
+    a network cut would. Everything else passes.
+    """
+
+    def __init__(self, service, actions):
+        self.pending = set(actions)
+        self.stolen = []
+        super().__init__((service.ledgerd.host, service.ledgerd.port))
 
     def _serve(self, client):
         with client, socket.create_connection(self.upstream) as upstream:

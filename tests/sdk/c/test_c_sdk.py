@@ -15,13 +15,12 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from answer_thief import AnswerThief
+from answer_thief import AnswerThief, LoopbackProxy
 from conftest import ROOT, LEDGERD, Ledgerd, ledgerd_cmd, new_id, claim_id
 
 BUILD = LEDGERD.parent
@@ -145,7 +144,7 @@ def test_c_client_large_results_against_a_small_body_limit(service, env, tmp_pat
     assert refused_for_size(led) == ["call_00", "call_01"]
 
 
-class BodyLimit:
+class BodyLimit(LoopbackProxy):
     """A reverse proxy in front of ledgerd that refuses a body over @limit bytes
     as nginx's client_max_body_size does: 413 with a page of its own, no
     envelope of ledgerd's."""
@@ -154,29 +153,15 @@ class BodyLimit:
             b"<center><h1>413 Request Entity Too Large</h1></center></body></html>\r\n")
 
     def __init__(self, led, limit):
-        self.upstream = (led.host, led.port)
         self.limit = limit
         self.refused = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self):
-        self.listener.close()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        super().__init__((led.host, led.port))
 
     def _serve(self, client):
         with client, socket.create_connection(self.upstream) as upstream:
             buffered = b""
             while True:
-                request, buffered = AnswerThief._read_message(client, buffered)
+                request, buffered = self._read_message(client, buffered)
                 if request is None:
                     return
                 body = request.partition(b"\r\n\r\n")[2]
@@ -187,7 +172,7 @@ class BodyLimit:
                                    b"Connection: close\r\n\r\n%s" % (len(self.PAGE), self.PAGE))
                     return
                 upstream.sendall(request)
-                answer, _ = AnswerThief._read_message(upstream, b"")
+                answer, _ = self._read_message(upstream, b"")
                 client.sendall(answer)
 
 

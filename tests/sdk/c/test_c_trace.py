@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from answer_thief import AnswerThief
+from answer_thief import LoopbackProxy
 from conftest import ROOT, LEDGERD, Ledgerd, new_id
 
 sys.path.insert(0, str(ROOT / "tests" / "otel"))
@@ -57,24 +57,13 @@ def agent():
     return AGENT
 
 
-class Recorder(AnswerThief):
+class Recorder(LoopbackProxy):
     """A proxy in front of ledgerd that keeps each request's path and headers."""
 
     def __init__(self, led):
-        self.upstream = (led.host, led.port)
         self.seen = []  # (method, path, {lowercase header: value})
         self.lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        super().__init__((led.host, led.port))
 
     def _serve(self, client):
         with client, socket.create_connection(self.upstream) as upstream:
