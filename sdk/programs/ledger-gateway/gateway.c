@@ -34,6 +34,7 @@
 #include "sdk/programs/ledger-gateway/request.h"
 #include "sdk/programs/ledger-gateway/run.h"
 #include "sdk/programs/ledger-gateway/trace.h"
+#include "sdk/programs/ledger-gateway/upstream.h"
 
 #define MAX_BODY (1u << 20)
 #define DRAIN_MS 30000u /* how long a stop waits for the streams in flight */
@@ -356,6 +357,8 @@ int main(int argc, char **argv)
 	config_parse(&gw, argc, argv);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		config_usage_exit("libcurl does not start");
+	if (!upstream_start())
+		gateway_log("replica connections are not shared", NULL, NULL, NULL);
 	gateway_trace_start(); /* off unless OTEL_* name an endpoint */
 	gateway_replicas_start(&gw);
 	gateway_run_setup(&gw);

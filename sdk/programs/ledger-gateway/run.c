@@ -404,12 +404,15 @@ static char *first_event(struct gateway_run *r, char **event)
 
 /* --- after the first event: the stream to its end, or a whole answer --- */
 
-/* The stream ended well: finish with the whole answer kept, then [DONE]. */
+/*
+ * The stream ended well: finish, with the whole answer kept when a repeat
+ * of its key may ask for it, then [DONE].
+ */
 static void complete(struct gateway_run *r)
 {
 	struct ledger_client_error err = {0};
 	struct ledger_finish_opts opts = {0};
-	struct kept k;
+	struct kept k = {0};
 	char *done = strdup("data: [DONE]\n\n");
 
 	ledger_client_heartbeat_stop(r->attempt);
@@ -418,9 +421,11 @@ static void complete(struct gateway_run *r)
 		return;
 	}
 	/* The answer a repeat replays is the whole of it, [DONE] included, and it is
-	 * kept before the last byte goes out. */
-	gateway_events_kept_make(r, SIZE_MAX, done, &k);
-	opts.answer = &k.answer;
+	 * kept before the last byte goes out. Without a key nothing repeats it. */
+	if (r->keyed) {
+		gateway_events_kept_make(r, SIZE_MAX, done, &k);
+		opts.answer = &k.answer;
+	}
 	if (ledger_client_attempt_end(r->attempt, true, r->delivered, &opts, &err) ==
 	    LEDGER_CLIENT_OK) {
 		gateway_run_attempt_ended(r, "finished", NULL);
@@ -556,7 +561,8 @@ static uint64_t answer_tokens(const char *answer)
 
 /*
  * A completion asked for without "stream": the engine's answer @p answer
- * (taken) was delivered; it is finished and kept before it goes out whole.
+ * (taken) was delivered; it is finished, and kept when it has a key, before
+ * it goes out whole.
  */
 static void complete_whole(struct gateway_run *r, char *answer)
 {
@@ -572,9 +578,9 @@ static void complete_whole(struct gateway_run *r, char *answer)
 
 	ledger_client_heartbeat_stop(r->attempt);
 	r->delivered = answer_tokens(answer);
-	if (kept.len > gw->max_kept_answer_bytes)
+	if (kept.len > gw->max_kept_answer_bytes || !r->keyed)
 		kept = (struct ledger_kept_answer){
-			0}; /* its digest is ledgerd's to keep: not ours */
+			0}; /* its digest is ledgerd's to keep: not ours; no key, no repeat */
 	opts.answer = kept.status != 0 ? &kept : NULL;
 	if (ledger_client_attempt_end(r->attempt, true, r->delivered, &opts, &err) !=
 	    LEDGER_CLIENT_OK) {

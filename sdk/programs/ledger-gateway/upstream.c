@@ -5,6 +5,7 @@
  */
 #include "sdk/programs/ledger-gateway/upstream.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,42 @@ static bool add_settled(struct curl_slist **list, const char *settled)
 	return ok;
 }
 
+/*
+ * The connections to the replicas, shared by every run's transfer: a stream
+ * that ended whole leaves its connection for the next one, and a transfer
+ * cut short closes its own (upstream_close), so a reused connection never
+ * carries the rest of another attempt's answer.
+ */
+static CURLSH *share;
+static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+
+static void share_lock(CURL *easy, curl_lock_data data, curl_lock_access access, void *arg)
+{
+	(void)easy;
+	(void)access;
+	(void)arg;
+	pthread_mutex_lock(&share_locks[data]);
+}
+
+static void share_unlock(CURL *easy, curl_lock_data data, void *arg)
+{
+	(void)easy;
+	(void)arg;
+	pthread_mutex_unlock(&share_locks[data]);
+}
+
+bool upstream_start(void)
+{
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&share_locks[i], NULL);
+	share = curl_share_init();
+	return share != NULL &&
+	       curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock) == CURLSHE_OK &&
+	       curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock) == CURLSHE_OK &&
+	       curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) == CURLSHE_OK &&
+	       curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) == CURLSHE_OK;
+}
+
 struct upstream *upstream_open(const struct upstream_target *t, const char *body, size_t body_len,
 			       const char *request_id, const char *attempt_id, const char *settled)
 {
@@ -163,11 +200,10 @@ struct upstream *upstream_open(const struct upstream_target *t, const char *body
 		headers_ok = add_header(&u->headers, "X-Ledger-Request-Id", request_id) &&
 			     add_header(&u->headers, "X-Ledger-Attempt-Id", attempt_id) &&
 			     add_settled(&u->headers, settled);
-	/* A new connection, closed with the transfer: a cancelled attempt's connection is
-	 * never reused, and closing it is what tells the engine to stop. */
+	/* A connection of the shared cache; a transfer cut short closes it (upstream_close). */
 	if (!headers_ok || curl_easy_setopt(u->easy, CURLOPT_URL, url) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
-	    curl_easy_setopt(u->easy, CURLOPT_FORBID_REUSE, 1L) != CURLE_OK ||
+	    (share != NULL && curl_easy_setopt(u->easy, CURLOPT_SHARE, share) != CURLE_OK) ||
 	    curl_easy_setopt(u->easy, CURLOPT_CONNECTTIMEOUT_MS, 2000L) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_HTTPHEADER, u->headers) != CURLE_OK ||
 	    curl_easy_setopt(u->easy, CURLOPT_POSTFIELDS, u->body) != CURLE_OK ||
@@ -187,6 +223,13 @@ void upstream_close(struct upstream *u)
 {
 	if (u == NULL)
 		return;
+	/*
+	 * A transfer not over, or over badly, closes its connection: a cancelled
+	 * attempt's is never reused, and closing it is what tells the engine to
+	 * stop. Only a whole answer's connection goes back to the cache.
+	 */
+	if (u->easy != NULL && !(u->ended && u->result == CURLE_OK))
+		curl_easy_setopt(u->easy, CURLOPT_FORBID_REUSE, 1L);
 	if (u->multi != NULL && u->easy != NULL)
 		curl_multi_remove_handle(u->multi, u->easy);
 	if (u->easy != NULL)

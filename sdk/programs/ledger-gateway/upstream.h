@@ -82,7 +82,17 @@ struct upstream_answer upstream_answer(const struct upstream *u);
 /** Counts the replica's silence from now: the caller did not read it for a while. */
 void upstream_quiet_from_now(struct upstream *u);
 
-/** Closes the transfer: the replica sees its stream cut. NULL-safe. */
+/**
+ * Sets up the connection cache every transfer shares, once, after
+ * curl_global_init(). @return false when libcurl cannot: each transfer then
+ * opens a connection of its own
+ */
+bool upstream_start(void);
+
+/**
+ * Closes the transfer: the replica sees its stream cut, unless its answer
+ * came whole (its connection then serves a later transfer). NULL-safe.
+ */
 void upstream_close(struct upstream *u);
 
 /* A GET's outcome. */

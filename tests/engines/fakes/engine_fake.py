@@ -20,7 +20,7 @@ endpoints aside) is a JSON line in --log and in GET /_fake/requests:
 {"t", "kind", "method", "path", "status", "headers" (authorization,
 x-request-id, idempotency-key and every x-ledger-* header, lower case),
 "model", "stream", "chunks" (content chunks written), "outcome",
-"client_closed"}.
+"client_closed", "peer_port" (the client's port: one per connection)}.
 
 The knobs (POST /_fake/control, a JSON object; keys left out keep their
 value; the answer is the resulting state, also at GET /_fake/state):
@@ -678,7 +678,8 @@ class Handler(BaseHTTPRequestHandler):
                    if k.lower() in LOGGED_HEADERS or k.lower().startswith("x-ledger-")}
         self.entry = {"t": time.time(), "kind": fake.kind, "method": method, "path": path,
                       "status": None, "headers": headers, "model": None, "stream": None,
-                      "chunks": None, "outcome": "ok", "client_closed": False}
+                      "chunks": None, "outcome": "ok", "client_closed": False,
+                      "peer_port": self.client_address[1]}
         fake.begin()
         try:
             body = self.read_body() if method == "POST" else b""

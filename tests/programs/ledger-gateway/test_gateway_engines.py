@@ -233,8 +233,8 @@ def test_the_real_llama_cpp_engine_streams_and_answers_whole(setup):
 
 def test_non_streaming_is_one_answer_kept_as_sent(setup):
     e = setup.engine("e1", "vllm")
-    gw = setup.start_gateway("--replica", "e1=" + e.url)
-    status, headers, raw = chat(gw, stream=False)
+    gw = setup.start_gateway("--replica", "e1=" + e.url, env={"GATEWAY_KEY_SECRET": "s" * 32})
+    status, headers, raw = chat(gw, stream=False, headers={"Idempotency-Key": "whole-1"})
     assert status == 200 and headers["content-type"].startswith("application/json"), raw
     answer = json.loads(raw)
     assert answer["object"] == "chat.completion"
@@ -247,6 +247,56 @@ def test_non_streaming_is_one_answer_kept_as_sent(setup):
     import base64
     assert base64.b64decode(kept["body_b64"]) == raw
     assert e.requests()[0]["stream"] is False
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_keyless_answer_is_not_kept(setup, stream):
+    """Nothing can repeat a request without a key: its finish keeps no answer."""
+    e = setup.engine("e1", "vllm")
+    gw = setup.start_gateway("--replica", "e1=" + e.url)
+    status, headers, raw = chat(gw, stream=stream)
+    assert status == 200, raw
+    rid = headers["x-request-id"]
+    assert setup.timeline(rid)["request"]["status"] == "completed"
+    status, body = http_json(setup.stack.ledger_url, path="/v1/requests/%s/answer" % rid,
+                             token=setup.token)
+    assert status == 404 and body["error"]["code"] == "answer_not_found", body
+
+
+def cut_after_first_event(gw):
+    """A streamed chat whose client reads the head and one event, then closes."""
+    sock = socket.create_connection((gw.host, gw.port), timeout=30)
+    body = json.dumps({"model": VLLM_MODEL, "stream": True, "max_tokens": 8,
+                       "messages": [{"role": "user", "content": "hello there"}]}).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))
+    got = b""
+    while b"data: " not in got:
+        more = sock.recv(4096)
+        assert more, got
+        got += more
+    sock.close()
+    return got
+
+
+def test_whole_answers_share_a_connection_and_a_cut_stream_closes_its_own(setup):
+    e = setup.engine("e1", "vllm", "--chunk-delay-ms", "100")
+    gw = setup.start_gateway("--replica", "e1=" + e.url)
+    for _ in range(3):
+        status, _, raw = chat(gw)
+        assert status == 200 and sse_data(raw)[-1] == "[DONE]", raw
+    ports = [r["peer_port"] for r in e.requests()]
+    assert len(ports) == 3 and len(set(ports)) == 1, e.requests()
+    # A stream cut short is never handed on: the engine sees its connection
+    # close, and the next request comes on a new one.
+    assert cut_after_first_event(gw).startswith(b"HTTP/1.1 200")
+    assert wait_until(lambda: len(e.requests()) == 4 and
+                      e.requests()[3]["outcome"] == "client_closed", 10), e.requests()
+    status, _, raw = chat(gw)
+    assert status == 200 and sse_data(raw)[-1] == "[DONE]", raw
+    after = e.requests()[4]["peer_port"]
+    assert after not in ports and after != e.requests()[3]["peer_port"], e.requests()
 
 
 def test_models_lists_the_healthy_replicas_and_routes_by_model(setup):
