@@ -1,7 +1,7 @@
 /*
  * ledger/store/attempt_fast.c: the one-statement fast paths of an
  * attempt's hot calls: the live attempt's deliver, and its finish (without
- * a client error or an answer to keep). Each statement writes exactly what
+ * a client error; with the answer to keep when it completes the request). Each statement writes exactly what
  * ledger/store/attempts.c writes when ledger/core/attempt.c decides DONE,
  * and only where it would: the attempt stored live, its lease running on
  * the database clock, its request open. Anything else (fenced, repeated,
@@ -89,39 +89,61 @@ static const struct store_stmt deliver_fast = {
  * one completes its request; attempt_finished, and request_status when
  * the request completed, in that order.
  */
+#define FAST_FINISH                                                                      \
+	FAST_LOCKED_REQUEST                                                              \
+	", upd AS ("                                                                     \
+	"  UPDATE attempts a SET"                                                        \
+	"    state = CASE WHEN $5::boolean THEN 'finished' ELSE 'failed' END,"           \
+	"    delivered_output_tokens = greatest(a.delivered_output_tokens, $4::bigint)," \
+	"    outcome = CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"        \
+	"    ended_at = coalesce(a.ended_at, clk.now)"                                   \
+	"  FROM req, clk" FAST_GATE                                                      \
+	"  RETURNING a.*"                                                                \
+	"), updr AS ("                                                                   \
+	"  UPDATE requests r SET"                                                        \
+	"    status = CASE WHEN $5::boolean THEN 'completed' ELSE 'open' END,"           \
+	"    phase = CASE WHEN r.first_delta_sent THEN 'decode' ELSE 'prefill' END,"     \
+	"    delivered_output_tokens = greatest(r.delivered_output_tokens, $4::bigint)," \
+	FAST_REQUEST_AGAIN                                                               \
+	"    closed_at = CASE WHEN $5::boolean THEN coalesce(r.closed_at, clk.now) END"  \
+	"  FROM upd, clk WHERE r.tenant = $1 AND r.request_id = $2"                      \
+	"  RETURNING r.*"                                                                \
+	"), ev AS ("                                                                     \
+	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"     \
+	"  SELECT $1, $2, clk.now, e.type, $3, e.detail FROM upd, clk, LATERAL ("        \
+	"    SELECT 1 AS n, 'attempt_finished' AS type, jsonb_build_object("             \
+	"      'outcome', CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"     \
+	"      'delivered_output_tokens', upd.delivered_output_tokens)"                  \
+	"      || CASE WHEN $6::text <> '' THEN jsonb_build_object('reason', $6::text) ELSE '{}' END AS detail" \
+	"    UNION ALL SELECT 2, 'request_status', jsonb_build_object('status', 'completed')" \
+	"    WHERE $5::boolean"                                                          \
+	"  ) e ORDER BY e.n"                                                             \
+	")"
+
 static const struct store_stmt finish_fast = {
 	"attempt_finish_fast",
-	FAST_LOCKED_REQUEST
-	", upd AS ("
-	"  UPDATE attempts a SET"
-	"    state = CASE WHEN $5::boolean THEN 'finished' ELSE 'failed' END,"
-	"    delivered_output_tokens = greatest(a.delivered_output_tokens, $4::bigint),"
-	"    outcome = CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"
-	"    ended_at = coalesce(a.ended_at, clk.now)"
-	"  FROM req, clk" FAST_GATE
-	"  RETURNING a.*"
-	"), updr AS ("
-	"  UPDATE requests r SET"
-	"    status = CASE WHEN $5::boolean THEN 'completed' ELSE 'open' END,"
-	"    phase = CASE WHEN r.first_delta_sent THEN 'decode' ELSE 'prefill' END,"
-	"    delivered_output_tokens = greatest(r.delivered_output_tokens, $4::bigint),"
-	FAST_REQUEST_AGAIN
-	"    closed_at = CASE WHEN $5::boolean THEN coalesce(r.closed_at, clk.now) END"
-	"  FROM upd, clk WHERE r.tenant = $1 AND r.request_id = $2"
-	"  RETURNING r.*"
-	"), ev AS ("
-	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
-	"  SELECT $1, $2, clk.now, e.type, $3, e.detail FROM upd, clk, LATERAL ("
-	"    SELECT 1 AS n, 'attempt_finished' AS type, jsonb_build_object("
-	"      'outcome', CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"
-	"      'delivered_output_tokens', upd.delivered_output_tokens)"
-	"      || CASE WHEN $6::text <> '' THEN jsonb_build_object('reason', $6::text) ELSE '{}' END AS detail"
-	"    UNION ALL SELECT 2, 'request_status', jsonb_build_object('status', 'completed')"
-	"    WHERE $5::boolean"
-	"  ) e ORDER BY e.n"
-	")" FAST_ANSWER,
+	FAST_FINISH FAST_ANSWER,
 	6,
 };
+
+/*
+ * A completing finish with the answer its client was sent ($7 status, $8
+ * content type, $9 kept, $10 body_b64 or NULL, $11 bytes, $12 sha256), as
+ * store_answers_add() keeps it: in the same transaction, once per request.
+ */
+static const struct store_stmt finish_answer_fast = {
+	"attempt_finish_answer_fast",
+	FAST_FINISH
+	", ans AS ("
+	"  INSERT INTO answers (tenant, request_id, status, content_type, kept, body_b64, bytes,"
+	"    sha256, created_at)"
+	"  SELECT $1, $2, $7::integer, $8, $9::boolean, $10, $11::bigint, $12, clk.now"
+	"  FROM upd, clk WHERE $5::boolean"
+	"  ON CONFLICT (tenant, request_id) DO NOTHING"
+	")" FAST_ANSWER,
+	12,
+};
+
 /*
  * POST attempts of a request that does not exist yet: $3 attempt_id,
  * $4 replica, $5 model_revision (the effective one), $6 revision_given,
@@ -269,8 +291,8 @@ bool store_attempt_fast_offers(const struct ledger_attempt_call *call)
 	case LEDGER_OP_DELIVER:
 		return true;
 	case LEDGER_OP_FINISH:
-		/* A client error and an answer kept: rare, and the locked path's. */
-		return call->client_error == NULL && call->answer == NULL;
+		/* A client error, rare, is the locked path's; so is an answer that ends nothing. */
+		return call->client_error == NULL && (call->answer == NULL || call->completed);
 	case LEDGER_OP_RENEW:
 	case LEDGER_OP_CANCEL:
 	case LEDGER_OP_CANCEL_ACK:
@@ -282,7 +304,8 @@ bool store_attempt_fast_offers(const struct ledger_attempt_call *call)
 void store_attempt_fast_add(struct store_step *st, const struct ledger_call_key *key,
 			    const char *attempt_id, const struct ledger_attempt_call *call)
 {
-	const char *params[6] = {
+	const struct ledger_answer *a = call->answer;
+	const char *params[12] = {
 		key->tenant,
 		key->request_id,
 		attempt_id,
@@ -290,9 +313,22 @@ void store_attempt_fast_add(struct store_step *st, const struct ledger_call_key 
 		call->completed ? "true" : "false",
 		call->reason,
 	};
+	const struct store_stmt *stmt = &finish_fast;
 
 	LEDGER_ASSERT(store_attempt_fast_offers(call));
-	store_step_add(st, call->op == LEDGER_OP_DELIVER ? &deliver_fast : &finish_fast, params);
+	if (call->op == LEDGER_OP_DELIVER) {
+		stmt = &deliver_fast;
+	} else if (a != NULL) {
+		/* the answer's columns, as store_answers_add() writes them */
+		stmt = &finish_answer_fast;
+		params[6] = store_step_int(st, a->status);
+		params[7] = a->content_type;
+		params[8] = a->kept ? "true" : "false";
+		params[9] = a->kept ? a->body_b64 : NULL;
+		params[10] = store_step_int(st, a->bytes);
+		params[11] = a->sha256;
+	}
+	store_step_add(st, stmt, params);
 }
 
 enum ledger_err store_attempt_fast_read(const PGresult *res,
@@ -385,5 +421,6 @@ const struct store_stmt *const store_attempt_fast_statements[] = {
 	&create_fast,
 	&deliver_fast,
 	&finish_fast,
+	&finish_answer_fast,
 	NULL,
 };

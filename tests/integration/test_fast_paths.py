@@ -587,9 +587,19 @@ FINISHES = [
     finish("failed with a client error: the locked path's", live_attempt,
            {"outcome": "failed", "client_error": {"error": {"code": "bad_input"}}},
            (200, None)),
-    finish("completed with an answer: the locked path's", live_attempt,
+    finish("completed with an answer kept", live_attempt,
            {"outcome": "completed", "answer": {"status": 200, "content_type": "text/plain",
-                                                "body_b64": SSE_B64}}, (200, None)),
+                                                "body_b64": SSE_B64}}, (200, None),
+           fast="finish"),
+    finish("completed with an answer, after the first delta",
+           [request(attempts=1), attempt(delivered=5), first_delta(5)],
+           {"outcome": "completed", "delivered_output_tokens": 9,
+            "answer": {"status": 200, "content_type": "text/event-stream",
+                       "body_b64": SSE_B64}}, (200, None), fast="finish"),
+    finish("completed with an answer, fenced: nothing kept",
+           [request(attempts=1), attempt(lease=GONE)],
+           {"outcome": "completed", "answer": {"status": 200, "content_type": "text/plain",
+                                                "body_b64": SSE_B64}}, (409, "attempt_fenced")),
     finish("the same finish again",
            [request("completed", attempts=1), attempt(state="finished", outcome="completed")],
            {"outcome": "completed"}, (200, None)),
@@ -715,6 +725,8 @@ SELECT r.rid, json_build_object(
             WHERE c.tenant = '%(t)s' AND c.request_id = r.rid),
   'tombstone', (SELECT to_jsonb(s) - 'tenant' FROM tool_call_tombstones s
                 WHERE s.tenant = '%(t)s' AND s.request_id = r.rid),
+  'answer', (SELECT to_jsonb(n) - 'tenant' - 'request_id' FROM answers n
+             WHERE n.tenant = '%(t)s' AND n.request_id = r.rid),
   'events', (SELECT json_agg(json_build_object('type', e.type, 'attempt_id', e.attempt_id,
                     'tool_call_id', e.tool_call_id, 'detail', e.detail, 'at', e.at)
                     ORDER BY e.seq) FROM events e
@@ -1009,8 +1021,9 @@ def concurrently(led, token, ids, answers, side):
 def batchable(case):
     """Whether the call has a fast path to join a batch with (a claim under an attempt has none)."""
     body = case.steps[0][1]
-    if case.op == "finish":  # a client error or an answer: the locked path's alone
-        return "client_error" not in body and "answer" not in body
+    if case.op == "finish":  # a client error, or an answer that ends nothing: the locked path's
+        return "client_error" not in body and (
+            "answer" not in body or body["outcome"] == "completed")
     return not (case.op == "claim" and "attempt_id" in body)
 
 
