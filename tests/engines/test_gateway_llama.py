@@ -21,7 +21,7 @@ What each scenario must show (GATEWAY.md, DESIGN.md's failover policy):
 5. a client that leaves mid-stream: the engine sees its connection closed
    and computes nothing more, and a1 ends cancelled; what ledgerd records as
    delivered is what was written to the client (the kept answer);
-6. a whole answer (no "stream"): one JSON answer, kept in ledgerd.
+6. a whole answer (no "stream"), with a key: one JSON answer, kept in ledgerd.
 
 Each engine samples with a seed of its own (`--seed`; the client's body
 names none), so the same request gets another text on each: the text a
@@ -132,7 +132,7 @@ class Pool:
                     "--stall-timeout-ms", TIMING.stall_timeout_ms, *gateway_flags]
             for engine in self.engines:
                 argv += ["--replica", "%s=%s" % (engine.name, engine.url)]
-            env = dict(clean_env(), LEDGER_TOKEN=self.token)
+            env = dict(clean_env(), LEDGER_TOKEN=self.token, GATEWAY_KEY_SECRET="k" * 32)
             self.gateway = Process(argv, self.folder / "gateway.log", env=env).wait_ready()
             if not wait_until(self.all_healthy, 15, 0.05):
                 raise RuntimeError("the gateway did not find its engines healthy: %s"
@@ -689,8 +689,10 @@ def test_6_a_whole_answer_through_the_real_engine_is_kept(pool_of):
     parts = urllib.parse.urlsplit(pool.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
     try:
+        # With a key: only a request a client can repeat keeps its answer.
         conn.request("POST", "/v1/chat/completions", json.dumps(body(stream=False)),
-                     {"Content-Type": "application/json"})
+                     {"Content-Type": "application/json",
+                      "Idempotency-Key": "whole-%d" % time.time_ns()})
         response = conn.getresponse()
         status, data = response.status, response.read()
         headers = {k.lower(): v for k, v in response.getheaders()}
