@@ -57,14 +57,20 @@
 /*
  * deliver ($4 delivered_output_tokens, -1: not given): the attempt's and
  * the request's counts raised, the request past its first delta, and the
- * first_delta event when it was not yet.
+ * first_delta event when it was not yet, in the attempt's row
+ * (sql/009_attempt_history_in_rows.sql).
  */
 static const struct store_stmt deliver_fast = {
 	"attempt_deliver_fast",
 	FAST_LOCKED_REQUEST
 	", upd AS ("
 	"  UPDATE attempts a SET delivered_output_tokens ="
-	"    greatest(a.delivered_output_tokens, $4::bigint), ended_at = NULL"
+	"    greatest(a.delivered_output_tokens, $4::bigint), ended_at = NULL,"
+	"    first_delta_seq = CASE WHEN req.first_delta_sent THEN a.first_delta_seq"
+	"      ELSE nextval('event_seq') END,"
+	"    first_delta_at = CASE WHEN req.first_delta_sent THEN a.first_delta_at ELSE clk.now END,"
+	"    first_delta_tokens = CASE WHEN req.first_delta_sent THEN a.first_delta_tokens"
+	"      ELSE greatest(req.delivered_output_tokens, $4::bigint) END"
 	"  FROM req, clk" FAST_GATE
 	"  RETURNING a.*"
 	"), updr AS ("
@@ -74,11 +80,6 @@ static const struct store_stmt deliver_fast = {
 	"    closed_at = NULL"
 	"  FROM upd WHERE r.tenant = $1 AND r.request_id = $2"
 	"  RETURNING r.*"
-	"), ev AS ("
-	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
-	"  SELECT $1, $2, clk.now, 'first_delta', $3, jsonb_build_object("
-	"    'delivered_output_tokens', greatest(req.delivered_output_tokens, $4::bigint))"
-	"  FROM upd, req, clk WHERE NOT req.first_delta_sent"
 	")" FAST_ANSWER,
 	4,
 };
@@ -87,17 +88,28 @@ static const struct store_stmt deliver_fast = {
  * finish ($4 delivered_output_tokens, -1: not given; $5 completed; $6 its
  * reason, or NULL): the attempt ends, finished or failed, and a completed
  * one completes its request; attempt_finished, and request_status when
- * the request completed, in that order.
+ * the request completed, in that order, in the attempt's row
+ * (sql/009_attempt_history_in_rows.sql): their seqs are drawn in that
+ * order before the row is written.
  */
 #define FAST_FINISH                                                                      \
 	FAST_LOCKED_REQUEST                                                              \
-	", upd AS ("                                                                     \
+	", seqs AS MATERIALIZED ("                                                       \
+	"  SELECT f, CASE WHEN $5::boolean THEN nextval('event_seq') END AS c"           \
+	"  FROM (SELECT nextval('event_seq') AS f FROM req OFFSET 0) s"                  \
+	"), upd AS ("                                                                    \
 	"  UPDATE attempts a SET"                                                        \
 	"    state = CASE WHEN $5::boolean THEN 'finished' ELSE 'failed' END,"           \
 	"    delivered_output_tokens = greatest(a.delivered_output_tokens, $4::bigint)," \
 	"    outcome = CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"        \
-	"    ended_at = coalesce(a.ended_at, clk.now)"                                   \
-	"  FROM req, clk" FAST_GATE                                                      \
+	"    ended_at = coalesce(a.ended_at, clk.now),"                                  \
+	"    finished_seq = seqs.f, finished_at = clk.now, completed_seq = seqs.c,"      \
+	"    finished_detail = jsonb_build_object("                                      \
+	"      'outcome', CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"     \
+	"      'delivered_output_tokens', greatest(a.delivered_output_tokens, $4::bigint))" \
+	"      || CASE WHEN $6::text <> '' THEN jsonb_build_object('reason', $6::text)"  \
+	"         ELSE '{}' END"                                                         \
+	"  FROM req, clk, seqs" FAST_GATE                                                \
 	"  RETURNING a.*"                                                                \
 	"), updr AS ("                                                                   \
 	"  UPDATE requests r SET"                                                        \
@@ -108,16 +120,6 @@ static const struct store_stmt deliver_fast = {
 	"    closed_at = CASE WHEN $5::boolean THEN coalesce(r.closed_at, clk.now) END"  \
 	"  FROM upd, clk WHERE r.tenant = $1 AND r.request_id = $2"                      \
 	"  RETURNING r.*"                                                                \
-	"), ev AS ("                                                                     \
-	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"     \
-	"  SELECT $1, $2, clk.now, e.type, $3, e.detail FROM upd, clk, LATERAL ("        \
-	"    SELECT 1 AS n, 'attempt_finished' AS type, jsonb_build_object("             \
-	"      'outcome', CASE WHEN $5::boolean THEN 'completed' ELSE 'failed' END,"     \
-	"      'delivered_output_tokens', upd.delivered_output_tokens)"                  \
-	"      || CASE WHEN $6::text <> '' THEN jsonb_build_object('reason', $6::text) ELSE '{}' END AS detail" \
-	"    UNION ALL SELECT 2, 'request_status', jsonb_build_object('status', 'completed')" \
-	"    WHERE $5::boolean"                                                          \
-	"  ) e ORDER BY e.n"                                                             \
 	")"
 
 static const struct store_stmt finish_fast = {
@@ -150,8 +152,9 @@ static const struct store_stmt finish_answer_fast = {
  * $7 lease_ms, $8 gateway, $9 max_attempts, $10 input_sha256 (each NULL
  * when not given), $11 the attempt_created event's detail. Creates the
  * request as the locked path leaves it (its first attempt counted, the
- * revision and input fixed by it), the attempt and the event, all at one
- * clock read; a request that exists already matches nothing.
+ * revision and input fixed by it), the attempt with its attempt_created
+ * event in its row, all at one clock read; a request that exists already
+ * matches nothing.
  */
 static const struct store_stmt create_fast = {
 	"attempt_create_fast",
@@ -164,12 +167,11 @@ static const struct store_stmt create_fast = {
 	"  RETURNING " STORE_REQUEST_COLUMNS
 	"), att AS ("
 	"  INSERT INTO attempts (tenant, request_id, attempt_id, epoch, replica, model_revision,"
-	"    revision_given, state, lease_until, is_retry, gateway, created_at)"
+	"    revision_given, state, lease_until, is_retry, gateway, created_at, created_seq,"
+	"    created_detail)"
 	"  SELECT $1, $2, $3, 1, $4, $5, $6::boolean, 'live', "
-	STORE_LEASE_FROM("clk.now", "$7") ", false, $8, clk.now FROM req, clk"
-	"), ev AS ("
-	"  INSERT INTO event_log (tenant, request_id, at, type, attempt_id, detail)"
-	"  SELECT $1, $2, clk.now, 'attempt_created', $3, $11::jsonb FROM req, clk"
+	STORE_LEASE_FROM("clk.now", "$7") ", false, $8, clk.now, nextval('event_seq'),"
+	"    $11::jsonb FROM req, clk"
 	") SELECT * FROM req",
 	11,
 };

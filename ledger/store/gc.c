@@ -75,7 +75,9 @@ static const struct store_stmt gc_delete = {
 	"  DELETE FROM event_log e USING doomed d"
 	"  WHERE e.tenant = d.tenant AND e.request_id = d.request_id RETURNING 1"
 	"), atts AS ("
-	"  SELECT count(*) AS n FROM attempts a JOIN doomed d"
+	"  SELECT count(*) AS n, count(a.created_seq) + count(a.first_delta_seq)"
+	"    + count(a.finished_seq) + count(a.completed_seq) AS events"
+	"  FROM attempts a JOIN doomed d"
 	"    ON a.tenant = d.tenant AND a.request_id = d.request_id"
 	"), req AS ("
 	"  DELETE FROM requests r USING doomed d"
@@ -83,7 +85,8 @@ static const struct store_stmt gc_delete = {
 	") SELECT (SELECT count(*) FROM req), (SELECT count(*) FROM calls),"
 	"  (SELECT count(*) FROM tombs), (SELECT n FROM atts),"
 	"  (SELECT count(*) FROM ev)"
-	"  + (SELECT count(claimed_seq) + count(completed_seq) FROM calls)",
+	"  + (SELECT count(claimed_seq) + count(completed_seq) FROM calls)"
+	"  + (SELECT events FROM atts)",
 	4,
 };
 
@@ -117,7 +120,7 @@ static enum ledger_err delete_batch(struct ledger_store_conn *conn, int64_t rete
 	store_step_begin(&st, conn);
 	const char *lock[2] = {store_step_int(&st, retention_ms), store_step_int(&st, batch)};
 	store_step_add_simple(&st, "BEGIN");
-	/* The one transaction allowed to delete events (see sql/001 and sql/004). */
+	/* The one transaction allowed to delete events (see sql/001, sql/004 and sql/009). */
 	store_step_add_simple(&st, "SET LOCAL ledger.retention = 'on'");
 	store_step_add(&st, &gc_lock, lock);
 	rc = store_step_run(&st);

@@ -711,14 +711,18 @@ def seed(service, rids_and_cases):
     return float(psql(service, script)[-1])
 
 
-# A call's row may carry its claim's and its completion's events (the fast
-# paths write them there, the general path as rows of event_log): they are
-# compared as events, through the view that reads both.
+# A call's row may carry its claim's and its completion's events, and an
+# attempt's row its own (the fast paths write them there, the general path
+# as rows of event_log): they are compared as events, through the view
+# that reads them all.
 STATE_SQL = """
 SELECT r.rid, json_build_object(
   'request', (SELECT to_jsonb(q) - 'tenant' FROM requests q
               WHERE q.tenant = '%(t)s' AND q.request_id = r.rid),
-  'attempts', (SELECT json_agg(to_jsonb(a) - 'tenant' ORDER BY a.epoch) FROM attempts a
+  'attempts', (SELECT json_agg(to_jsonb(a) - 'tenant' - 'created_seq' - 'created_detail'
+                      - 'first_delta_seq' - 'first_delta_at' - 'first_delta_tokens'
+                      - 'finished_seq' - 'finished_at' - 'finished_detail' - 'completed_seq'
+                      ORDER BY a.epoch) FROM attempts a
                WHERE a.tenant = '%(t)s' AND a.request_id = r.rid),
   'calls', (SELECT json_object_agg(c.tool_call_id, to_jsonb(c) - 'tenant' - 'claimed_seq'
                    - 'claimed_detail' - 'completed_seq') FROM tool_calls c

@@ -1,5 +1,6 @@
 """ledgerd as a process: settings, migrations, readiness, shutdown, logs."""
 
+import json
 import os
 import secrets
 import signal
@@ -183,6 +184,48 @@ def test_events_are_append_only(service):
         with pytest.raises(subprocess.CalledProcessError) as e:
             service.sql(sql)
         assert "append-only" in e.value.stderr, sql
+    assert service.sql(history) == before
+
+
+def test_an_attempts_history_in_its_row_is_append_only(service):
+    """The one-statement paths keep a whole cycle's events in the attempt's row
+    (sql/009): the history reads them in order, and nothing rewrites them."""
+    led = service.ledgerd
+    token = service.token("router")
+    rid = new_id()
+    url = "/v1/requests/%s/attempts" % rid
+    assert led.post(url, {"attempt_id": "a-1", "replica": "gpu-1"}, token=token).status == 201
+    assert led.post(url + "/a-1/deliver", {"delivered_output_tokens": 1},
+                    token=token).status == 200
+    assert led.post(url + "/a-1/deliver", {"delivered_output_tokens": 5},
+                    token=token).status == 200
+    assert led.post(url + "/a-1/finish", {"outcome": "completed", "delivered_output_tokens": 9,
+                                          "reason": "stop"}, token=token).status == 200
+    history = ("SELECT seq, type, attempt_id, detail::text, at FROM events"
+               " WHERE request_id = '%s' ORDER BY seq" % rid)
+    before = service.sql(history)
+    assert [row[1] for row in before] == ["attempt_created", "first_delta", "attempt_finished",
+                                          "request_status"], before
+    assert json.loads(before[1][3]) == {"delivered_output_tokens": 1}
+    assert json.loads(before[2][3]) == {"outcome": "completed", "delivered_output_tokens": 9,
+                                        "reason": "stop"}
+    assert before[2][4] == before[3][4]  # the request completed as its attempt finished
+    assert service.sql("SELECT count(*) FROM event_log WHERE request_id = '%s'" % rid) == [["0"]]
+    where = "WHERE request_id = '%s'" % rid
+    for sql in ("UPDATE attempts SET created_detail = '{}' " + where,
+                "UPDATE attempts SET first_delta_tokens = 2 " + where,
+                "UPDATE attempts SET finished_seq = finished_seq + 1 " + where,
+                "UPDATE attempts SET completed_seq = NULL " + where,
+                "UPDATE attempts SET finished_at = now() " + where,
+                "UPDATE attempts SET attempt_id = 'a-forged' " + where,
+                "DELETE FROM attempts " + where,
+                "DELETE FROM requests " + where,
+                "TRUNCATE attempts CASCADE"):
+        with pytest.raises(subprocess.CalledProcessError) as e:
+            service.sql(sql)
+        assert "append-only" in e.value.stderr, sql
+    # The row's own columns go on as the locked path decides: only its events are fixed.
+    service.sql("UPDATE attempts SET lease_until = lease_until " + where)
     assert service.sql(history) == before
 
 
