@@ -7,7 +7,8 @@
  * C_STREAM), so a slow client holds at most two buffers' worth, and a
  * thread that filled its buffer waits for the swap. The thread's function
  * returning hands the call back (stream_main()); until then the connection
- * is never freed, even once its client is gone.
+ * is never freed, even once its client is gone. The thread is one of
+ * ledger/common/workers.c's: a reply does not make a thread of its own.
  */
 #include "api/wire/stream.h"
 
@@ -19,6 +20,7 @@
 #include <time.h>
 
 #include "api/wire/net_int.h"
+#include "ledger/common/workers.h"
 
 struct wire_pipe {
 	pthread_mutex_t lock;
@@ -51,7 +53,7 @@ struct start {
  * a reply it left unended (cut short), then the call handed back: the
  * thread's last touch of the connection, which may be freed at once.
  */
-static void *stream_main(void *arg)
+static void stream_main(void *arg)
 {
 	struct start s = *(struct start *)arg;
 	bool ended;
@@ -64,16 +66,12 @@ static void *stream_main(void *arg)
 	if (!ended)
 		wire_stream_end(s.conn, false);
 	wire_wake_push(s.conn, WIRE_WAKE_RELEASE);
-	return NULL;
 }
 
 enum ledger_err wire_stream_start(struct wire_conn *c, void *(*run)(void *), void *arg)
 {
 	struct wire_pipe *p = calloc(1, sizeof(*p));
 	struct start *s = malloc(sizeof(*s));
-	pthread_attr_t attr;
-	pthread_t thread;
-	int rc;
 
 	if (p == NULL || s == NULL) {
 		free(p);
@@ -90,11 +88,7 @@ enum ledger_err wire_stream_start(struct wire_conn *c, void *(*run)(void *), voi
 	p->length = -1;
 	c->pipe = p;
 	c->held = true;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&thread, &attr, stream_main, s);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
+	if (!ledger_workers_run(stream_main, s)) {
 		c->pipe = NULL;
 		c->held = false;
 		wire_stream_free(p);

@@ -29,6 +29,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "ledger/common/workers.h"
+
 #ifndef LEDGER_VERSION
 #define LEDGER_VERSION "unknown"
 #endif
@@ -898,7 +900,7 @@ bool client_random_hex(char *hex, size_t bytes)
 	return true;
 }
 
-static void *ticker_main(void *arg)
+static void ticker_main(void *arg)
 {
 	struct client_ticker *t = arg;
 	struct timespec at;
@@ -922,8 +924,10 @@ static void *ticker_main(void *arg)
 		if (!more)
 			break;
 	}
+	/* The last touch of @p t: client_ticker_stop() frees it once it sees this. */
+	t->ended = true;
+	pthread_cond_broadcast(&t->wake);
 	pthread_mutex_unlock(&t->lock);
-	return NULL;
 }
 
 bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*tick)(void *),
@@ -940,7 +944,7 @@ bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*t
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&t->wake, &attr);
 	pthread_condattr_destroy(&attr);
-	if (pthread_create(&t->thread, NULL, ticker_main, t) != 0) {
+	if (!ledger_workers_run(ticker_main, t)) {
 		pthread_cond_destroy(&t->wake);
 		pthread_mutex_destroy(&t->lock);
 		return false;
@@ -955,9 +959,10 @@ void client_ticker_stop(struct client_ticker *t)
 		return;
 	pthread_mutex_lock(&t->lock);
 	t->stop = true;
-	pthread_cond_signal(&t->wake);
+	pthread_cond_broadcast(&t->wake);
+	while (!t->ended)
+		pthread_cond_wait(&t->wake, &t->lock);
 	pthread_mutex_unlock(&t->lock);
-	pthread_join(t->thread, NULL);
 	pthread_cond_destroy(&t->wake);
 	pthread_mutex_destroy(&t->lock);
 	t->running = false;

@@ -195,22 +195,23 @@ void client_backoff(uint32_t *delay_ms, uint64_t hint_ms, uint64_t left_ms);
 bool client_random_hex(char *hex, size_t bytes);
 
 /* A thread that calls @c tick every @c interval_ms until stopped or tick
- * returns false: attempt heartbeats and claim renewals. */
+ * returns false: attempt heartbeats and claim renewals. The thread is one
+ * of ledger/common/workers.c's, kept for the next ticker when this one ends. */
 struct client_ticker {
-	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	bool running; /* started and not yet joined */
-	bool stop;    /* asked to stop; guarded by lock */
+	pthread_cond_t wake; /* a stop asked for, and the ticker's end */
+	bool running;        /* started and not yet stopped */
+	bool stop;           /* asked to stop; guarded by lock */
+	bool ended;          /* its thread is done with it; guarded by lock */
 	uint32_t interval_ms;
 	bool (*tick)(void *arg);
 	void *arg;
 };
 
-/** Starts @p t; false if the thread could not be made. */
+/** Starts @p t; false if no thread could be had. */
 bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*tick)(void *),
 			 void *arg);
-/** Stops @p t and joins its thread; safe on a ticker never started. */
+/** Stops @p t and waits until its thread is done with it; safe on a ticker never started. */
 void client_ticker_stop(struct client_ticker *t);
 
 /** Marks @p a revoked (tool-call wrapper, failover). */

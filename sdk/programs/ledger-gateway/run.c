@@ -27,6 +27,7 @@
 
 #include <jansson.h>
 
+#include "ledger/common/workers.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/metrics.h"
 #include "sdk/programs/ledger-gateway/replica.h"
@@ -612,8 +613,12 @@ static void complete_whole(struct gateway_run *r, char *answer)
 
 /* --- the run's thread, and its start --- */
 
-/* The run's thread: its attempts, from the first to the end of the request's stream. */
-static void *run_main(void *arg)
+/*
+ * The run's thread (one of ledger/common/workers.c's, kept for the next run
+ * once this one ends): its attempts, from the first to the end of the
+ * request's stream.
+ */
+static void run_main(void *arg)
 {
 	struct gateway_run *r = arg;
 	char *event = NULL, *error;
@@ -651,14 +656,12 @@ static void *run_main(void *arg)
 	pthread_cond_broadcast(&r->changed);
 	pthread_mutex_unlock(&r->lock);
 	gateway_run_release(r);
-	return NULL;
+	gateway_log_trace(NULL, NULL); /* the thread's next job logs as its own */
 }
 
 struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 {
 	struct gateway_run *r = calloc(1, sizeof(*r));
-	pthread_attr_t attr;
-	pthread_t thread;
 
 	if (r == NULL)
 		goto fail;
@@ -708,10 +711,7 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 		r->listed = true;
 		pthread_mutex_unlock(&table.lock);
 	}
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&thread, &attr, run_main, r) != 0) {
-		pthread_attr_destroy(&attr);
+	if (!ledger_workers_run(run_main, r)) {
 		if (r->keyed)
 			unlist(r);
 		gateway_attempt_drop(r);
@@ -719,7 +719,6 @@ struct gateway_run *gateway_run_start(struct gateway_run_start *st)
 		gateway_run_release(r);
 		return NULL;
 	}
-	pthread_attr_destroy(&attr);
 	return r;
 fail:
 	upstream_close(st->up);
