@@ -35,6 +35,9 @@
 #include "sdk/programs/ledger-gateway/trace.h"
 #include "sdk/programs/ledger-gateway/upstream.h"
 
+/* How long a stream that came to [DONE] is read for the end of its body. */
+#define FINISH_MS 100u
+
 static struct gateway *gw; /* the settings, for the process's life */
 
 static struct {
@@ -416,6 +419,7 @@ static void complete(struct gateway_run *r)
 	struct kept k = {0};
 	char *done = strdup("data: [DONE]\n\n");
 
+	r->up_whole = true;
 	ledger_client_heartbeat_stop(r->attempt);
 	if (done == NULL) {
 		gateway_log("out of memory", r->rid, aid_of(r), NULL);
@@ -621,6 +625,7 @@ static void complete_whole(struct gateway_run *r, char *answer)
 static void run_main(void *arg)
 {
 	struct gateway_run *r = arg;
+	struct upstream *whole = NULL;
 	char *event = NULL, *error;
 
 	gateway_trace_log_span(r->span, &r->parent);
@@ -646,6 +651,11 @@ static void run_main(void *arg)
 			rest_of_stream(r);
 	}
 	gateway_run_prelude_clear(r);
+	if (r->up_whole) {
+		/* Its transfer is read to its end once the clients have their end. */
+		whole = r->up;
+		r->up = NULL;
+	}
 	gateway_attempt_drop(r); /* closing the upstream is what tells the replica to stop */
 	gateway_trace_attempt_discard(r->next_span);
 	r->next_span = NULL;
@@ -656,6 +666,9 @@ static void run_main(void *arg)
 	pthread_cond_broadcast(&r->changed);
 	pthread_mutex_unlock(&r->lock);
 	gateway_run_release(r);
+	/* An engine that ends its body within FINISH_MS of [DONE] keeps its connection. */
+	upstream_finish(whole, FINISH_MS);
+	upstream_close(whole);
 	gateway_log_trace(NULL, NULL); /* the thread's next job logs as its own */
 }
 

@@ -62,6 +62,7 @@ struct gateway_run {
 	char *model;                    /* the model asked for, or NULL */
 	char *revision;                 /* the request's model revision, or NULL */
 	struct upstream *up;
+	bool up_whole; /* its stream came to [DONE]: read to its end, its connection serves again */
 	char *prelude[MAX_PRELUDE]; /* the attempt's events before its first output (a role) */
 	size_t n_prelude;
 	uint64_t delivered; /* content tokens published */

@@ -294,6 +294,19 @@ static void pump(struct upstream *u)
 	pump_for(u, POLL_MS);
 }
 
+void upstream_finish(struct upstream *u, uint32_t max_ms)
+{
+	uint64_t until = now_ms() + max_ms;
+
+	while (u != NULL && !u->ended) {
+		uint64_t now = now_ms();
+
+		if (now >= until)
+			break;
+		pump_for(u, (int)(until - now));
+	}
+}
+
 void upstream_kick(struct upstream *u)
 {
 	/* A few turns without waiting: the connect started, then (a loopback or a near

@@ -90,6 +90,13 @@ void upstream_quiet_from_now(struct upstream *u);
 bool upstream_start(void);
 
 /**
+ * After a stream's [DONE]: reads the transfer to its end (the body's last
+ * chunk) for at most @p max_ms, so that upstream_close() finds it whole and
+ * leaves its connection to the next request. NULL-safe.
+ */
+void upstream_finish(struct upstream *u, uint32_t max_ms);
+
+/**
  * Closes the transfer: the replica sees its stream cut, unless its answer
  * came whole (its connection then serves a later transfer). NULL-safe.
  */
