@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "ledger/common/clock.h"
+
 struct job {
 	void (*fn)(void *arg);
 	void *arg;
@@ -36,17 +38,10 @@ static atomic_uint idle_ms = LEDGER_WORKERS_IDLE_MS;
 /* Under the lock: the next queued job, or NULL once the idle time ran out without one. */
 static struct job *wait_for_job(void)
 {
-	struct timespec until;
-	unsigned ms = atomic_load(&idle_ms);
+	/* the clock of PTHREAD_COND_INITIALIZER */
+	struct timespec until = ledger_clock_after(CLOCK_REALTIME, atomic_load(&idle_ms));
 	struct job *j;
 
-	clock_gettime(CLOCK_REALTIME, &until); /* the clock of PTHREAD_COND_INITIALIZER */
-	until.tv_sec += (time_t)(ms / 1000u);
-	until.tv_nsec += (long)(ms % 1000u) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	idle++;
 	while (queued == 0) {
 		if (pthread_cond_timedwait(&more, &lock, &until) == ETIMEDOUT && queued == 0) {

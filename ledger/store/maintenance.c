@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ledger/common/clock.h"
 #include "ledger/common/log.h"
 #include "ledger/store/conn.h"
 #include "ledger/store/store.h"
@@ -52,16 +53,9 @@ static int64_t now_ms(void)
 /* Sleeps @p ms unless stopped. @return true when stopping. */
 static bool pause_ms(struct ledger_maintenance *m, int64_t ms)
 {
-	struct timespec until;
+	struct timespec until = ledger_clock_after(CLOCK_REALTIME, ms > 0 ? (uint64_t)ms : 0);
 	bool stopping;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&m->lock);
 	while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)
 		;

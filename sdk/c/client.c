@@ -29,7 +29,6 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include "ledger/common/workers.h"
 
 #ifndef LEDGER_VERSION
 #define LEDGER_VERSION "unknown"
@@ -898,72 +897,4 @@ bool client_random_hex(char *hex, size_t bytes)
 	hex[2 * bytes] = '\0';
 	explicit_bzero(raw, sizeof(raw));
 	return true;
-}
-
-static void ticker_main(void *arg)
-{
-	struct client_ticker *t = arg;
-	struct timespec at;
-
-	pthread_mutex_lock(&t->lock);
-	while (!t->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &at);
-		at.tv_sec += (time_t)(t->interval_ms / 1000u);
-		at.tv_nsec += (long)(t->interval_ms % 1000u) * 1000000L;
-		if (at.tv_nsec >= 1000000000L) {
-			at.tv_sec++;
-			at.tv_nsec -= 1000000000L;
-		}
-		while (!t->stop && pthread_cond_timedwait(&t->wake, &t->lock, &at) != ETIMEDOUT)
-			;
-		if (t->stop)
-			break;
-		pthread_mutex_unlock(&t->lock);
-		bool more = t->tick(t->arg);
-		pthread_mutex_lock(&t->lock);
-		if (!more)
-			break;
-	}
-	/* The last touch of @p t: client_ticker_stop() frees it once it sees this. */
-	t->ended = true;
-	pthread_cond_broadcast(&t->wake);
-	pthread_mutex_unlock(&t->lock);
-}
-
-bool client_ticker_start(struct client_ticker *t, uint32_t interval_ms, bool (*tick)(void *),
-			 void *arg)
-{
-	pthread_condattr_t attr;
-
-	memset(t, 0, sizeof(*t));
-	t->interval_ms = interval_ms;
-	t->tick = tick;
-	t->arg = arg;
-	pthread_mutex_init(&t->lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&t->wake, &attr);
-	pthread_condattr_destroy(&attr);
-	if (!ledger_workers_run(ticker_main, t)) {
-		pthread_cond_destroy(&t->wake);
-		pthread_mutex_destroy(&t->lock);
-		return false;
-	}
-	t->running = true;
-	return true;
-}
-
-void client_ticker_stop(struct client_ticker *t)
-{
-	if (!t->running)
-		return;
-	pthread_mutex_lock(&t->lock);
-	t->stop = true;
-	pthread_cond_broadcast(&t->wake);
-	while (!t->ended)
-		pthread_cond_wait(&t->wake, &t->lock);
-	pthread_mutex_unlock(&t->lock);
-	pthread_cond_destroy(&t->wake);
-	pthread_mutex_destroy(&t->lock);
-	t->running = false;
 }

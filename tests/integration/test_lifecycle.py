@@ -152,6 +152,14 @@ def test_sigterm_drains_calls_in_flight(service):
     led.start()
 
 
+def refused_as_append_only(service, statements):
+    """Each of @statements fails, and says that events are append-only."""
+    for sql in statements:
+        with pytest.raises(subprocess.CalledProcessError) as e:
+            service.sql(sql)
+        assert "append-only" in e.value.stderr, sql
+
+
 def test_events_are_append_only(service):
     led = service.ledgerd
     token = service.token("agent")
@@ -170,7 +178,8 @@ def test_events_are_append_only(service):
     assert [row[1] for row in before] == ["claimed", "refused", "completed"], before
     assert service.sql("SELECT count(*) FROM event_log WHERE request_id = '%s'" % rid) == [["1"]]
     where = "WHERE request_id = '%s'" % rid
-    for sql in ("UPDATE events SET type = 'x' " + where,
+    refused_as_append_only(service, (
+                "UPDATE events SET type = 'x' " + where,
                 "DELETE FROM events " + where,
                 "UPDATE event_log SET type = 'x' " + where,
                 "DELETE FROM event_log " + where,
@@ -180,10 +189,7 @@ def test_events_are_append_only(service):
                 "UPDATE tool_calls SET attempt_id = 'a-forged' " + where,
                 "DELETE FROM tool_calls " + where,
                 "DELETE FROM requests " + where,
-                "TRUNCATE tool_calls CASCADE"):
-        with pytest.raises(subprocess.CalledProcessError) as e:
-            service.sql(sql)
-        assert "append-only" in e.value.stderr, sql
+                "TRUNCATE tool_calls CASCADE"))
     assert service.sql(history) == before
 
 
@@ -212,7 +218,8 @@ def test_an_attempts_history_in_its_row_is_append_only(service):
     assert before[2][4] == before[3][4]  # the request completed as its attempt finished
     assert service.sql("SELECT count(*) FROM event_log WHERE request_id = '%s'" % rid) == [["0"]]
     where = "WHERE request_id = '%s'" % rid
-    for sql in ("UPDATE attempts SET created_detail = '{}' " + where,
+    refused_as_append_only(service, (
+                "UPDATE attempts SET created_detail = '{}' " + where,
                 "UPDATE attempts SET first_delta_tokens = 2 " + where,
                 "UPDATE attempts SET finished_seq = finished_seq + 1 " + where,
                 "UPDATE attempts SET completed_seq = NULL " + where,
@@ -220,10 +227,7 @@ def test_an_attempts_history_in_its_row_is_append_only(service):
                 "UPDATE attempts SET attempt_id = 'a-forged' " + where,
                 "DELETE FROM attempts " + where,
                 "DELETE FROM requests " + where,
-                "TRUNCATE attempts CASCADE"):
-        with pytest.raises(subprocess.CalledProcessError) as e:
-            service.sql(sql)
-        assert "append-only" in e.value.stderr, sql
+                "TRUNCATE attempts CASCADE"))
     # The row's own columns go on as the locked path decides: only its events are fixed.
     service.sql("UPDATE attempts SET lease_until = lease_until " + where)
     assert service.sql(history) == before

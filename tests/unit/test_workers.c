@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "ledger/common/clock.h"
 #include "ledger/common/workers.h"
 
 #define JOBS 8
@@ -27,24 +28,12 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static unsigned arrived, left;
 static pthread_t ran_on[3 * JOBS];
 
-static void deadline(struct timespec *at, unsigned ms)
-{
-	clock_gettime(CLOCK_REALTIME, at);
-	at->tv_sec += (time_t)(ms / 1000u);
-	at->tv_nsec += (long)(ms % 1000u) * 1000000L;
-	if (at->tv_nsec >= 1000000000L) {
-		at->tv_sec++;
-		at->tv_nsec -= 1000000000L;
-	}
-}
-
 /* Waits under the lock until *@p n reaches @p want; false after WAIT_MS. */
 static bool wait_count(const unsigned *n, unsigned want)
 {
-	struct timespec at;
+	struct timespec at = ledger_clock_after(CLOCK_REALTIME, WAIT_MS);
 	bool ok = true;
 
-	deadline(&at, WAIT_MS);
 	while (*n < want && ok)
 		ok = pthread_cond_timedwait(&changed, &lock, &at) == 0 || *n >= want;
 	return *n >= want;

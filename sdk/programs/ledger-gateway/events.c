@@ -18,6 +18,7 @@
 
 #include "api/wire/stream.h"
 #include "ledger/common/buf.h"
+#include "ledger/common/clock.h"
 #include "ledger/common/sha256.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/metrics.h"
@@ -111,15 +112,7 @@ enum client_state gateway_events_look_at_client(struct gateway_run *r)
 /* The wall-clock time CLIENT_POLL_MS from now: when a wait on r->changed looks again. */
 static struct timespec poll_deadline(void)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	t.tv_nsec += CLIENT_POLL_MS * 1000000L;
-	if (t.tv_nsec >= 1000000000L) {
-		t.tv_sec++;
-		t.tv_nsec -= 1000000000L;
-	}
-	return t;
+	return ledger_clock_after(CLOCK_REALTIME, CLIENT_POLL_MS);
 }
 
 /* Waits until a client attaches or the hold is over. @return the state found */

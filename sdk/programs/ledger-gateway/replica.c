@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ledger/common/clock.h"
 #include "ledger/common/sha256.h"
 #include "sdk/programs/ledger-gateway/log.h"
 #include "sdk/programs/ledger-gateway/upstream.h"
@@ -581,14 +582,8 @@ static void wait_first_probes(struct gateway *gw)
 	pthread_mutex_lock(&first.lock);
 	for (size_t k = 0; k < gw->n_replicas; k++) {
 		while (!gw->replicas[k].probed && gateway_now_ms() < until) {
-			struct timespec ts;
+			struct timespec ts = ledger_clock_after(CLOCK_REALTIME, 100);
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
 			pthread_cond_timedwait(&first.probed, &first.lock, &ts);
 		}
 	}

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ledger/common/clock.h"
 #include "ledger/common/log.h"
 #include "sdk/programs/ledger-mcp/intercept.h"
 #include "sdk/programs/ledger-mcp/stdio.h"
@@ -167,15 +168,7 @@ static void forward(void *ctx, const struct mcp_send *send, struct mcp_forward *
 			pthread_cond_wait(&sp->change, &sp->lock);
 			continue;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t wait = until - now;
-
-		ts.tv_sec += (time_t)(wait / 1000);
-		ts.tv_nsec += (long)(wait % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		ts = ledger_clock_after(CLOCK_MONOTONIC, until - now);
 		pthread_cond_timedwait(&sp->change, &sp->lock, &ts);
 	}
 	if (w->entry.answered) {
